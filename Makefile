@@ -1,0 +1,98 @@
+# embed-stack build. `make` builds bin/embed-stack; `make test` runs every test.
+#
+# The llama.cpp adapter (backends/llama) is the only cgo package. It needs:
+#   - Debian: nlohmann-json3-dev, libstb-dev (headers llama.cpp's vendor/ folder would
+#     carry; the ollama module zip omits that folder), `make deps` installs them;
+#   - our stand-in miniaudio header (backends/llama/include), since audio decoding is
+#     never used;
+#   - llama.h from the ollama module, whose path `go list -m` resolves.
+# macOS: `brew install nlohmann-json` and put stb_image.h on the include path (or
+# set EXTRA_CPPFLAGS=-I/path/to/stb-parent); Metal is not enabled by this build.
+
+GO          ?= go
+OLLAMA_DIR  := $(shell $(GO) list -m -f '{{.Dir}}' github.com/ollama/ollama 2>/dev/null)
+
+# CPU flags: ggml's CPU kernels are compiled by cgo, and without -march they target
+# baseline x86-64 (no AVX), about 4x slower here. `native` suits a binary built and run
+# on the same machine; for a portable build use e.g. `make MARCH=x86-64-v3`.
+MARCH       ?= native
+OPT_FLAGS   := -O3 -march=$(MARCH)
+
+export CGO_ENABLED  := 1
+export CGO_CPPFLAGS := $(strip -I$(CURDIR)/backends/llama/include -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include $(EXTRA_CPPFLAGS))
+export CGO_CFLAGS   := $(OPT_FLAGS)
+export CGO_CXXFLAGS := $(OPT_FLAGS)
+
+# Packages that must build without cgo (everything but the llama.cpp adapter and the
+# binary that links it).
+PURE_PKGS    = $(shell $(GO) list ./... | grep -v -e /backends/llama -e /cmd/embed-stack)
+
+MODELS_DIR   ?= models
+TINY_MODEL   := $(MODELS_DIR)/tiny.gguf
+BENCH_MODEL  := $(MODELS_DIR)/qwen3-0.6b-f16.gguf
+TOKENIZER    := .cache/qwen3/tokenizer.json
+
+# The server `make run` starts; override with MODEL=path/to/Qwen3-Embedding-0.6B-Q8_0.gguf.
+MODEL        ?= $(TINY_MODEL)
+ADDR         ?= 127.0.0.1:8080
+
+.PHONY: all build cgo-env deps tokenizer models bench-model run test test-go test-pure test-node vet clean
+all: build
+
+build:
+	$(GO) build -o bin/embed-stack ./cmd/embed-stack
+
+# System packages for the cgo build and the node client tests (Debian; run as root).
+deps:
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libstb-dev
+	@command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm
+
+$(TOKENIZER):
+	bash scripts/fetch-tokenizer.sh
+
+tokenizer: $(TOKENIZER)
+
+# Random-weight Qwen3 GGUFs carrying the real vocabulary (fixed seed: identical files
+# on every machine). tiny is for tests; the 0.6B shape for benchmarks.
+$(TINY_MODEL): $(TOKENIZER)
+	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape tiny -out $@
+
+$(BENCH_MODEL): $(TOKENIZER)
+	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape 0.6b -out $@
+
+models: $(TINY_MODEL)
+bench-model: $(BENCH_MODEL)
+
+run: build $(MODEL)
+	bin/embed-stack serve --model $(MODEL) --addr $(ADDR)
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# Everything: the pure-Go packages must also build with CGO_ENABLED=0; every Go
+# test runs with the race detector against the real binary and the tiny model
+# (EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
+# failure); then the node clients (openai, @langchain/openai) against the binary.
+test: build models vet test-pure test-go test-node
+
+test-pure:
+	CGO_ENABLED=0 $(GO) build $(PURE_PKGS)
+
+test-go: build models
+	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
+
+test-node: build models
+	cd conformance/node && npm ci --no-audit --no-fund --loglevel=error && node --test
+
+clean:
+	rm -rf bin
+
+# `eval "$(make -s cgo-env)"` gives a shell the same cgo flags (and so the same build
+# cache entries) as the Makefile.
+cgo-env:
+	@echo 'export CGO_ENABLED=1'
+	@echo "export CGO_CPPFLAGS='$(CGO_CPPFLAGS)'"
+	@echo "export CGO_CFLAGS='$(CGO_CFLAGS)'"
+	@echo "export CGO_CXXFLAGS='$(CGO_CXXFLAGS)'"

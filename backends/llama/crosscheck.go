@@ -1,0 +1,67 @@
+package llama
+
+/*
+#include <stdbool.h>
+#include "llama.h"
+
+// es_batch_fill_all puts one sequence into b with every token marked as an output,
+// which llama.cpp's own pooling needs.
+static void es_batch_fill_all(struct llama_batch *b, const llama_token *tokens, int32_t n) {
+	for (int32_t i = 0; i < n; i++) {
+		b->token[i] = tokens[i];
+		b->pos[i] = i;
+		b->n_seq_id[i] = 1;
+		b->seq_id[i][0] = 0;
+		b->logits[i] = 1;
+	}
+	b->n_tokens = n;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+)
+
+// pooledLast embeds one sequence the slow, obvious way: a fresh context with
+// llama.cpp's own LAST pooling and every token an output. It exists so tests can
+// hold the engine-mode vector (pooling NONE, last token only) against llama.cpp's
+// definition; it runs on the owner goroutine because it shares the model.
+func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error) {
+	if err := e.validate([][]int32{seq}); err != nil {
+		return nil, err
+	}
+	return do(ctx, e, func() ([]float32, error) {
+		n := len(seq)
+		cp := C.llama_context_default_params()
+		cp.n_ctx = C.uint32_t(n)
+		cp.n_batch = C.uint32_t(n)
+		cp.n_ubatch = C.uint32_t(n)
+		cp.n_seq_max = 1
+		cp.n_threads = C.llama_n_threads(e.lctx)
+		cp.n_threads_batch = C.llama_n_threads_batch(e.lctx)
+		cp.pooling_type = C.LLAMA_POOLING_TYPE_LAST
+		cp.embeddings = true
+		cp.no_perf = true
+		lctx := C.llama_init_from_model(e.model, cp)
+		if lctx == nil {
+			return nil, fmt.Errorf("llama: creating a LAST-pooling context failed: %s", llamaReason("see the debug log"))
+		}
+		defer C.llama_free(lctx)
+		batch := C.llama_batch_init(C.int32_t(n), 0, 1)
+		defer C.llama_batch_free(batch)
+		C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(n))
+		if rc := C.llama_decode(lctx, batch); rc != 0 {
+			return nil, fmt.Errorf("llama: LAST-pooling decode returned %d: %s", int(rc), llamaReason("see the debug log"))
+		}
+		p := C.llama_get_embeddings_seq(lctx, 0)
+		if p == nil {
+			return nil, fmt.Errorf("llama: LAST-pooling context returned no sequence embedding")
+		}
+		v := make([]float32, e.info.NEmbd)
+		copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.NEmbd))
+		return v, nil
+	})
+}

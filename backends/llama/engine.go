@@ -1,0 +1,461 @@
+// Package llama is embed-stack's llama.cpp embedding engine and its only cgo package.
+//
+// It loads a GGUF model through llama.cpp (linked from github.com/ollama/ollama/llama),
+// takes token ids and returns each sequence's raw, un-normalised last-token hidden
+// state: the vector Qwen3-Embedding's LAST pooling yields. The context is created with
+// no pooling and only each sequence's last token marked as an output, which gives the
+// same vector as LAST pooling without running the vocabulary-wide LM head over every
+// token. Sequences are packed into shared decode calls and the KV cache is cleared
+// between rounds.
+//
+// It knows nothing of text, tokenizers, HTTP, instructions, truncation to
+// `dimensions` or normalisation: token ids in, raw vectors out.
+package llama
+
+/*
+#include <stdbool.h>
+#include <stdlib.h>
+#include "llama.h"
+#include "ggml-backend.h"
+
+// es_batch_add appends n tokens of one sequence, at positions pos0.., to b and marks
+// the last of them as an output when output_last is set. It returns the batch index
+// of the last token added. One call per span keeps cgo crossings per decode call at
+// the number of sequences, not the number of tokens.
+static int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, int32_t n,
+                            llama_seq_id seq, llama_pos pos0, bool output_last) {
+	int32_t at = b->n_tokens;
+	for (int32_t i = 0; i < n; i++) {
+		b->token[at + i] = tokens[i];
+		b->pos[at + i] = pos0 + i;
+		b->n_seq_id[at + i] = 1;
+		b->seq_id[at + i][0] = seq;
+		b->logits[at + i] = 0;
+	}
+	if (output_last && n > 0) {
+		b->logits[at + n - 1] = 1;
+	}
+	b->n_tokens = at + n;
+	return at + n - 1;
+}
+
+// es_batch_mark_output makes token i of b an output too.
+static void es_batch_mark_output(struct llama_batch *b, int32_t i) {
+	b->logits[i] = 1;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	// Links llama.cpp and ggml (CPU backend included) into the binary; this package
+	// calls the C API itself because ollama's wrapper does not expose pooling_type.
+	_ "github.com/ollama/ollama/llama"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultContextTokens = 8192
+	DefaultBatchTokens   = 2048
+	DefaultMaxSeqs       = 64
+)
+
+// Config says which model to load and how to size the context. The zero value of every
+// field but ModelPath picks a documented default.
+type Config struct {
+	// ModelPath is the GGUF file. It is memory-mapped, so workers started one after
+	// another share the page cache instead of each reading the weights.
+	ModelPath string
+
+	// ContextTokens (n_ctx) is the longest single sequence accepted and the token
+	// budget of one packed round. 0 means min(8192, the model's training context).
+	ContextTokens int
+
+	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call.
+	// 0 means min(ContextTokens, 2048).
+	BatchTokens int
+
+	// Threads is llama.cpp's thread count for decoding. 0 means runtime.NumCPU().
+	Threads int
+
+	// MaxSeqs is the number of sequences packed into one round. 0 means 64; llama.cpp
+	// allows at most 256 (LLAMA_MAX_SEQ).
+	MaxSeqs int
+
+	// GPULayers is the number of layers offloaded to a GPU; 0 runs on the CPU only.
+	GPULayers int
+}
+
+// Info describes a loaded engine.
+type Info struct {
+	NEmbd         int    // vector length
+	NVocab        int    // token ids must lie in [0, NVocab)
+	ContextTokens int    // longest sequence accepted
+	BatchTokens   int    // tokens per decode call
+	TrainContext  int    // the model's training context
+	ModelName     string // general.name from the GGUF, else the file name
+}
+
+// Engine embeds token sequences with one llama.cpp context. It is safe for concurrent
+// use: a single goroutine owns the context (llama.cpp contexts are not thread safe) and
+// Embed calls queue for it.
+type Engine struct {
+	info    Info
+	maxSeqs int
+
+	jobs chan func()   // work for the owner goroutine
+	quit chan struct{} // closed by Close
+	done chan struct{} // closed when the owner goroutine has returned
+
+	closeOnce sync.Once
+
+	// Owned by the owner goroutine after Open returns; freed by Close once the owner
+	// has returned.
+	model *C.struct_llama_model
+	lctx  *C.struct_llama_context
+	batch C.struct_llama_batch
+
+	// decodeHook, when set (tests only), is called by the owner goroutine after each
+	// successful decode call with the number of calls so far in the current Embed.
+	decodeHook func(decodes int)
+}
+
+var backendInit = sync.OnceValue(func() error {
+	C.llama_backend_init()
+	// The CPU backend is compiled in (ggml is built with GGML_USE_CPU) and registers
+	// itself statically; ollama's ggml.OnceLoad only adds dynamically loaded GPU
+	// backends from lib/ollama, which this build does not ship.
+	if C.ggml_backend_dev_count() == 0 {
+		return errors.New("llama: no ggml compute device is registered; the binary was built without ggml's CPU backend")
+	}
+	return nil
+})
+
+// Open loads the model and creates the context. Errors name the Config field to
+// change.
+func Open(cfg Config) (*Engine, error) {
+	if cfg.ModelPath == "" {
+		return nil, errors.New("llama: Config.ModelPath is empty; give the path of a GGUF model")
+	}
+	if _, err := os.Stat(cfg.ModelPath); err != nil {
+		return nil, fmt.Errorf("llama: model file: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"ContextTokens", cfg.ContextTokens}, {"BatchTokens", cfg.BatchTokens}, {"Threads", cfg.Threads}, {"MaxSeqs", cfg.MaxSeqs}, {"GPULayers", cfg.GPULayers}} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("llama: Config.%s is %d; it must be 0 (default) or positive", f.name, f.v)
+		}
+	}
+	maxSeqs := cfg.MaxSeqs
+	if maxSeqs == 0 {
+		maxSeqs = DefaultMaxSeqs
+	}
+	// One sequence id is reserved for the padding token (see embed).
+	if limit := int(C.llama_max_parallel_sequences()) - 1; maxSeqs > limit {
+		return nil, fmt.Errorf("llama: Config.MaxSeqs is %d; at most %d (llama.cpp's LLAMA_MAX_SEQ less one this engine reserves)", maxSeqs, limit)
+	}
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	if err := backendInit(); err != nil {
+		return nil, err
+	}
+
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = C.int32_t(cfg.GPULayers)
+	mp.use_mmap = true
+	mp.use_mlock = false
+	cpath := C.CString(cfg.ModelPath)
+	defer C.free(unsafe.Pointer(cpath))
+	takeLastError()
+	model := C.llama_model_load_from_file(cpath, mp)
+	if model == nil {
+		return nil, fmt.Errorf("llama: loading model %s failed: %s", cfg.ModelPath, llamaReason("is it a GGUF file of a supported architecture?"))
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			C.llama_model_free(model)
+		}
+	}()
+
+	trainCtx := int(C.llama_model_n_ctx_train(model))
+	ctxTokens := cfg.ContextTokens
+	if ctxTokens == 0 {
+		ctxTokens = DefaultContextTokens
+		if trainCtx > 0 {
+			ctxTokens = min(ctxTokens, trainCtx)
+		}
+	}
+	if trainCtx > 0 && ctxTokens > trainCtx {
+		return nil, fmt.Errorf("llama: Config.ContextTokens is %d but the model was trained on at most %d tokens; positions beyond that give degraded vectors, lower ContextTokens", ctxTokens, trainCtx)
+	}
+	batchTokens := cfg.BatchTokens
+	if batchTokens == 0 {
+		batchTokens = min(ctxTokens, DefaultBatchTokens)
+	}
+	if batchTokens > ctxTokens {
+		return nil, fmt.Errorf("llama: Config.BatchTokens is %d, more than ContextTokens %d; a decode call cannot hold more tokens than the context, lower BatchTokens", batchTokens, ctxTokens)
+	}
+
+	// Room for the padding token (see embed): one more KV cell, one more sequence, and
+	// decode calls of at least two tokens.
+	callTokens := max(batchTokens, 2)
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(ctxTokens + 1)
+	cp.n_batch = C.uint32_t(callTokens)
+	cp.n_ubatch = C.uint32_t(callTokens)
+	cp.n_seq_max = C.uint32_t(maxSeqs + 1)
+	cp.n_threads = C.int32_t(threads)
+	cp.n_threads_batch = C.int32_t(threads)
+	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
+	cp.embeddings = true
+	// One KV buffer shared by all sequences of a round: with per-sequence streams each
+	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
+	cp.kv_unified = true
+	cp.no_perf = true
+	lctx := C.llama_init_from_model(model, cp)
+	if lctx == nil {
+		return nil, fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", ctxTokens, batchTokens, maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
+	}
+	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
+		C.llama_free(lctx)
+		return nil, errors.New("llama: the context did not accept pooling_type NONE")
+	}
+
+	e := &Engine{
+		info: Info{
+			NEmbd:         int(C.llama_model_n_embd(model)),
+			NVocab:        int(C.llama_vocab_n_tokens(C.llama_model_get_vocab(model))),
+			ContextTokens: ctxTokens,
+			BatchTokens:   batchTokens,
+			TrainContext:  trainCtx,
+			ModelName:     modelName(model, cfg.ModelPath),
+		},
+		maxSeqs: maxSeqs,
+		jobs:    make(chan func()),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		model:   model,
+		lctx:    lctx,
+		// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
+		batch: C.llama_batch_init(C.int32_t(callTokens), 0, 1),
+	}
+	ok = true
+	go e.own()
+	return e, nil
+}
+
+// llamaReason returns the last error llama.cpp logged, or hint when it logged none.
+func llamaReason(hint string) string {
+	if msg := takeLastError(); msg != "" {
+		return "llama.cpp: " + msg
+	}
+	return hint
+}
+
+func modelName(model *C.struct_llama_model, path string) string {
+	key := C.CString("general.name")
+	defer C.free(unsafe.Pointer(key))
+	var buf [256]C.char
+	if n := C.llama_model_meta_val_str(model, key, &buf[0], C.size_t(len(buf))); n > 0 {
+		return C.GoString(&buf[0])
+	}
+	return filepath.Base(path)
+}
+
+// Info describes the loaded model and context.
+func (e *Engine) Info() Info { return e.info }
+
+// own is the owner goroutine: the only one that touches the llama context after Open.
+func (e *Engine) own() {
+	defer close(e.done)
+	for {
+		select {
+		case <-e.quit:
+			return
+		case job := <-e.jobs:
+			job()
+		}
+	}
+}
+
+// do runs fn on the owner goroutine and returns its result. It gives up waiting when
+// ctx ends; fn itself checks ctx between decode calls, so the owner is freed soon
+// after.
+func do[T any](ctx context.Context, e *Engine, fn func() (T, error)) (T, error) {
+	var zero T
+	type result struct {
+		v   T
+		err error
+	}
+	reply := make(chan result, 1) // buffered: the owner never blocks on a caller that left
+	job := func() {
+		v, err := fn()
+		reply <- result{v, err}
+	}
+	select {
+	case e.jobs <- job:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-e.quit:
+		return zero, ErrClosed
+	}
+	select {
+	case r := <-reply:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// Embed returns the raw (un-normalised) last-token vector of each sequence, in input
+// order. Every sequence must be non-empty, at most Info().ContextTokens long and hold
+// ids in [0, Info().NVocab); otherwise it returns an *InputError and nothing reaches
+// llama.cpp. The vectors do not depend on how sequences are packed together.
+func (e *Engine) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	if err := e.validate(seqs); err != nil {
+		return nil, err
+	}
+	if len(seqs) == 0 {
+		return [][]float32{}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.quit:
+		return nil, ErrClosed
+	default:
+	}
+	return do(ctx, e, func() ([][]float32, error) { return e.embed(ctx, seqs) })
+}
+
+func (e *Engine) validate(seqs [][]int32) error {
+	for i, s := range seqs {
+		switch {
+		case len(s) == 0:
+			return &InputError{Index: i, Reason: "the sequence is empty"}
+		case len(s) > e.info.ContextTokens:
+			return &InputError{Index: i, Reason: fmt.Sprintf("the sequence has %d tokens; the limit is %d", len(s), e.info.ContextTokens)}
+		}
+		for j, t := range s {
+			if t < 0 || int(t) >= e.info.NVocab {
+				return &InputError{Index: i, Reason: fmt.Sprintf("token %d is id %d, outside the vocabulary [0, %d)", j, t, e.info.NVocab)}
+			}
+		}
+	}
+	return nil
+}
+
+// embed runs on the owner goroutine.
+func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	lengths := make([]int, len(seqs))
+	for i, s := range seqs {
+		lengths[i] = len(s)
+	}
+	nEmbd := e.info.NEmbd
+	flat := make([]float32, len(seqs)*nEmbd)
+	out := make([][]float32, len(seqs))
+	for i := range out {
+		out[i] = flat[i*nEmbd : (i+1)*nEmbd : (i+1)*nEmbd]
+	}
+	mem := C.llama_get_memory(e.lctx)
+	// Whatever happens, leave an empty cache for the next round or call.
+	defer C.llama_memory_clear(mem, true)
+
+	padSeq := C.llama_seq_id(e.maxSeqs) // the slot no input sequence uses
+	decodes := 0
+	outIdx := make([]C.int32_t, 0, e.maxSeqs)
+	outInput := make([]int, 0, e.maxSeqs)
+	for _, r := range plan(lengths, e.info.ContextTokens, e.info.BatchTokens, e.maxSeqs) {
+		for _, d := range r.decodes {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			select {
+			case <-e.quit:
+				return nil, ErrClosed
+			default:
+			}
+			e.batch.n_tokens = 0
+			outIdx, outInput = outIdx[:0], outInput[:0]
+			for _, sp := range d {
+				toks := seqs[sp.input][sp.from:sp.to]
+				last := C.es_batch_add(&e.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
+					C.llama_seq_id(sp.slot), C.llama_pos(sp.from), C.bool(sp.last))
+				if sp.last {
+					outIdx = append(outIdx, last)
+					outInput = append(outInput, sp.input)
+				}
+			}
+			// Two rows, always. ggml multiplies a single row through its matrix-vector
+			// kernel and several rows through its matrix-matrix one (llamafile's
+			// tinyBLAS); the two round differently, and f16 weights amplify that to
+			// ~1e-4. A decode call's row count is its token count, and in the last layer
+			// (where llama.cpp keeps only output rows) its output count. Keeping both at
+			// two or more sends every vector through the same kernels, so the result is
+			// bit-identical however the sequences were packed.
+			padded := false
+			switch {
+			case e.batch.n_tokens == 1:
+				// A lone token: add a throwaway token of another sequence as a second
+				// row and second output; its cell is removed after the call.
+				C.es_batch_add(&e.batch, e.batch.token, 1, padSeq, 0, true)
+				padded = true
+			case len(outIdx) == 1:
+				other := C.int32_t(0)
+				if outIdx[0] == 0 {
+					other = 1
+				}
+				C.es_batch_mark_output(&e.batch, other)
+			}
+			rc := C.llama_decode(e.lctx, e.batch)
+			if padded {
+				C.llama_memory_seq_rm(mem, padSeq, -1, -1)
+			}
+			if rc != 0 {
+				return nil, fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(e.batch.n_tokens), int(rc), llamaReason("see the debug log"))
+			}
+			decodes++
+			// Outputs live only until the next decode call, so read them now.
+			for k, idx := range outIdx {
+				p := C.llama_get_embeddings_ith(e.lctx, idx)
+				if p == nil {
+					return nil, fmt.Errorf("llama: no embedding for batch index %d: %s", int(idx), llamaReason("see the debug log"))
+				}
+				copy(out[outInput[k]], unsafe.Slice((*float32)(unsafe.Pointer(p)), nEmbd))
+			}
+			if e.decodeHook != nil {
+				e.decodeHook(decodes)
+			}
+		}
+		C.llama_memory_clear(mem, true)
+	}
+	return out, nil
+}
+
+// Close stops the owner goroutine, waiting for a decode call in flight, and frees the
+// context and the model. Embed calls after Close return ErrClosed. Close is idempotent.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		close(e.quit)
+		<-e.done
+		C.llama_batch_free(e.batch)
+		C.llama_free(e.lctx)
+		C.llama_model_free(e.model)
+		e.lctx, e.model = nil, nil
+	})
+	return nil
+}

@@ -1,0 +1,116 @@
+package backends
+
+import (
+	"context"
+	"strings"
+)
+
+// Health statuses reported by GET /health.
+const (
+	StatusReady   = "ready"   // 200: /embed is served
+	StatusLoading = "loading" // 503: the model is still loading
+)
+
+// Paths of the worker protocol.
+const (
+	pathHealth = "/health"
+	pathEmbed  = "/embed"
+)
+
+// Health is the body of GET /health.
+type Health struct {
+	Status string `json:"status"` // StatusReady or StatusLoading
+
+	// The fields below are set once the worker is ready.
+
+	// NEmbd is the length of every vector the worker returns.
+	NEmbd int `json:"n_embd,omitempty"`
+	// MaxTokens is the longest single sequence the worker accepts (its context size).
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// MaxBatchTokens is the token budget the worker decodes together; callers should
+	// not put more tokens than this into one /embed request, and the request body
+	// limit is sized from it.
+	MaxBatchTokens int `json:"max_batch_tokens,omitempty"`
+	// Model names the loaded model (its GGUF general.name or file name).
+	Model string `json:"model,omitempty"`
+
+	// PID is the worker's process id, set in every state; it tells a supervisor that
+	// the socket is answered by the process it started.
+	PID int `json:"pid"`
+}
+
+// Info returns the engine description carried by a ready Health.
+func (h Health) Info() EngineInfo {
+	return EngineInfo{NEmbd: h.NEmbd, MaxTokens: h.MaxTokens, MaxBatchTokens: h.MaxBatchTokens, Model: h.Model}
+}
+
+// embedRequest is the body of POST /embed.
+type embedRequest struct {
+	Tokens [][]int32 `json:"tokens"`
+}
+
+// embedResponse is the 200 body of POST /embed: one vector per sequence, in order.
+type embedResponse struct {
+	Embeddings [][]float32 `json:"embeddings"`
+}
+
+// errorResponse is the body of every non-200 answer to /embed. Index is the
+// position of the offending sequence in the request, present only for a 400 about
+// one sequence.
+type errorResponse struct {
+	Error string `json:"error"`
+	Index *int   `json:"index,omitempty"`
+}
+
+// traceparentKey is the context key of the W3C traceparent header value.
+type traceparentKey struct{}
+
+// ContextWithTraceparent returns a context carrying a W3C traceparent header value.
+// [Client] sends it with every request, and the worker handler puts the header it
+// receives into the context given to [Engine.Embed], so the trace context crosses
+// the process boundary even before OpenTelemetry is wired in.
+func ContextWithTraceparent(ctx context.Context, traceparent string) context.Context {
+	return context.WithValue(ctx, traceparentKey{}, traceparent)
+}
+
+// TraceparentFromContext returns the traceparent set by [ContextWithTraceparent], or
+// "".
+func TraceparentFromContext(ctx context.Context) string {
+	v, _ := ctx.Value(traceparentKey{}).(string)
+	return v
+}
+
+// validTraceparent reports whether v has the shape of a W3C traceparent
+// (version-traceid-parentid-flags, lowercase hex, ids not all zero). A malformed
+// header is ignored rather than refused, as the W3C spec asks of receivers.
+func validTraceparent(v string) bool {
+	parts := strings.Split(v, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" {
+		return false
+	}
+	// Version 00 has exactly four fields; later versions may append more.
+	if parts[0] == "00" && len(parts) != 4 {
+		return false
+	}
+	for i, n := range []int{2, 32, 16, 2} {
+		p := parts[i]
+		if len(p) != n {
+			return false
+		}
+		zero := true
+		for _, c := range []byte(p) {
+			switch {
+			case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+			default:
+				return false
+			}
+			if c != '0' {
+				zero = false
+			}
+		}
+		if zero && (i == 1 || i == 2) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package backends
+
+import "os/exec"
+
+// isolate has nothing to do where there are no process groups.
+func isolate(*exec.Cmd) {}
+
+// terminate kills the worker: without SIGTERM there is no polite request to send.
+// Supervised workers also stop when their stdin is closed, which is tried first.
+func terminate(cmd *exec.Cmd) error { return cmd.Process.Kill() }

@@ -1,0 +1,406 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the supervisor settings.
+const (
+	DefaultReadyTimeout = 2 * time.Minute
+	DefaultMinBackoff   = 250 * time.Millisecond
+	DefaultMaxBackoff   = 30 * time.Second
+	DefaultStopTimeout  = 10 * time.Second
+)
+
+// Warm supervises the long-lived worker: it starts it, waits until it is ready,
+// serves Embed through it, and restarts it with exponential backoff when it dies
+// (a llama.cpp GGML_ASSERT aborts the worker, never the server).
+//
+// Only a worker that exits is noticed: one that hangs while alive keeps its
+// requests until their contexts end, so callers bound requests with a deadline.
+//
+// Configure the exported fields, then call Start once and Close once. The methods
+// are safe for concurrent use, but Start must have returned before Close is called
+// (cancel Start's ctx to abandon a start).
+type Warm struct {
+	// Spec starts the worker; "--socket PATH" is appended to its Args.
+	Spec WorkerSpec
+
+	// SocketDir is where the private (0700) directory holding the worker's socket is
+	// created; Close removes that directory. "" means os.TempDir(). Unix socket paths
+	// are short (107 bytes on Linux, 103 on macOS), so keep it short.
+	SocketDir string
+
+	// ReadyTimeout is how long a starting worker may go without progress (output on
+	// stderr, or its socket starting to answer) before it is killed as hung. It is a
+	// stall timer, not a deadline: a slow load that keeps logging is not cut short.
+	// 0 means DefaultReadyTimeout (2m).
+	ReadyTimeout time.Duration
+
+	// MinBackoff and MaxBackoff bound the delay before restarting a worker that died:
+	// MinBackoff first, doubling with each further death or failed start, at most
+	// MaxBackoff. A worker that stays ready for MaxBackoff resets the delay to
+	// MinBackoff. 0 means DefaultMinBackoff (250ms) and DefaultMaxBackoff (30s).
+	MinBackoff, MaxBackoff time.Duration
+
+	// StopTimeout is the grace between SIGTERM and SIGKILL when the worker is
+	// stopped (exec.Cmd.WaitDelay). Keep it above the worker's own
+	// WorkerConfig.ShutdownTimeout. 0 means DefaultStopTimeout (10s).
+	StopTimeout time.Duration
+
+	// Logger receives deaths, restarts and readiness. nil means slog.Default().
+	Logger *slog.Logger
+
+	wg sync.WaitGroup // the supervisor goroutine
+
+	mu        sync.Mutex // guards the fields below
+	started   bool
+	closed    bool
+	dir       string             // the private socket directory
+	cancel    context.CancelFunc // ends the supervisor and SIGTERMs every worker
+	cur       *proc              // the ready worker; nil while there is none
+	info      EngineInfo         // from the last ready worker's /health
+	cause     error              // why cur is nil, for UnavailableError
+	nextStart time.Time          // when the next restart is due; zero while none is scheduled
+	restarts  int
+	spawned   int                // numbers socket names, so a new worker never meets an old socket
+	procs     map[*proc]struct{} // started and not yet cleaned up
+}
+
+// Start creates the socket directory, starts the worker and returns once it is
+// ready. On failure nothing is left running and the error carries the tail of the
+// worker's output; Start may then be called again. ctx bounds the start only; the
+// worker runs until Close.
+func (w *Warm) Start(ctx context.Context) error {
+	w.mu.Lock()
+	switch {
+	case w.closed:
+		w.mu.Unlock()
+		return errors.New("backends: Warm.Start after Close")
+	case w.started:
+		w.mu.Unlock()
+		return errors.New("backends: Warm.Start called twice")
+	}
+	w.started = true
+	w.mu.Unlock()
+
+	dir, err := os.MkdirTemp(w.SocketDir, "embed-stack-") // mode 0700
+	if err != nil {
+		w.abortStart("")
+		return fmt.Errorf("creating the worker socket directory (Warm.SocketDir %q): %w", w.SocketDir, err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.mu.Lock()
+	w.dir, w.cancel = dir, cancel
+	w.procs = make(map[*proc]struct{})
+	w.mu.Unlock()
+
+	p, h, err := w.spawn(runCtx, ctx)
+	if err != nil {
+		cancel()
+		w.abortStart(dir)
+		return fmt.Errorf("starting the warm worker: %w", err)
+	}
+	w.mu.Lock()
+	w.cur, w.info = p, h.Info()
+	w.mu.Unlock()
+	w.logger().Info("warm worker ready", "pid", p.pid, "model", h.Model, "n_embd", h.NEmbd, "max_tokens", h.MaxTokens)
+
+	w.wg.Add(1)
+	go w.supervise(runCtx, p)
+	return nil
+}
+
+// abortStart undoes a failed Start; spawn has already killed its process.
+func (w *Warm) abortStart(dir string) {
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			w.logger().Warn("removing the worker socket directory", "dir", dir, "err", err)
+		}
+	}
+	w.mu.Lock()
+	w.started, w.dir, w.cancel, w.procs = false, "", nil, nil
+	w.mu.Unlock()
+}
+
+// spawn starts a worker under runCtx and waits, under waitCtx, until it is ready.
+// On failure the process is killed and reaped.
+func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
+	w.mu.Lock()
+	w.spawned++
+	socket := filepath.Join(w.dir, fmt.Sprintf("warm-%d.sock", w.spawned))
+	w.mu.Unlock()
+
+	p, err := startProc(runCtx, w.Spec, socket, nil, w.stopTimeout())
+	if err != nil {
+		return nil, Health{}, err
+	}
+	w.mu.Lock()
+	w.procs[p] = struct{}{}
+	w.mu.Unlock()
+	h, err := p.waitReady(waitCtx, w.readyTimeout())
+	if err != nil {
+		// Nothing to drain in a worker that is not ready; kill rather than stop.
+		p.kill()
+		w.forget(p)
+		return nil, Health{}, err
+	}
+	return p, h, nil
+}
+
+// forget drops a reaped process and the socket it may have left behind (a killed
+// worker cannot remove it).
+func (w *Warm) forget(p *proc) {
+	if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		w.logger().Warn("removing a dead worker's socket", "path", p.socket, "err", err)
+	}
+	w.mu.Lock()
+	delete(w.procs, p)
+	w.mu.Unlock()
+}
+
+// supervise is the one goroutine that restarts workers. It watches the ready
+// worker p until it dies, then starts replacements with backoff until one is ready,
+// and repeats until ctx ends.
+func (w *Warm) supervise(ctx context.Context, p *proc) {
+	defer w.wg.Done()
+	backoff := w.minBackoff()
+	readyAt := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.done:
+		}
+		exit := p.exitError()
+		w.forget(p)
+		if time.Since(readyAt) >= w.maxBackoff() {
+			backoff = w.minBackoff() // it ran long enough: not a crash loop
+		}
+		w.mu.Lock()
+		if w.cur == p {
+			w.cur = nil
+		}
+		w.cause = fmt.Errorf("the warm worker (pid %d) exited (%v) and is being restarted", exit.PID, exitReason(exit))
+		w.mu.Unlock()
+		w.logger().Error("warm worker died; restarting it", "pid", exit.PID, "err", exitReason(exit), "in", backoff, "output", exit.Output)
+
+		for {
+			w.mu.Lock()
+			w.nextStart = time.Now().Add(backoff)
+			w.mu.Unlock()
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			w.mu.Lock()
+			w.nextStart = time.Time{}
+			w.restarts++
+			w.mu.Unlock()
+
+			np, h, err := w.spawn(ctx, ctx)
+			backoff = nextBackoff(backoff, w.maxBackoff())
+			if err == nil {
+				w.mu.Lock()
+				// Close may have run since spawn returned; it stops np, but Ready and
+				// PID must not report it.
+				if !w.closed {
+					w.cur, w.info, w.cause = np, h.Info(), nil
+				}
+				w.mu.Unlock()
+				w.logger().Info("warm worker restarted", "pid", np.pid, "restarts", w.Restarts())
+				p, readyAt = np, time.Now()
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			w.mu.Lock()
+			w.cause = fmt.Errorf("restarting the warm worker failed (%s) and is retried", failureReason(err))
+			w.mu.Unlock()
+			w.logger().Error("restarting the warm worker failed", "err", err, "retry_in", backoff)
+		}
+	}
+}
+
+// nextBackoff doubles d up to limit.
+func nextBackoff(d, limit time.Duration) time.Duration {
+	return min(2*d, limit)
+}
+
+// exitReason is an exit without the output tail, which is logged separately and
+// would make an UnavailableError message long.
+func exitReason(e *ExitError) string {
+	if e.Err == nil {
+		return "status 0"
+	}
+	return e.Err.Error()
+}
+
+// failureReason shortens a spawn error to its first line.
+func failureReason(err error) string {
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return fmt.Sprintf("worker (pid %d) exited: %s", exit.PID, exitReason(exit))
+	}
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	return first
+}
+
+// Embed embeds the sequences on the warm worker. While no worker is ready it
+// returns at once an *UnavailableError (errors.Is ErrUnavailable) with a retry
+// hint. A request in flight on a worker that dies also gets an *UnavailableError
+// and is not retried: the request itself may be what killed the worker, and
+// replaying it would kill the next one. Input refused by the worker comes back as
+// *WorkerInputError.
+func (w *Warm) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	w.mu.Lock()
+	p, started, closed := w.cur, w.started, w.closed
+	cause, hint := w.cause, w.retryAfterLocked()
+	w.mu.Unlock()
+	switch {
+	case closed:
+		return nil, &UnavailableError{Cause: ErrClosed}
+	case !started:
+		return nil, errors.New("backends: Warm.Embed called before Start")
+	case p == nil:
+		if cause == nil {
+			cause = errors.New("the warm worker is starting")
+		}
+		return nil, &UnavailableError{RetryAfter: hint, Cause: cause}
+	}
+
+	vecs, err := p.client.Embed(ctx, seqs)
+	var ue *UnavailableError
+	if err != nil && ctx.Err() == nil && errors.As(err, &ue) {
+		w.mu.Lock()
+		hint = w.retryAfterLocked()
+		w.mu.Unlock()
+		return nil, &UnavailableError{
+			RetryAfter: max(hint, ue.RetryAfter),
+			Cause:      fmt.Errorf("the warm worker (pid %d) failed during the request, which is not retried: %w", p.pid, ue.Cause),
+		}
+	}
+	return vecs, err
+}
+
+// retryAfterLocked estimates when a worker may be ready again: the scheduled
+// restart plus a second for it to load. w.mu must be held.
+func (w *Warm) retryAfterLocked() time.Duration {
+	d := time.Second
+	if !w.nextStart.IsZero() {
+		d += max(0, time.Until(w.nextStart))
+	}
+	return d
+}
+
+// Ready reports whether a worker is ready to embed.
+func (w *Warm) Ready() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur != nil && !w.closed
+}
+
+// Info describes the engine of the last worker that became ready (zero before
+// Start returns).
+func (w *Warm) Info() EngineInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.info
+}
+
+// Restarts counts the attempts to start a replacement worker, whether or not it
+// became ready: a number that grows while Ready stays false is a crash loop.
+func (w *Warm) Restarts() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.restarts
+}
+
+// PID returns the process id of the ready worker, or 0 while there is none.
+func (w *Warm) PID() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == nil {
+		return 0
+	}
+	return w.cur.pid
+}
+
+// Close stops the supervisor and the worker: it closes the worker's stdin and sends
+// SIGTERM so the worker drains its requests, sends SIGKILL after StopTimeout or as
+// soon as ctx ends, waits until the process is reaped, and removes the socket
+// directory. It returns an error if a worker had to be killed. Further calls return
+// nil; Embed then returns an *UnavailableError wrapping ErrClosed.
+func (w *Warm) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.cur = nil
+	started, cancel := w.started, w.cancel
+	w.mu.Unlock()
+	if !started {
+		return nil
+	}
+
+	cancel()
+	// Every wait of the supervisor also selects on its context, so this is quick.
+	w.wg.Wait()
+
+	w.mu.Lock()
+	procs := make([]*proc, 0, len(w.procs))
+	for p := range w.procs {
+		procs = append(procs, p)
+	}
+	dir := w.dir
+	w.mu.Unlock()
+
+	var errs []error
+	for _, p := range procs {
+		if err := p.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		w.forget(p)
+	}
+	// Cleanup that must happen whatever ctx says.
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, fmt.Errorf("removing the worker socket directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (w *Warm) logger() *slog.Logger {
+	if w.Logger != nil {
+		return w.Logger
+	}
+	return slog.Default()
+}
+
+func (w *Warm) readyTimeout() time.Duration { return orDefault(w.ReadyTimeout, DefaultReadyTimeout) }
+func (w *Warm) minBackoff() time.Duration   { return orDefault(w.MinBackoff, DefaultMinBackoff) }
+func (w *Warm) stopTimeout() time.Duration  { return orDefault(w.StopTimeout, DefaultStopTimeout) }
+
+func (w *Warm) maxBackoff() time.Duration {
+	return max(orDefault(w.MaxBackoff, DefaultMaxBackoff), w.minBackoff())
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,71 @@
+// Command embed-stack serves Qwen3-Embedding models behind an OpenAI-compatible
+// POST /v1/embeddings.
+//
+// One binary plays every role: `serve` is the HTTP API (it holds the tokenizer,
+// never the weights) and starts `worker` children that load the GGUF through
+// llama.cpp. Configuration is read here and only here; packages take it as exported
+// struct fields.
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// version is set at link time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embedding.
+
+Usage:
+  embed-stack serve  --model PATH [flags]   run the HTTP API (starts its own workers)
+  embed-stack worker --model PATH --socket PATH [flags]
+                                            run one llama.cpp worker (started by serve)
+  embed-stack version                       print the version
+
+Run "embed-stack serve --help" or "embed-stack worker --help" for their flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(args[1:], stdout, stderr)
+	case "worker":
+		return runWorker(args[1:], stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "embed-stack", version)
+		return 0
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "embed-stack: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// newLogger builds the process logger from --log-format and --log-level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}

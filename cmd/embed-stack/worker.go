@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/llama"
+)
+
+// runWorker is `embed-stack worker`: one llama.cpp context serving the worker
+// protocol on a Unix socket. serve starts it; running it by hand is for debugging
+// (--ignore-stdin keeps it up with stdin on /dev/null).
+func runWorker(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("embed-stack worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		model       = fs.String("model", "", "GGUF model `path` (required)")
+		socket      = fs.String("socket", "", "Unix socket `path` to serve the worker protocol on (required; its directory should be private)")
+		ctxTokens   = fs.Int("ctx", 0, "context size in `tokens`: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
+		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call (n_batch = n_ubatch; 0 = min(ctx, 2048))")
+		threads     = fs.Int("threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
+		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
+		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
+		ignoreStdin = fs.Bool("ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
+		logFormat   = fs.String("log-format", "text", "log `format`: text or json")
+		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack worker --model PATH --socket PATH [flags]\n\n"+
+			"Loads a GGUF through llama.cpp and embeds token-id sequences sent over the worker\n"+
+			"protocol (docs/architecture.md). Started by `embed-stack serve`.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack worker:", err)
+		return 2
+	}
+	if *model == "" || *socket == "" {
+		fmt.Fprintln(stderr, "embed-stack worker: --model and --socket are required")
+		return 2
+	}
+	cfg := backends.WorkerConfig{SocketPath: *socket, IgnoreStdin: *ignoreStdin, Logger: logger}
+	load := func() (backends.Engine, backends.EngineInfo, error) {
+		e, err := llama.Open(llama.Config{
+			ModelPath: *model, ContextTokens: *ctxTokens, BatchTokens: *batch,
+			Threads: *threads, MaxSeqs: *seqs, GPULayers: *gpuLayers,
+		})
+		if err != nil {
+			return nil, backends.EngineInfo{}, err
+		}
+		info := e.Info()
+		name := info.ModelName
+		if name == "" {
+			name = filepath.Base(*model)
+		}
+		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name}, nil
+	}
+	if err := backends.RunWorker(context.Background(), cfg, load); err != nil {
+		fmt.Fprintln(stderr, "embed-stack worker:", err)
+		return 1
+	}
+	_ = os.Stdout.Sync()
+	return 0
+}

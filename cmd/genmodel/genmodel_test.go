@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/reference"
+)
+
+const miniTokenizer = "testdata/tokenizer-mini.json"
+
+func TestLoadVocab(t *testing.T) {
+	v, err := loadVocab(miniTokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTokens := []string{"a", "b", "ab", "Ġ", "Ġa", "c", "<|endoftext|>", "<think>", "<|im_start|>"}
+	wantTypes := []int32{1, 1, 1, 1, 1, 1, 3, 4, 3}
+	wantMerges := []string{"a b", "Ġ a"} // one written as a pair, one as a string
+	if !reflect.DeepEqual(v.tokens, wantTokens) {
+		t.Errorf("tokens = %q, want %q", v.tokens, wantTokens)
+	}
+	if !reflect.DeepEqual(v.types, wantTypes) {
+		t.Errorf("types = %v, want %v", v.types, wantTypes)
+	}
+	if !reflect.DeepEqual(v.merges, wantMerges) {
+		t.Errorf("merges = %q, want %q", v.merges, wantMerges)
+	}
+	if v.eosID != 6 {
+		t.Errorf("eos id = %d, want 6", v.eosID)
+	}
+}
+
+func TestLoadVocabErrors(t *testing.T) {
+	doc := func(vocab, merges, added string) string {
+		return fmt.Sprintf(`{"added_tokens": [%s], "model": {"type": "BPE", "vocab": {%s}, "merges": [%s]}}`, added, vocab, merges)
+	}
+	eos := `{"id": 2, "content": "<|endoftext|>", "special": true}`
+	tests := []struct {
+		name, json, want string
+	}{
+		{"gap", doc(`"a": 0, "b": 1`, ``, `{"id": 3, "content": "<|endoftext|>", "special": true}`), "no token has id 2; ids must run from 0 to 3 without gaps"},
+		{"duplicate id", doc(`"a": 0, "b": 0`, ``, eos), "model.vocab holds id 0 twice"},
+		{"added clash", doc(`"a": 0, "b": 1`, ``, eos+`, {"id": 1, "content": "<x>", "special": false}`), `added token "<x>" has id 1, which already belongs to "b"`},
+		{"no eos", doc(`"a": 0, "b": 1`, ``, `{"id": 2, "content": "<eos>", "special": true}`), `no added token "<|endoftext|>"`},
+		{"negative id", doc(`"a": -1`, ``, eos), `model.vocab token "a" has id -1`},
+		{"huge id", doc(`"a": 0`, ``, `{"id": 99999999, "content": "<|endoftext|>", "special": true}`), "has id 99999999"},
+		{"merge without space", doc(`"a": 0, "b": 1`, `"ab"`, eos), `merge 0: "ab" is not of the form "a b"`},
+		{"merge leading space", doc(`"a": 0, "b": 1`, `" ab"`, eos), `merge 0: " ab" is not of the form`},
+		{"merge triple", doc(`"a": 0, "b": 1`, `["a", "b"], ["a", "b", "c"]`, eos), `merge 1: ["a", "b", "c"] is not a pair`},
+		{"merge with space", doc(`"a": 0, "b": 1`, `["a b", "c"]`, eos), `merge 0: ["a b", "c"] holds a space`},
+		{"merge number", doc(`"a": 0, "b": 1`, `7`, eos), "merge 0: 7 is neither a string nor a pair"},
+		{"not bpe", `{"model": {"type": "Unigram", "vocab": {}}}`, `model.type is "Unigram", want "BPE"`},
+		{"empty", doc(``, ``, ``), "the vocabulary is empty"},
+		{"not json", `{"model": `, "unexpected end of JSON input"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "tokenizer.json")
+			if err := os.WriteFile(p, []byte(tt.json), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadVocab(p)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("loadVocab error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := loadVocab(filepath.Join(t.TempDir(), "none.json")); err == nil || !strings.Contains(err.Error(), "scripts/fetch-tokenizer.sh") {
+		t.Errorf("missing tokenizer error %v should point at scripts/fetch-tokenizer.sh", err)
+	}
+}
+
+func miniOptions(t *testing.T, typ gguf.GGMLType, seed uint64) options {
+	t.Helper()
+	v, err := loadVocab(miniTokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return options{shape: shapes["tiny"], typ: typ, seed: seed, name: "test-model", vocab: v}
+}
+
+func generateTemp(t *testing.T, o options) (string, summary) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sub", "dir", "m.gguf") // parent dirs are created
+	sum, err := generate(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, sum
+}
+
+// TestMetadata pins every key with the exact GGUF value type llama.cpp's loader
+// requires: it rejects, say, an int32 block count or a float64 epsilon.
+func TestMetadata(t *testing.T) {
+	p, _ := generateTemp(t, miniOptions(t, gguf.TypeF16, 1))
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := []struct {
+		key string
+		val any
+	}{
+		{"general.architecture", "qwen3"},
+		{"general.name", "test-model"},
+		{"general.file_type", uint32(1)},
+		{"qwen3.context_length", uint32(32768)},
+		{"qwen3.embedding_length", uint32(64)},
+		{"qwen3.block_count", uint32(2)},
+		{"qwen3.feed_forward_length", uint32(192)},
+		{"qwen3.attention.head_count", uint32(4)},
+		{"qwen3.attention.head_count_kv", uint32(2)},
+		{"qwen3.attention.key_length", uint32(16)},
+		{"qwen3.attention.value_length", uint32(16)},
+		{"qwen3.rope.freq_base", float32(1e6)},
+		{"qwen3.attention.layer_norm_rms_epsilon", float32(1e-6)},
+		{"qwen3.pooling_type", uint32(3)},
+		{"tokenizer.ggml.model", "gpt2"},
+		{"tokenizer.ggml.pre", "qwen2"},
+		{"tokenizer.ggml.tokens", []string{"a", "b", "ab", "Ġ", "Ġa", "c", "<|endoftext|>", "<think>", "<|im_start|>"}},
+		{"tokenizer.ggml.token_type", []int32{1, 1, 1, 1, 1, 1, 3, 4, 3}},
+		{"tokenizer.ggml.merges", []string{"a b", "Ġ a"}},
+		{"tokenizer.ggml.eos_token_id", uint32(6)},
+		{"tokenizer.ggml.padding_token_id", uint32(6)},
+		{"tokenizer.ggml.bos_token_id", uint32(6)},
+		{"tokenizer.ggml.add_bos_token", false},
+		{"tokenizer.ggml.add_eos_token", true},
+	}
+	var wantKeys []string
+	for _, kv := range want {
+		wantKeys = append(wantKeys, kv.key)
+		got, ok := f.Get(kv.key)
+		if !ok {
+			t.Errorf("key %q missing", kv.key)
+			continue
+		}
+		if !reflect.DeepEqual(got, kv.val) {
+			t.Errorf("%s = %#v (%T), want %#v (%T)", kv.key, got, got, kv.val, kv.val)
+		}
+	}
+	if !reflect.DeepEqual(f.Keys(), wantKeys) {
+		t.Errorf("keys = %q\nwant %q", f.Keys(), wantKeys)
+	}
+}
+
+func TestTensors(t *testing.T) {
+	for _, typ := range []gguf.GGMLType{gguf.TypeF16, gguf.TypeF32, gguf.TypeQ8_0} {
+		t.Run(typ.String(), func(t *testing.T) {
+			p, sum := generateTemp(t, miniOptions(t, typ, 1))
+			f, err := gguf.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			mat, vec := typ, gguf.TypeF32
+			type want struct {
+				name string
+				typ  gguf.GGMLType
+				dims []uint64
+			}
+			wants := []want{{"token_embd.weight", mat, []uint64{64, 9}}}
+			for l := range 2 {
+				p := fmt.Sprintf("blk.%d.", l)
+				wants = append(wants,
+					want{p + "attn_norm.weight", vec, []uint64{64}},
+					want{p + "attn_q.weight", mat, []uint64{64, 64}},
+					want{p + "attn_k.weight", mat, []uint64{64, 32}},
+					want{p + "attn_v.weight", mat, []uint64{64, 32}},
+					want{p + "attn_output.weight", mat, []uint64{64, 64}},
+					want{p + "attn_q_norm.weight", vec, []uint64{16}},
+					want{p + "attn_k_norm.weight", vec, []uint64{16}},
+					want{p + "ffn_norm.weight", vec, []uint64{64}},
+					want{p + "ffn_gate.weight", mat, []uint64{64, 192}},
+					want{p + "ffn_up.weight", mat, []uint64{64, 192}},
+					want{p + "ffn_down.weight", mat, []uint64{192, 64}},
+				)
+			}
+			wants = append(wants, want{"output_norm.weight", vec, []uint64{64}})
+			got := f.Tensors()
+			if len(got) != len(wants) || sum.tensors != len(wants) {
+				t.Fatalf("%d tensors (summary says %d), want %d", len(got), sum.tensors, len(wants))
+			}
+			var params uint64
+			for i, w := range wants {
+				if got[i].Name != w.name || got[i].Type != w.typ || !reflect.DeepEqual(got[i].Dims, w.dims) {
+					t.Errorf("tensor %d = %s %s %v, want %s %s %v", i, got[i].Name, got[i].Type, got[i].Dims, w.name, w.typ, w.dims)
+				}
+				params += got[i].Elements()
+			}
+			if sum.parameters != params {
+				t.Errorf("summary reports %d parameters, the file holds %d", sum.parameters, params)
+			}
+			if ft, _ := f.Uint32("general.file_type"); ft != fileType[typ] {
+				t.Errorf("general.file_type = %d, want %d", ft, fileType[typ])
+			}
+			if _, ok := f.Get("general.quantization_version"); ok != (typ == gguf.TypeQ8_0) {
+				t.Errorf("general.quantization_version present = %v, want it only for Q8_0", ok)
+			}
+		})
+	}
+}
+
+// TestWeightStatistics checks the initialisation scales the model relies on to keep
+// activations healthy, with tolerances of several standard errors.
+func TestWeightStatistics(t *testing.T) {
+	p, _ := generateTemp(t, miniOptions(t, gguf.TypeF32, 1))
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tests := []struct {
+		name      string
+		mean, std float64
+		tol       float64
+	}{
+		{"token_embd.weight", 0, embeddingStd, 0.1},
+		{"blk.0.attn_q.weight", 0, matrixGain / 8, 0.01},         // fan-in 64
+		{"blk.1.ffn_down.weight", 0, matrixGain / 13.8564, 0.01}, // fan-in 192
+		{"blk.1.ffn_up.weight", 0, matrixGain / 8, 0.01},
+		{"blk.0.attn_norm.weight", 1, normNoise, 0.05},
+	}
+	for _, tt := range tests {
+		vals, err := f.TensorFloat64(tt.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s, ss float64
+		for _, v := range vals {
+			s += v
+		}
+		mean := s / float64(len(vals))
+		for _, v := range vals {
+			ss += (v - mean) * (v - mean)
+		}
+		std := math.Sqrt(ss / float64(len(vals)))
+		if math.Abs(mean-tt.mean) > tt.tol || math.Abs(std-tt.std) > tt.tol {
+			t.Errorf("%s: mean %.4f std %.4f, want %.4f and %.4f (±%g)", tt.name, mean, std, tt.mean, tt.std, tt.tol)
+		}
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	a, _ := generateTemp(t, miniOptions(t, gguf.TypeQ8_0, 7))
+	b, _ := generateTemp(t, miniOptions(t, gguf.TypeQ8_0, 7))
+	c, _ := generateTemp(t, miniOptions(t, gguf.TypeQ8_0, 8))
+	ab, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	cb, _ := os.ReadFile(c)
+	if !bytes.Equal(ab, bb) {
+		t.Error("the same seed gave different files")
+	}
+	if len(ab) != len(cb) || bytes.Equal(ab, cb) {
+		t.Errorf("seeds 7 and 8: sizes %d and %d, equal bytes %v; want same size, different weights", len(ab), len(cb), bytes.Equal(ab, cb))
+	}
+}
+
+// TestModelRuns loads a generated model into the reference forward pass: it must
+// load, and different inputs must give clearly different vectors.
+func TestModelRuns(t *testing.T) {
+	p, _ := generateTemp(t, miniOptions(t, gguf.TypeF16, 1))
+	m, err := reference.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Dim() != 64 {
+		t.Fatalf("Dim() = %d, want 64", m.Dim())
+	}
+	inputs := [][]int32{{0}, {1}, {0, 1, 6}, {1, 0, 6}, {2, 5, 5, 6}}
+	var vecs [][]float64
+	for _, in := range inputs {
+		v, err := m.LastToken(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vecs = append(vecs, v)
+	}
+	for i := range vecs {
+		for j := i + 1; j < len(vecs); j++ {
+			if c := cosine(vecs[i], vecs[j]); c > 0.99 {
+				t.Errorf("inputs %v and %v give cosine %.4f, want < 0.99", inputs[i], inputs[j], c)
+			}
+		}
+	}
+}
+
+// TestShapes pins the two shapes' hyperparameters, and the 0.6b parameter count
+// (Qwen3-0.6B: 0.44B non-embedding, 151669 x 1024 tied embedding) without writing it.
+func TestShapes(t *testing.T) {
+	want := map[string]shape{
+		"tiny": {name: "tiny", hidden: 64, layers: 2, heads: 4, kvHeads: 2, headDim: 16, ffn: 192, context: 32768},
+		"0.6b": {name: "0.6b", hidden: 1024, layers: 28, heads: 16, kvHeads: 8, headDim: 128, ffn: 3072, context: 32768},
+	}
+	if !reflect.DeepEqual(shapes, want) {
+		t.Fatalf("shapes = %+v, want %+v", shapes, want)
+	}
+	v := &vocab{tokens: make([]string, 151669), types: make([]int32, 151669), eosID: 151643}
+	params, tensors, err := build(gguf.NewWriter(), options{shape: shapes["0.6b"], typ: gguf.TypeF16, vocab: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 595_776_512 || tensors != 310 {
+		t.Errorf("0.6b: %d parameters in %d tensors, want 595776512 in 310", params, tensors)
+	}
+}
+
+func TestRunFlags(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	tests := []struct {
+		name string
+		args []string
+		want string // in the error, or in stdout on success
+	}{
+		{"ok", []string{"-tokenizer", miniTokenizer, "-type", "q8_0", "-seed", "3", "-out", out}, "wrote " + out},
+		{"no out", []string{"-tokenizer", miniTokenizer}, "-out is required"},
+		{"bad shape", []string{"-shape", "7b", "-out", out}, `-shape "7b" is unknown; use 0.6b or tiny`},
+		{"bad type", []string{"-type", "q4_0", "-out", out}, `-type "q4_0" is not supported`},
+		{"stray arg", []string{"-out", out, "extra"}, "unexpected arguments"},
+		{"no tokenizer", []string{"-tokenizer", filepath.Join(t.TempDir(), "x.json"), "-out", out}, "fetch-tokenizer.sh"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(tt.args, &stdout, &stderr)
+			if tt.name == "ok" {
+				if err != nil || !strings.Contains(stdout.String(), tt.want) {
+					t.Fatalf("run: %v, stdout %q", err, stdout.String())
+				}
+				f, err := gguf.Open(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if name, _ := f.String("general.name"); name != "qwen3-tiny-random-seed3" {
+					t.Errorf("default general.name = %q", name)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestRealTokenizer checks the vocabulary built from the real Qwen3 tokenizer.json,
+// when scripts/fetch-tokenizer.sh has fetched it.
+func TestRealTokenizer(t *testing.T) {
+	path := filepath.Join(repoRoot(t), ".cache", "qwen3", "tokenizer.json")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("%s not present; run scripts/fetch-tokenizer.sh", path)
+	}
+	v, err := loadVocab(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.tokens) != 151669 || len(v.merges) != 151387 || v.eosID != 151643 {
+		t.Fatalf("%d tokens, %d merges, eos %d; want 151669, 151387, 151643", len(v.tokens), len(v.merges), v.eosID)
+	}
+	counts := map[int32]int{}
+	for _, typ := range v.types {
+		counts[typ]++
+	}
+	if want := map[int32]int{tokenNormal: 151643, tokenControl: 14, tokenUserDefined: 12}; !reflect.DeepEqual(counts, want) {
+		t.Errorf("token type counts %v, want %v", counts, want)
+	}
+	for id, tok := range map[int]string{0: "!", 151643: "<|endoftext|>", 151644: "<|im_start|>", 151668: "</think>"} {
+		if v.tokens[id] != tok {
+			t.Errorf("token %d = %q, want %q", id, v.tokens[id], tok)
+		}
+	}
+	if v.types[151667] != tokenUserDefined || v.types[151645] != tokenControl {
+		t.Errorf("<think> type %d, <|im_end|> type %d; want 4 and 3", v.types[151667], v.types[151645])
+	}
+	if v.merges[0] != "Ġ Ġ" {
+		t.Errorf("first merge %q, want %q", v.merges[0], "Ġ Ġ")
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+func cosine(a, b []float64) float64 {
+	var ab, aa, bb float64
+	for i := range a {
+		ab += a[i] * b[i]
+		aa += a[i] * a[i]
+		bb += b[i] * b[i]
+	}
+	return ab / math.Sqrt(aa*bb)
+}

@@ -1,0 +1,353 @@
+// Package routing turns an embeddings request into token sequences and vectors:
+// Qwen3 query/document wrapping, tokenization, the token-id policy, request limits,
+// the choice between the warm worker and an ephemeral one, fan-out and reassembly in
+// input order, Matryoshka truncation and L2 normalisation, and usage.
+//
+// It knows nothing of HTTP, JSON, processes or cgo: tokenizers and backends are
+// small interfaces declared here and implemented elsewhere (package tokenizer,
+// package backends), wired together by the embed-stack command.
+package routing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Tokenizer turns text into Qwen3 token ids. Control tokens written in the text must
+// come out as plain text, never as control ids.
+type Tokenizer interface {
+	Encode(text string) []int32
+	VocabSize() int
+}
+
+// TextDecoder turns another vocabulary's token ids back into text (cl100k_base, as
+// sent by LangChain Python by default).
+type TextDecoder interface {
+	Decode(ids []int64) (string, error)
+}
+
+// Backend embeds a batch of token sequences, returning raw pooled vectors in order.
+// The warm worker implements it.
+type Backend interface {
+	Embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
+}
+
+// SingleBackend embeds one long sequence. The ephemeral worker spawner implements
+// it, sizing a process to that sequence.
+type SingleBackend interface {
+	Embed(ctx context.Context, seq []int32) ([]float32, error)
+}
+
+// TokenIDMode says how inputs given as token ids are read.
+type TokenIDMode int
+
+const (
+	// TokenIDsCl100k (the default) reads ids as tiktoken cl100k_base, decodes them
+	// to text and tokenizes that with Qwen's tokenizer. LangChain Python sends
+	// cl100k ids by default, and each of them is also a valid Qwen id, so taking them
+	// literally would silently embed garbage.
+	TokenIDsCl100k TokenIDMode = iota
+	// TokenIDsNative takes ids as Qwen3 token ids.
+	TokenIDsNative
+	// TokenIDsReject refuses token-id inputs.
+	TokenIDsReject
+)
+
+// ParseTokenIDMode parses the --token-ids flag.
+func ParseTokenIDMode(s string) (TokenIDMode, error) {
+	switch s {
+	case "cl100k":
+		return TokenIDsCl100k, nil
+	case "native":
+		return TokenIDsNative, nil
+	case "reject":
+		return TokenIDsReject, nil
+	}
+	return 0, fmt.Errorf("token-ids mode %q is not one of cl100k, native, reject", s)
+}
+
+func (m TokenIDMode) String() string {
+	switch m {
+	case TokenIDsNative:
+		return "native"
+	case TokenIDsReject:
+		return "reject"
+	}
+	return "cl100k"
+}
+
+// Config holds the limits and defaults. Zero values mean the documented defaults.
+type Config struct {
+	// Dim is the model's native embedding size; required.
+	Dim int
+	// MinDimensions is the smallest `dimensions` accepted; 0 = 32.
+	MinDimensions int
+	// MaxInputs per request; 0 = 2048 (OpenAI's limit).
+	MaxInputs int
+	// MaxTotalTokens per request, summed over inputs after wrapping; 0 = 300000.
+	MaxTotalTokens int
+	// MaxInputTokens per input after wrapping, EOS included; 0 = 32768 (the model's
+	// training context).
+	MaxInputTokens int
+	// WarmMaxTokens is the longest input the warm worker takes; longer ones go to an
+	// ephemeral worker. 0 = 8192.
+	WarmMaxTokens int
+	// WarmChunkTokens bounds the tokens sent to the warm worker in one call, so a
+	// large request does not hold the worker for its whole duration; 0 = WarmMaxTokens.
+	WarmChunkTokens int
+	// MaxInstructionBytes bounds a caller's instruction; 0 = 4096.
+	MaxInstructionBytes int
+	// DefaultInputType applies when the request names none.
+	DefaultInputType InputType
+	// DefaultInstruction is the query task when the request gives none; "" =
+	// DefaultInstruction.
+	DefaultInstruction string
+	// TokenIDs is the token-id input policy.
+	TokenIDs TokenIDMode
+}
+
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func (c Config) minDimensions() int     { return orDefault(c.MinDimensions, 32) }
+func (c Config) maxInputs() int         { return orDefault(c.MaxInputs, 2048) }
+func (c Config) maxTotalTokens() int    { return orDefault(c.MaxTotalTokens, 300000) }
+func (c Config) maxInputTokens() int    { return orDefault(c.MaxInputTokens, 32768) }
+func (c Config) warmMaxTokens() int     { return orDefault(c.WarmMaxTokens, 8192) }
+func (c Config) warmChunkTokens() int   { return orDefault(c.WarmChunkTokens, c.warmMaxTokens()) }
+func (c Config) maxInstructionLen() int { return orDefault(c.MaxInstructionBytes, 4096) }
+func (c Config) instruction() string {
+	if c.DefaultInstruction == "" {
+		return DefaultInstruction
+	}
+	return c.DefaultInstruction
+}
+
+// Request is one embeddings request after JSON decoding. Exactly one of Texts and
+// TokenIDs is set.
+type Request struct {
+	Texts    []string
+	TokenIDs [][]int64
+	// InputType is "query", "document", "passage" or "" for the configured default.
+	InputType string
+	// Instruction overrides the query task when non-nil.
+	Instruction *string
+	// Dimensions is the output size; 0 = native.
+	Dimensions int
+}
+
+// Result is the vectors in input order and the tokens embedded.
+type Result struct {
+	Vectors [][]float32
+	// Tokens is the number of tokens embedded: wrapping and EOS included.
+	Tokens int
+}
+
+// Router runs requests. Its fields are set once before use; it is then safe for
+// concurrent use.
+type Router struct {
+	Config    Config
+	Tokenizer Tokenizer
+	// Cl100k decodes token-id inputs in TokenIDsCl100k mode.
+	Cl100k TextDecoder
+	// Warm takes inputs of up to Config.WarmMaxTokens tokens.
+	Warm Backend
+	// Long takes each longer input alone. When nil, those inputs are refused with
+	// a 400 that names the warm limit.
+	Long SingleBackend
+}
+
+// Prepare wraps and tokenizes a request's inputs and checks every limit, without
+// embedding anything. It is what POST /tokenize shows.
+func (r *Router) Prepare(req *Request) ([][]int32, error) {
+	c := r.Config
+	n := len(req.Texts) + len(req.TokenIDs)
+	switch {
+	case n == 0:
+		return nil, inputErr("input", -1, CodeEmptyInput, "'input' must not be empty.")
+	case n > c.maxInputs():
+		return nil, inputErr("input", -1, CodeTooManyInputs, "'input' holds %d inputs; the limit is %d per request. Split the request.", n, c.maxInputs())
+	}
+	typ := c.DefaultInputType
+	if req.InputType != "" {
+		t, err := ParseInputType(req.InputType)
+		if err != nil {
+			return nil, inputErr("input_type", -1, CodeInvalidValue, "%s.", err.Error())
+		}
+		typ = t
+	}
+	instruction := c.instruction()
+	if req.Instruction != nil {
+		instruction = strings.TrimSpace(*req.Instruction)
+		if instruction == "" {
+			return nil, inputErr("instruction", -1, CodeInvalidValue, "'instruction' must not be empty; omit it to use the default task.")
+		}
+		if len(instruction) > c.maxInstructionLen() {
+			return nil, inputErr("instruction", -1, CodeInvalidValue, "'instruction' is %d bytes; the limit is %d.", len(instruction), c.maxInstructionLen())
+		}
+	}
+
+	seqs := make([][]int32, 0, n)
+	total := 0
+	add := func(i int, seq []int32) error {
+		seq = append(seq, EOS)
+		if len(seq) > c.maxInputTokens() {
+			return inputErr("input", i, CodeContextLength,
+				"This model's maximum context length is %d tokens, however you requested %d tokens (%d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
+				c.maxInputTokens(), len(seq), len(seq), i)
+		}
+		if r.Long == nil && len(seq) > c.warmMaxTokens() {
+			return inputErr("input", i, CodeContextLength,
+				"input %d has %d tokens; this server embeds at most %d tokens per input.", i, len(seq), c.warmMaxTokens())
+		}
+		total += len(seq)
+		if total > c.maxTotalTokens() {
+			return inputErr("input", -1, CodeTooManyTokens,
+				"The request holds more than %d tokens in all (the per-request limit) by input %d. Split the request.", c.maxTotalTokens(), i)
+		}
+		seqs = append(seqs, seq)
+		return nil
+	}
+
+	for i, text := range req.Texts {
+		if text == "" {
+			return nil, inputErr("input", i, CodeEmptyInput, "input %d is an empty string; every input must hold text.", i)
+		}
+		if err := add(i, r.Tokenizer.Encode(Wrap(typ, instruction, text))); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.TokenIDs) > 0 {
+		var prefix []int32
+		if typ == Query && c.TokenIDs == TokenIDsNative {
+			prefix = r.Tokenizer.Encode(queryPrefix(instruction))
+		}
+		for i, ids := range req.TokenIDs {
+			seq, err := r.fromTokenIDs(i, ids, typ, instruction, prefix)
+			if err != nil {
+				return nil, err
+			}
+			if err := add(i, seq); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return seqs, nil
+}
+
+// fromTokenIDs applies the token-id policy to input i.
+func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32) ([]int32, error) {
+	if len(ids) == 0 {
+		return nil, inputErr("input", i, CodeEmptyInput, "input %d is an empty array of token ids.", i)
+	}
+	switch r.Config.TokenIDs {
+	case TokenIDsReject:
+		return nil, inputErr("input", i, CodeTokenIDsRefused, "This server does not accept token ids as input (--token-ids=reject); send text instead.")
+	case TokenIDsNative:
+		vocab := int64(r.Tokenizer.VocabSize())
+		seq := make([]int32, 0, len(queryPrefix)+len(ids)+1)
+		seq = append(seq, queryPrefix...)
+		for j, id := range ids {
+			if id < 0 || id >= vocab {
+				return nil, inputErr("input", i, CodeInvalidTokenID, "input %d holds token id %d at position %d; valid ids are 0 to %d.", i, id, j, vocab-1)
+			}
+			seq = append(seq, int32(id))
+		}
+		return seq, nil
+	}
+	text, err := r.Cl100k.Decode(ids)
+	if err != nil {
+		return nil, inputErr("input", i, CodeInvalidTokenID, "input %d: %v (token ids are read as tiktoken cl100k_base; start the server with --token-ids=native to send Qwen3 ids).", i, err)
+	}
+	if text == "" {
+		return nil, inputErr("input", i, CodeEmptyInput, "input %d decodes to an empty string.", i)
+	}
+	return r.Tokenizer.Encode(Wrap(typ, instruction, text)), nil
+}
+
+// Embed runs a request: short inputs go to the warm worker in chunks, long ones each
+// to their own ephemeral worker, all at once. The first failure cancels the rest.
+func (r *Router) Embed(ctx context.Context, req *Request) (*Result, error) {
+	dims := req.Dimensions
+	switch {
+	case dims == 0:
+		dims = r.Config.Dim
+	case dims < r.Config.minDimensions() || dims > r.Config.Dim:
+		return nil, inputErr("dimensions", -1, CodeInvalidValue, "'dimensions' must be between %d and %d for this model; got %d.", r.Config.minDimensions(), r.Config.Dim, dims)
+	}
+	seqs, err := r.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+
+	raw := make([][]float32, len(seqs))
+	var short []int
+	tokens := 0
+	g, gctx := errgroup.WithContext(ctx)
+	for i, seq := range seqs {
+		tokens += len(seq)
+		if len(seq) <= r.Config.warmMaxTokens() {
+			short = append(short, i)
+			continue
+		}
+		g.Go(func() error {
+			v, err := r.Long.Embed(gctx, seq)
+			if err != nil {
+				return fmt.Errorf("input %d (%d tokens, ephemeral worker): %w", i, len(seq), err)
+			}
+			raw[i] = v
+			return nil
+		})
+	}
+	if len(short) > 0 {
+		g.Go(func() error { return r.embedWarm(gctx, seqs, short, raw) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+
+	out := make([][]float32, len(raw))
+	for i, v := range raw {
+		if out[i], err = finish(v, dims); err != nil {
+			return nil, fmt.Errorf("input %d: %w", i, err)
+		}
+	}
+	return &Result{Vectors: out, Tokens: tokens}, nil
+}
+
+// embedWarm sends the short inputs to the warm worker in chunks of at most
+// WarmChunkTokens tokens, one chunk at a time, so that other requests' chunks can
+// interleave with a large request's.
+func (r *Router) embedWarm(ctx context.Context, seqs [][]int32, idx []int, raw [][]float32) error {
+	limit := r.Config.warmChunkTokens()
+	for start := 0; start < len(idx); {
+		end, n := start, 0
+		for end < len(idx) && (end == start || n+len(seqs[idx[end]]) <= limit) {
+			n += len(seqs[idx[end]])
+			end++
+		}
+		batch := make([][]int32, end-start)
+		for j, i := range idx[start:end] {
+			batch[j] = seqs[i]
+		}
+		vecs, err := r.Warm.Embed(ctx, batch)
+		if err != nil {
+			return fmt.Errorf("warm worker: %w", err)
+		}
+		if len(vecs) != len(batch) {
+			return fmt.Errorf("warm worker returned %d vectors for %d inputs", len(vecs), len(batch))
+		}
+		for j, i := range idx[start:end] {
+			raw[i] = vecs[j]
+		}
+		start = end
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/openai"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// statusError is an error decided at the HTTP edge (unknown model, body too large,
+// unknown route) that already knows its status.
+type statusError struct {
+	status int
+	param  string
+	code   string
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// StatusClientClosed is nginx's code for a client that went away before the answer;
+// it is only ever logged, since nobody is left to read it.
+const StatusClientClosed = 499
+
+// errorResponse is the one mapping from errors to HTTP statuses and OpenAI's
+// envelope. Every handler reports failures through writeError, which calls it.
+func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
+	var (
+		decodeErr *openai.DecodeError
+		inputErr  *routing.InputError
+		statusErr *statusError
+		tooLarge  *http.MaxBytesError
+		unavail   *routing.UnavailableError
+	)
+	switch {
+	case errors.As(err, &statusErr):
+		typ := openai.TypeInvalidRequest
+		if statusErr.status >= 500 {
+			typ = openai.TypeServer
+		}
+		return statusErr.status, openai.NewError(typ, statusErr.msg, statusErr.param, statusErr.code), nil
+	case errors.As(err, &decodeErr):
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, decodeErr.Message, decodeErr.Param, ""), nil
+	case errors.As(err, &inputErr):
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, inputErr.Message, inputErr.Param, inputErr.Code), nil
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, openai.NewError(openai.TypeInvalidRequest,
+			"The request body is larger than the server's limit of "+strconv.FormatInt(tooLarge.Limit, 10)+" bytes (--max-body-bytes).", "", "request_too_large"), nil
+	case errors.Is(err, routing.ErrUnavailable):
+		retry := 1
+		if errors.As(err, &unavail) && unavail.RetryAfter > 0 {
+			retry = int(math.Ceil(unavail.RetryAfter.Seconds()))
+		}
+		h := http.Header{"Retry-After": []string{strconv.Itoa(retry)}}
+		return http.StatusServiceUnavailable, openai.NewError(openai.TypeServer,
+			"The embedding worker is not ready (starting or restarting); retry after "+strconv.Itoa(retry)+"s.", "", "worker_unavailable"), h
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, openai.NewError(openai.TypeServer, "The request took longer than the server's deadline.", "", "timeout"), nil
+	case errors.Is(err, context.Canceled):
+		return StatusClientClosed, openai.NewError(openai.TypeInvalidRequest, "The client closed the request.", "", "client_closed"), nil
+	}
+	return http.StatusInternalServerError, openai.NewError(openai.TypeServer, "The server had an error while processing your request: "+err.Error(), "", "internal_error"), nil
+}
+
+func writeError(c *gin.Context, err error) {
+	status, body, header := errorResponse(err)
+	for k, v := range header {
+		c.Writer.Header()[k] = v
+	}
+	c.Set(ctxError, err.Error())
+	c.AbortWithStatusJSON(status, body)
+}

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/openai"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// readBody reads the whole body up to the configured limit. Past the limit it
+// stops reading and fails with *http.MaxBytesError (413), so a huge body is never
+// held in memory.
+func (s *Server) readBody(c *gin.Context) ([]byte, error) {
+	if c.Request.ContentLength > s.Config.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: s.Config.MaxBodyBytes}
+	}
+	return io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.Config.MaxBodyBytes))
+}
+
+// embeddings serves POST /v1/embeddings.
+func (s *Server) embeddings(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	req, err := openai.DecodeEmbeddingRequest(body)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	base, suffixType := splitModel(req.Model)
+	if s.Config.StrictModel && !s.knownModel(base) {
+		writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
+			msg: "The model `" + req.Model + "` does not exist or you do not have access to it."})
+		return
+	}
+	rreq := &routing.Request{
+		Texts:       req.Input.Texts,
+		TokenIDs:    req.Input.Tokens,
+		InputType:   firstNonEmpty(req.InputType, c.GetHeader(headerInputType), suffixType),
+		Instruction: req.Instruction,
+		Dimensions:  req.Dimensions,
+	}
+	if rreq.Instruction == nil {
+		if h := c.GetHeader(headerInstruction); h != "" {
+			rreq.Instruction = &h
+		}
+	}
+	c.Set(ctxInputs, req.Input.Len())
+	res, err := s.Embedder.Embed(c.Request.Context(), rreq)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.Set(ctxTokens, res.Tokens)
+	model := req.Model
+	if model == "" {
+		model = s.Config.ModelName
+	}
+	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.EncodingFormat == openai.EncodingBase64, PromptTokens: res.Tokens}
+	c.Data(http.StatusOK, "application/json", resp.AppendJSON(make([]byte, 0, responseSizeHint(res.Vectors, resp.Base64))))
+}
+
+// responseSizeHint sizes the output buffer once: about 12 bytes per float as text,
+// 5.34 as base64.
+func responseSizeHint(v [][]float32, b64 bool) int {
+	per := 12
+	if b64 {
+		per = 6
+	}
+	n := 256
+	for _, x := range v {
+		n += 64 + per*len(x)
+	}
+	return n
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (s *Server) models() []openai.Model {
+	ms := []openai.Model{openai.NewModel(s.Config.ModelName, s.Config.Created.Unix())}
+	for _, a := range s.Config.Aliases {
+		ms = append(ms, openai.NewModel(a, s.Config.Created.Unix()))
+	}
+	return ms
+}
+
+// listModels serves GET /v1/models.
+func (s *Server) listModels(c *gin.Context) {
+	c.JSON(http.StatusOK, openai.ModelList{Object: "list", Data: s.models()})
+}
+
+// getModel serves GET /v1/models/{model}.
+func (s *Server) getModel(c *gin.Context) {
+	name := c.Param("model")
+	for _, m := range s.models() {
+		if m.ID == name {
+			c.JSON(http.StatusOK, m)
+			return
+		}
+	}
+	writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
+		msg: "The model `" + name + "` does not exist or you do not have access to it."})
+}
+
+// nativeRequest is the body of POST /embed and POST /tokenize, the seed system's
+// native API.
+type nativeRequest struct {
+	Texts       []string `json:"texts"`
+	Text        *string  `json:"text"`
+	InputType   string   `json:"input_type"`
+	Instruction *string  `json:"instruction"`
+	Dimensions  int      `json:"dimensions"`
+}
+
+func (s *Server) decodeNative(c *gin.Context) (*routing.Request, bool) {
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	var nr nativeRequest
+	if err := json.Unmarshal(body, &nr); err != nil {
+		writeError(c, &openai.DecodeError{Message: "We could not parse the JSON body of your request: " + err.Error() + "."})
+		return nil, false
+	}
+	texts := nr.Texts
+	if nr.Text != nil {
+		texts = append([]string{*nr.Text}, texts...)
+	}
+	req := &routing.Request{Texts: texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions}
+	if req.InputType == "" {
+		req.InputType = c.GetHeader(headerInputType)
+	}
+	c.Set(ctxInputs, len(texts))
+	return req, true
+}
+
+// nativeEmbed serves POST /embed: {"texts":[...],"input_type":...,"instruction":...}
+// → {"vectors":[[...]]}, normalised as /v1/embeddings returns them.
+func (s *Server) nativeEmbed(c *gin.Context) {
+	req, ok := s.decodeNative(c)
+	if !ok {
+		return
+	}
+	res, err := s.Embedder.Embed(c.Request.Context(), req)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.Set(ctxTokens, res.Tokens)
+	out := make([]byte, 0, responseSizeHint(res.Vectors, false))
+	out = append(out, `{"vectors":[`...)
+	for i, v := range res.Vectors {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = openai.AppendFloats(out, v)
+	}
+	out = append(out, `]}`...)
+	c.Data(http.StatusOK, "application/json", out)
+}
+
+// tokenizeResult is one input of POST /tokenize's answer: the ids the model would
+// see (wrapping and EOS included) and their count, which is what usage reports.
+type tokenizeResult struct {
+	IDs   []int32 `json:"ids"`
+	Count int     `json:"count"`
+}
+
+// tokenize serves POST /tokenize: {"text": "..."} or {"texts": [...]} with the
+// same input_type/instruction fields as /embed.
+func (s *Server) tokenize(c *gin.Context) {
+	req, ok := s.decodeNative(c)
+	if !ok {
+		return
+	}
+	seqs, err := s.Embedder.Prepare(req)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	results := make([]tokenizeResult, len(seqs))
+	total := 0
+	for i, seq := range seqs {
+		results[i] = tokenizeResult{IDs: seq, Count: len(seq)}
+		total += len(seq)
+	}
+	c.Set(ctxTokens, total)
+	if len(results) == 1 {
+		c.JSON(http.StatusOK, gin.H{"ids": results[0].IDs, "count": results[0].Count, "total": total, "results": results})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"total": total, "results": results})
+}

@@ -1,0 +1,160 @@
+// Package server is embed-stack's HTTP edge: the gin engine, its middleware, the
+// handlers of the OpenAI-compatible and native endpoints, and the one place that
+// maps errors to HTTP statuses (errors.go).
+//
+// It does not know how embeddings are made: it decodes requests with package
+// openai, hands them to an Embedder (package routing) and encodes the answer.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// Embedder runs embedding requests; *routing.Router implements it.
+type Embedder interface {
+	Embed(ctx context.Context, req *routing.Request) (*routing.Result, error)
+	Prepare(req *routing.Request) ([][]int32, error)
+}
+
+// Config holds the HTTP-facing settings. Zero values mean the documented defaults.
+type Config struct {
+	// ModelName is the id served by /v1/models and the name --strict-model accepts.
+	ModelName string
+	// Aliases are further accepted model names.
+	Aliases []string
+	// StrictModel answers 404 model_not_found for other names. Off by default because
+	// clients such as LangChain send their own default name (text-embedding-ada-002).
+	StrictModel bool
+	// MaxBodyBytes bounds a request body; 0 = 32 MiB (2048 inputs of 8k tokens of
+	// text fit well within it).
+	MaxBodyBytes int64
+	// Created is reported as the model's creation time; zero = server start.
+	Created time.Time
+	// Logger receives one line per request; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API. Set its fields, then call Handler once.
+type Server struct {
+	Config   Config
+	Embedder Embedder
+	// Ready reports whether the warm worker can take requests (GET /ready).
+	Ready func() bool
+}
+
+// Handler returns the gin engine with every route and middleware installed.
+func (s *Server) Handler() http.Handler {
+	if s.Config.Logger == nil {
+		s.Config.Logger = slog.Default()
+	}
+	if s.Config.MaxBodyBytes <= 0 {
+		s.Config.MaxBodyBytes = 32 << 20
+	}
+	if s.Config.Created.IsZero() {
+		s.Config.Created = time.Now()
+	}
+	r := gin.New()
+	r.Use(s.recovery(), s.logRequests())
+	r.NoRoute(func(c *gin.Context) {
+		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found",
+			msg: "Unknown request URL: " + c.Request.Method + " " + c.Request.URL.Path + "."})
+	})
+
+	r.POST("/v1/embeddings", s.embeddings)
+	r.GET("/v1/models", s.listModels)
+	r.GET("/v1/models/:model", s.getModel)
+	r.POST("/embed", s.nativeEmbed)
+	r.POST("/tokenize", s.tokenize)
+	r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/ready", func(c *gin.Context) {
+		if s.Ready != nil && !s.Ready() {
+			c.Header("Retry-After", "1")
+			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "loading"})
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	})
+	return r
+}
+
+// knownModel says whether name (without a :query/:document suffix) is served here.
+func (s *Server) knownModel(name string) bool {
+	if name == s.Config.ModelName {
+		return true
+	}
+	for _, a := range s.Config.Aliases {
+		if name == a {
+			return true
+		}
+	}
+	return false
+}
+
+// splitModel separates an input-type suffix from a model name, so that two client
+// instances ("m:query", "m:document") can embed queries and documents without any
+// extra request fields.
+func splitModel(model string) (base, inputType string) {
+	for _, suffix := range []string{"query", "document", "passage"} {
+		if b, ok := strings.CutSuffix(model, ":"+suffix); ok {
+			return b, suffix
+		}
+	}
+	return model, ""
+}
+
+// Headers for clients that cannot add body fields (LangChain JS).
+const (
+	headerInputType   = "X-Embedding-Input-Type"
+	headerInstruction = "X-Embedding-Instruction"
+)
+
+// recovery turns a panic into a 500 in OpenAI's envelope instead of gin's empty body.
+func (s *Server) recovery() gin.HandlerFunc {
+	return gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, err any) {
+		s.Config.Logger.Error("panic serving request", "path", c.Request.URL.Path, "panic", err)
+		writeError(c, &statusError{status: http.StatusInternalServerError, msg: "The server had an error while processing your request."})
+	})
+}
+
+// logRequests writes one line per request. It never logs input text.
+func (s *Server) logRequests() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		attrs := []any{
+			"method", c.Request.Method,
+			"path", c.Request.URL.Path,
+			"status", c.Writer.Status(),
+			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
+		}
+		if n, ok := c.Get(ctxInputs); ok {
+			attrs = append(attrs, "inputs", n)
+		}
+		if n, ok := c.Get(ctxTokens); ok {
+			attrs = append(attrs, "tokens", n)
+		}
+		if e, ok := c.Get(ctxError); ok {
+			attrs = append(attrs, "error", e)
+		}
+		level := slog.LevelInfo
+		if c.Writer.Status() >= 500 {
+			level = slog.LevelError
+		}
+		s.Config.Logger.Log(c.Request.Context(), level, "request", attrs...)
+	}
+}
+
+// Keys under which handlers leave facts for the request log.
+const (
+	ctxInputs = "inputs"
+	ctxTokens = "tokens"
+	ctxError  = "error"
+)

@@ -1,0 +1,223 @@
+package tokenizer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Token types, as GGUF's tokenizer.ggml.token_type stores them (llama.cpp's
+// llama_token_type). A byte-level BPE vocabulary uses only these four.
+const (
+	TokenNormal      int32 = 1 // an ordinary BPE token, stored in byte-level form
+	TokenControl     int32 = 3 // e.g. <|endoftext|>: never produced from text
+	TokenUserDefined int32 = 4 // e.g. <think>: cut out of text as one id
+	TokenUnused      int32 = 5 // padding up to the model's vocabulary size
+)
+
+// Vocab is a byte-level BPE vocabulary as GGUF stores it: tokenizer.ggml.tokens,
+// tokenizer.ggml.token_type and tokenizer.ggml.merges. Token i has id i. Normal tokens
+// are in byte-level form ("Ġthe" for " the"); control and user-defined tokens are their
+// literal text. Each merge is the two parts separated by one space ("Ġ t").
+type Vocab struct {
+	Tokens []string
+	Types  []int32
+	Merges []string
+}
+
+// Tokenizer encodes text to Qwen3 token ids and back. It is immutable after New apart
+// from an internal bounded cache, and safe for concurrent use.
+type Tokenizer struct {
+	tokens []string // as stored in the Vocab, for TokenID
+	types  []int32
+	pieces []string // the bytes each id decodes to
+	ids    map[string]int32
+	bpe    *bpe
+	added  addedMatcher
+	cache  *wordCache // nil disables caching (benchmarks compare both)
+}
+
+// New validates v and builds a Tokenizer from it. It refuses a vocabulary it could
+// not reproduce HF's results with: mismatched lengths, duplicate tokens, a normal
+// token that is not in byte-level form, a missing single-byte token, or a merge whose
+// parts or result are not normal tokens.
+func New(v Vocab) (*Tokenizer, error) {
+	n := len(v.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("tokenizer: the vocabulary has no tokens")
+	}
+	if n > 1<<31-1 {
+		return nil, fmt.Errorf("tokenizer: the vocabulary has %d tokens; ids are int32", n)
+	}
+	if len(v.Types) != n {
+		return nil, fmt.Errorf("tokenizer: the vocabulary has %d tokens but %d token types", n, len(v.Types))
+	}
+	t := &Tokenizer{
+		tokens: slices.Clone(v.Tokens), // the caller keeps v; t must not change under it
+		types:  slices.Clone(v.Types),
+		pieces: make([]string, n),
+		ids:    make(map[string]int32, n),
+		bpe:    &bpe{},
+		cache:  newWordCache(cacheCapacity),
+	}
+	var added []addedToken
+	for i, tok := range v.Tokens {
+		id := int32(i)
+		if prev, dup := t.ids[tok]; dup {
+			return nil, fmt.Errorf("tokenizer: token %d %q duplicates token %d", i, tok, prev)
+		}
+		t.ids[tok] = id
+		switch typ := v.Types[i]; typ {
+		case TokenNormal:
+			b, ok := byteLevelDecode(tok)
+			if !ok || len(b) == 0 {
+				return nil, fmt.Errorf("tokenizer: normal token %d %q is not in byte-level form; is this a byte-level BPE (gpt2) vocabulary?", i, tok)
+			}
+			t.pieces[i] = string(b)
+		case TokenControl, TokenUserDefined:
+			if tok == "" {
+				return nil, fmt.Errorf("tokenizer: token %d has type %d and is empty", i, typ)
+			}
+			t.pieces[i] = tok
+			added = append(added, addedToken{text: tok, id: id, control: typ == TokenControl})
+		case TokenUnused:
+		default:
+			return nil, fmt.Errorf("tokenizer: token %d %q has type %d; a byte-level BPE vocabulary has only types 1 (normal), 3 (control), 4 (user-defined) and 5 (unused)", i, tok, typ)
+		}
+	}
+	t.added = newAddedMatcher(added)
+
+	for b := 0; b < 256; b++ {
+		s := string(byteToRune[b])
+		id, ok := t.ids[s]
+		if !ok || t.types[id] != TokenNormal {
+			return nil, fmt.Errorf("tokenizer: the vocabulary has no normal token %q for byte 0x%02X, so some text could not be encoded", s, b)
+		}
+		t.bpe.byteIDs[b] = id
+	}
+
+	t.bpe.merges = make(map[uint64]mergeRule, len(v.Merges))
+	for rank, m := range v.Merges {
+		left, right, ok := strings.Cut(m, " ")
+		if !ok || left == "" || right == "" || strings.Contains(right, " ") {
+			return nil, fmt.Errorf("tokenizer: merge %d %q is not two tokens separated by one space", rank, m)
+		}
+		a, err := t.normalID(left)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: merge %d %q: %w", rank, m, err)
+		}
+		b, err := t.normalID(right)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: merge %d %q: %w", rank, m, err)
+		}
+		merged, err := t.normalID(left + right)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: merge %d %q: %w", rank, m, err)
+		}
+		key := pairKey(a, b)
+		if prev, dup := t.bpe.merges[key]; dup {
+			return nil, fmt.Errorf("tokenizer: merge %d %q repeats merge %d", rank, m, prev.rank)
+		}
+		t.bpe.merges[key] = mergeRule{rank: int32(rank), id: merged}
+	}
+	return t, nil
+}
+
+func (t *Tokenizer) normalID(tok string) (int32, error) {
+	id, ok := t.ids[tok]
+	if !ok {
+		return 0, fmt.Errorf("%q is not in the vocabulary", tok)
+	}
+	if t.types[id] != TokenNormal {
+		return 0, fmt.Errorf("%q is token %d of type %d, not a normal token", tok, id, t.types[id])
+	}
+	return id, nil
+}
+
+// VocabSize returns the number of token ids, including added and unused ones.
+func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// TokenID returns the id of a token as the vocabulary stores it: the literal text of
+// an added token ("<|endoftext|>"), the byte-level form of a normal one ("Ġthe").
+func (t *Tokenizer) TokenID(piece string) (int32, bool) {
+	id, ok := t.ids[piece]
+	return id, ok
+}
+
+// Encode returns the token ids of text, as HF's tokenizer gives them with
+// split_special_tokens=True and without a post-processor (no end-of-text id is
+// appended; that is routing's policy). Invalid UTF-8 is first replaced as the package
+// documentation describes. Safe for concurrent use.
+func (t *Tokenizer) Encode(text string) []int32 {
+	text = toValidUTF8(text)
+	ids := make([]int32, 0, len(text)/3+1)
+	start := 0 // of the text not yet encoded
+	for pos := 0; pos < len(text); {
+		at, tok, ok := t.added.find(text, pos)
+		if !ok {
+			break
+		}
+		pos = at + len(tok.text)
+		if tok.control {
+			// HF finds control tokens like any added token but, splitting special
+			// tokens, leaves the match in the text around it.
+			continue
+		}
+		ids = t.appendText(ids, text[start:at])
+		ids = append(ids, tok.id)
+		start = pos
+	}
+	return t.appendText(ids, text[start:])
+}
+
+// appendText appends the ids of a stretch of text that holds no added token.
+func (t *Tokenizer) appendText(ids []int32, text string) []int32 {
+	if text == "" {
+		return ids
+	}
+	text = norm.NFC.String(text)
+	for i := 0; i < len(text); {
+		j := nextPiece(text, i)
+		ids = t.appendPiece(ids, text[i:j])
+		i = j
+	}
+	return ids
+}
+
+func (t *Tokenizer) appendPiece(ids []int32, piece string) []int32 {
+	if len(piece) == 1 {
+		return append(ids, t.bpe.byteIDs[piece[0]])
+	}
+	if len(piece) > maxCachedWord || t.cache == nil {
+		return t.bpe.appendWord(ids, piece)
+	}
+	if cached, ok := t.cache.get(piece); ok {
+		return append(ids, cached...)
+	}
+	n := len(ids)
+	ids = t.bpe.appendWord(ids, piece)
+	// The piece is a substring of the caller's text; clone it so the cache does not
+	// keep whole request bodies alive.
+	t.cache.put(strings.Clone(piece), append([]int32(nil), ids[n:]...))
+	return ids
+}
+
+// Decode returns the text of ids: normal tokens as the bytes they stand for, control
+// and user-defined tokens as their literal text. Like HF's byte-level decoder it
+// replaces bytes that do not form valid UTF-8 (a multi-byte character cut between
+// calls, say) by U+FFFD. It fails on an id outside the vocabulary or an unused one.
+func (t *Tokenizer) Decode(ids []int32) (string, error) {
+	var b strings.Builder
+	for i, id := range ids {
+		if id < 0 || int(id) >= len(t.tokens) {
+			return "", fmt.Errorf("tokenizer: token %d is id %d, outside the vocabulary (0 to %d)", i, id, len(t.tokens)-1)
+		}
+		if t.types[id] == TokenUnused {
+			return "", fmt.Errorf("tokenizer: token %d is id %d, an unused (padding) token %q", i, id, t.tokens[id])
+		}
+		b.WriteString(t.pieces[id])
+	}
+	return toValidUTF8(b.String()), nil
+}
