@@ -34,8 +34,8 @@ type Health struct {
 	// Model names the loaded model (its GGUF general.name or file name).
 	Model string `json:"model,omitempty"`
 
-	// PID is the worker's process id, set in every state; it tells a supervisor that
-	// the socket is answered by the process it started.
+	// PID is the worker's process id, set in every state, for logs and for checks
+	// that a stopped worker is gone.
 	PID int `json:"pid"`
 }
 

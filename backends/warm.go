@@ -180,6 +180,9 @@ func (w *Warm) supervise(ctx context.Context, p *proc) {
 			return
 		case <-p.done:
 		}
+		if ctx.Err() != nil {
+			return // Close stopped it; not a death to report
+		}
 		exit := p.exitError()
 		w.forget(p)
 		if time.Since(readyAt) >= w.maxBackoff() {

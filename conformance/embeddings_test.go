@@ -222,6 +222,16 @@ func TestModelNameEchoed(t *testing.T) {
 	}
 }
 
+// TestModelOmitted: a request without `model` is answered under the configured id.
+func TestModelOmitted(t *testing.T) {
+	s := defaultServer(t)
+	got := s.rawEmbed(t, map[string]any{"input": "no model"}, nil)
+	if id := s.modelID(t); got.Model != id {
+		t.Errorf("model %q, want the configured id %q", got.Model, id)
+	}
+	requireReference(t, "vector", got.Data[0].Embedding, expectDocument(t, "no model"))
+}
+
 // TestControlTokensStayText: "<|endoftext|>" typed by a user is text, not the EOS id.
 func TestControlTokensStayText(t *testing.T) {
 	s := defaultServer(t)

@@ -211,6 +211,27 @@ func TestTokenize(t *testing.T) {
 			t.Errorf("total %d, want %d", got.Total, total)
 		}
 	})
+	t.Run("NFC", func(t *testing.T) {
+		// Qwen's tokenizer normalises to NFC: a decomposed "é" is the composed one.
+		ids := func(text string) []int32 {
+			r := s.do(t, http.MethodPost, "/tokenize", map[string]any{"text": text}, nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("status %d: %s", r.status, truncate(r.body))
+			}
+			var got struct {
+				IDs []int32 `json:"ids"`
+			}
+			if err := json.Unmarshal(r.body, &got); err != nil {
+				t.Fatal(err)
+			}
+			return got.IDs
+		}
+		composed, decomposed := ids("caf\u00e9 na\u00efve"), ids("cafe\u0301 nai\u0308ve")
+		want := append(encode(t, "caf\u00e9 na\u00efve"), eosID)
+		if !equalInt32(composed, want) || !equalInt32(decomposed, want) {
+			t.Errorf("composed %v, decomposed %v, want both %v", composed, decomposed, want)
+		}
+	})
 	t.Run("at the limit", func(t *testing.T) {
 		// 32767 tokens + EOS = 32768: the longest input accepted (checked without
 		// embedding it, which /tokenize never does).

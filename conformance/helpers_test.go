@@ -155,6 +155,14 @@ func (r httpResult) decode(t *testing.T, v any) {
 	}
 }
 
+// abbreviate shortens a text for failure messages.
+func abbreviate(s string) string {
+	if len(s) > 80 {
+		return s[:60] + fmt.Sprintf("...(%d bytes)", len(s))
+	}
+	return s
+}
+
 func truncate(b []byte) string {
 	if len(b) > 500 {
 		return string(b[:500]) + "..."
@@ -326,7 +334,8 @@ func requireReference(t *testing.T, what string, got []float64, want expectation
 	}
 	requireUnitNorm(t, what, got)
 	if c := cosine(got, want.vec); !(c >= refCosine) {
-		t.Errorf("%s: cosine with the reference for %q = %.7f, want ≥ %g", what, want.wrapped, c, refCosine)
+		t.Errorf("%s: cosine with the reference for %q (%d tokens) = %.7f, want ≥ %g",
+			what, abbreviate(want.wrapped), len(want.tokens), c, refCosine)
 	}
 }
 

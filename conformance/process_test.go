@@ -34,9 +34,11 @@ func waitWorkers(t *testing.T, s *server, want int, timeout time.Duration) []pro
 	}
 }
 
-// TestLongInputEphemeral: an input longer than the warm worker's 8192 tokens is embedded
-// by an ephemeral worker, matches the reference, and that worker is gone afterwards.
-func TestLongInputEphemeral(t *testing.T) {
+// TestLongInputs: long inputs match the reference too — one the warm worker takes
+// (≤ 8192 tokens) and one past it, which an ephemeral worker embeds and which must be
+// gone afterwards. A run of one repeated token is the most sensitive input to
+// attention-precision loss, which grows with length.
+func TestLongInputs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the float64 reference of an 8.5k-token input takes seconds")
 	}
@@ -44,21 +46,30 @@ func TestLongInputEphemeral(t *testing.T) {
 		t.Skip("counts worker processes through /proc")
 	}
 	s := serverWith(t, isolatedFlags...)
-	text := repeatedText(t, 8500)
-	before := waitWorkers(t, s, 1, 10*time.Second)
-	resp := embed(t, s.client(nil), openai.EmbeddingRequestStrings{Input: []string{"short first", text}, Model: "m"})
-	if len(resp.Data) != 2 {
-		t.Fatalf("%d vectors, want 2", len(resp.Data))
-	}
-	want := expectDocument(t, text)
-	requireReference(t, "long input", f64(resp.Data[1].Embedding), want)
-	requireReference(t, "short input", f64(resp.Data[0].Embedding), expectDocument(t, "short first"))
-	if got, want := resp.Usage.PromptTokens, 8501+len(encode(t, "short first"))+1; got != want {
-		t.Errorf("prompt_tokens %d, want %d", got, want)
-	}
-	after := waitWorkers(t, s, 1, orphanTimeout)
-	if after[0] != before[0] {
-		t.Errorf("warm worker changed from %+v to %+v", before[0], after[0])
+	for _, tc := range []struct {
+		name   string
+		tokens int // without EOS
+	}{
+		{"warm 4000", 3999},
+		{"ephemeral 8500", 8499},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := repeatedText(t, tc.tokens)
+			before := waitWorkers(t, s, 1, 10*time.Second)
+			resp := embed(t, s.client(nil), openai.EmbeddingRequestStrings{Input: []string{"short first", text}, Model: "m"})
+			if len(resp.Data) != 2 {
+				t.Fatalf("%d vectors, want 2", len(resp.Data))
+			}
+			requireReference(t, "long input", f64(resp.Data[1].Embedding), expectDocument(t, text))
+			requireReference(t, "short input", f64(resp.Data[0].Embedding), expectDocument(t, "short first"))
+			if got, want := resp.Usage.PromptTokens, tc.tokens+1+len(encode(t, "short first"))+1; got != want {
+				t.Errorf("prompt_tokens %d, want %d", got, want)
+			}
+			after := waitWorkers(t, s, 1, orphanTimeout)
+			if after[0] != before[0] {
+				t.Errorf("warm worker changed from %+v to %+v", before[0], after[0])
+			}
+		})
 	}
 }
 

@@ -65,7 +65,9 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 	case errors.Is(err, context.Canceled):
 		return StatusClientClosed, openai.NewError(openai.TypeInvalidRequest, "The client closed the request.", "", "client_closed"), nil
 	}
-	return http.StatusInternalServerError, openai.NewError(openai.TypeServer, "The server had an error while processing your request: "+err.Error(), "", "internal_error"), nil
+	// The cause may quote a worker's stderr: it goes to the log (writeError), not to
+	// the client.
+	return http.StatusInternalServerError, openai.NewError(openai.TypeServer, "The server had an error while processing your request; the server log has the cause.", "", "internal_error"), nil
 }
 
 func writeError(c *gin.Context, err error) {

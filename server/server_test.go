@@ -155,7 +155,7 @@ func TestErrorMapping(t *testing.T) {
 		{"deadline", Config{}, fmt.Errorf("x: %w", context.DeadlineExceeded), `{"input":"a"}`, 504,
 			`{"error":{"message":"The request took longer than the server's deadline.","type":"server_error","param":null,"code":"timeout"}}`, nil},
 		{"internal", Config{}, errors.New("boom"), `{"input":"a"}`, 500,
-			`{"error":{"message":"The server had an error while processing your request: boom","type":"server_error","param":null,"code":"internal_error"}}`, nil},
+			`{"error":{"message":"The server had an error while processing your request; the server log has the cause.","type":"server_error","param":null,"code":"internal_error"}}`, nil},
 		{"body too large", Config{MaxBodyBytes: 10}, nil, `{"input":"abcdefghijkl"}`, 413,
 			`{"error":{"message":"The request body is larger than the server's limit of 10 bytes (--max-body-bytes).","type":"invalid_request_error","param":null,"code":"request_too_large"}}`, nil},
 	}

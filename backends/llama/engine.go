@@ -39,6 +39,24 @@ static int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, in
 	return at + n - 1;
 }
 
+// es_abort is what llama.cpp's abort callback reads, between graph nodes, to stop a
+// decode call early. Jobs are numbered; a caller that gives up raises cancelled to its
+// job's number (never lowers it), so a late cancellation cannot abort a later job.
+typedef struct {
+	int64_t closed;    // non-zero once the engine is closing
+	int64_t job;       // number of the job now running
+	int64_t cancelled; // highest job number whose caller gave up
+} es_abort;
+
+static bool es_should_abort(void *data) {
+	es_abort *a = data;
+	return __atomic_load_n(&a->closed, __ATOMIC_RELAXED) != 0 ||
+	       __atomic_load_n(&a->cancelled, __ATOMIC_RELAXED) == __atomic_load_n(&a->job, __ATOMIC_RELAXED);
+}
+
+// es_abort_callback hands Go the address of the static es_should_abort.
+static ggml_abort_callback es_abort_callback(void) { return es_should_abort; }
+
 // es_batch_mark_output makes token i of b an output too.
 static void es_batch_mark_output(struct llama_batch *b, int32_t i) {
 	b->logits[i] = 1;
@@ -54,6 +72,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	// Links llama.cpp and ggml (CPU backend included) into the binary; this package
@@ -75,11 +94,12 @@ type Config struct {
 	// another share the page cache instead of each reading the weights.
 	ModelPath string
 
-	// ContextTokens (n_ctx) is the longest single sequence accepted and the token
-	// budget of one packed round. 0 means min(8192, the model's training context).
+	// ContextTokens (n_ctx) is the longest single sequence accepted, and so the size
+	// of the KV cache. 0 means min(8192, the model's training context).
 	ContextTokens int
 
-	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call.
+	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call, and
+	// the token budget of one packed round of short sequences (see plan).
 	// 0 means min(ContextTokens, 2048).
 	BatchTokens int
 
@@ -116,6 +136,10 @@ type Engine struct {
 	done chan struct{} // closed when the owner goroutine has returned
 
 	closeOnce sync.Once
+	jobNum    atomic.Int64 // numbers jobs for abort
+
+	// abort is C memory (llama.cpp reads it from its threads); written with atomics.
+	abort *C.es_abort
 
 	// Owned by the owner goroutine after Open returns; freed by Close once the owner
 	// has returned.
@@ -123,9 +147,11 @@ type Engine struct {
 	lctx  *C.struct_llama_context
 	batch C.struct_llama_batch
 
-	// decodeHook, when set (tests only), is called by the owner goroutine after each
-	// successful decode call with the number of calls so far in the current Embed.
-	decodeHook func(decodes int)
+	// Test hooks, set before the first Embed and called on the owner goroutine:
+	// beforeDecode just before each llama_decode, decodeHook after each successful
+	// one with the number of calls so far in the current job.
+	beforeDecode func()
+	decodeHook   func(decodes int)
 }
 
 var backendInit = sync.OnceValue(func() error {
@@ -225,12 +251,20 @@ func Open(cfg Config) (*Engine, error) {
 	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
 	cp.kv_unified = true
 	cp.no_perf = true
+	// Lets a cancelled or closing call stop inside a decode call, which can take tens
+	// of seconds for a full batch of a large model on a small CPU.
+	abort := (*C.es_abort)(C.calloc(1, C.sizeof_es_abort))
+	abort.cancelled = -1 // jobs are numbered from 1; job 0 is the idle state
+	cp.abort_callback = C.es_abort_callback()
+	cp.abort_callback_data = unsafe.Pointer(abort)
 	lctx := C.llama_init_from_model(model, cp)
 	if lctx == nil {
+		C.free(unsafe.Pointer(abort))
 		return nil, fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", ctxTokens, batchTokens, maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}
 	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
 		C.llama_free(lctx)
+		C.free(unsafe.Pointer(abort))
 		return nil, errors.New("llama: the context did not accept pooling_type NONE")
 	}
 
@@ -249,6 +283,7 @@ func Open(cfg Config) (*Engine, error) {
 		done:    make(chan struct{}),
 		model:   model,
 		lctx:    lctx,
+		abort:   abort,
 		// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
 		batch: C.llama_batch_init(C.int32_t(callTokens), 0, 1),
 	}
@@ -291,17 +326,20 @@ func (e *Engine) own() {
 	}
 }
 
-// do runs fn on the owner goroutine and returns its result. It gives up waiting when
-// ctx ends; fn itself checks ctx between decode calls, so the owner is freed soon
-// after.
+// do runs fn on the owner goroutine and returns its result. If ctx ends while fn
+// runs, it aborts the decode call in flight and waits for fn to return before
+// returning ctx.Err(): fn reads the caller's slices, which must not be in use once
+// Embed has returned.
 func do[T any](ctx context.Context, e *Engine, fn func() (T, error)) (T, error) {
 	var zero T
 	type result struct {
 		v   T
 		err error
 	}
-	reply := make(chan result, 1) // buffered: the owner never blocks on a caller that left
+	num := e.jobNum.Add(1)
+	reply := make(chan result, 1)
 	job := func() {
+		atomic.StoreInt64((*int64)(unsafe.Pointer(&e.abort.job)), num)
 		v, err := fn()
 		reply <- result{v, err}
 	}
@@ -316,6 +354,14 @@ func do[T any](ctx context.Context, e *Engine, fn func() (T, error)) (T, error) 
 	case r := <-reply:
 		return r.v, r.err
 	case <-ctx.Done():
+		cancelled := (*int64)(unsafe.Pointer(&e.abort.cancelled))
+		for {
+			old := atomic.LoadInt64(cancelled)
+			if old >= num || atomic.CompareAndSwapInt64(cancelled, old, num) {
+				break
+			}
+		}
+		<-reply
 		return zero, ctx.Err()
 	}
 }
@@ -421,9 +467,18 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 				}
 				C.es_batch_mark_output(&e.batch, other)
 			}
+			if e.beforeDecode != nil {
+				e.beforeDecode()
+			}
 			rc := C.llama_decode(e.lctx, e.batch)
 			if padded {
 				C.llama_memory_seq_rm(mem, padSeq, -1, -1)
+			}
+			if rc == 2 { // aborted through es_should_abort
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				return nil, ErrClosed
 			}
 			if rc != 0 {
 				return nil, fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(e.batch.n_tokens), int(rc), llamaReason("see the debug log"))
@@ -446,16 +501,24 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 	return out, nil
 }
 
+// abortRequested reports whether llama.cpp's abort callback would now stop the
+// running job.
+func (e *Engine) abortRequested() bool {
+	return bool(C.es_should_abort(unsafe.Pointer(e.abort)))
+}
+
 // Close stops the owner goroutine, waiting for a decode call in flight, and frees the
 // context and the model. Embed calls after Close return ErrClosed. Close is idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.quit)
+		atomic.StoreInt64((*int64)(unsafe.Pointer(&e.abort.closed)), 1)
 		<-e.done
 		C.llama_batch_free(e.batch)
 		C.llama_free(e.lctx)
 		C.llama_model_free(e.model)
-		e.lctx, e.model = nil, nil
+		C.free(unsafe.Pointer(e.abort))
+		e.lctx, e.model, e.abort = nil, nil, nil
 	})
 	return nil
 }

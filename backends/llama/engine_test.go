@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -339,6 +340,44 @@ func TestCancellation(t *testing.T) {
 	})
 }
 
+// TestCancellationInsideDecode cancels while a decode call is about to run: llama.cpp's
+// abort callback stops it, Embed returns ctx.Err(), and the engine stays usable.
+func TestCancellationInsideDecode(t *testing.T) {
+	e := openTiny(t, Config{ContextTokens: 1024, BatchTokens: 32, MaxSeqs: 4})
+	seq := randomSeq(10, 100, e.Info().NVocab)
+	want := embedOne(t, e, seq)
+
+	var decodes atomic.Int64
+	var cancelNext atomic.Pointer[context.CancelFunc]
+	e.beforeDecode = func() {
+		if c := cancelNext.Swap(nil); c != nil {
+			(*c)()
+			// Wait for Embed's caller side to ask for the abort, so llama_decode
+			// certainly sees it.
+			for !e.abortRequested() {
+				runtime.Gosched()
+			}
+		}
+	}
+	e.decodeHook = func(int) { decodes.Add(1) }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelNext.Store(&cancel)
+	if _, err := e.Embed(ctx, [][]int32{seq}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v; want context.Canceled", err)
+	}
+	if n := decodes.Load(); n != 0 {
+		t.Errorf("%d decode calls completed; want the first one aborted", n)
+	}
+	if d := maxAbsDiff(embedOne(t, e, seq), want); d != 0 {
+		t.Errorf("vector after an aborted decode differs by %.3g", d)
+	}
+	if n := decodes.Load(); n != 4 {
+		t.Errorf("%d decode calls after the abort; want 4 (100 tokens in calls of 32)", n)
+	}
+}
+
 func TestConcurrentEmbed(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 512, BatchTokens: 64, MaxSeqs: 8})
 	vocab := e.Info().NVocab
@@ -376,6 +415,59 @@ func TestConcurrentEmbed(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// recordHandler keeps the records slog hands it.
+type recordHandler struct {
+	level slog.Level
+	mu    sync.Mutex // guards recs
+	recs  []slog.Record
+}
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestLogRouting checks that llama.cpp's log reaches slog at debug level only.
+func TestLogRouting(t *testing.T) {
+	model := modelFile(t, tinyModel)
+	for _, tt := range []struct {
+		level    slog.Level
+		wantSome bool
+	}{{slog.LevelInfo, false}, {slog.LevelDebug, true}} {
+		t.Run(tt.level.String(), func(t *testing.T) {
+			h := &recordHandler{level: tt.level}
+			prev := slog.Default()
+			slog.SetDefault(slog.New(h))
+			defer slog.SetDefault(prev)
+			e, err := Open(Config{ModelPath: model, ContextTokens: 256, MaxSeqs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Close()
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			sawLoader := false
+			for _, r := range h.recs {
+				if r.Level != slog.LevelDebug {
+					t.Errorf("llama.cpp line logged at %v, want debug: %q", r.Level, r.Message)
+				}
+				sawLoader = sawLoader || strings.Contains(r.Message, "llama_model_loader")
+			}
+			if tt.wantSome && !sawLoader {
+				t.Errorf("at %v: %d records, none from llama_model_loader", tt.level, len(h.recs))
+			}
+			if !tt.wantSome && len(h.recs) != 0 {
+				t.Errorf("at %v: %d records; want none (first %q)", tt.level, len(h.recs), h.recs[0].Message)
+			}
+		})
 	}
 }
 
@@ -436,16 +528,19 @@ func TestOpenErrors(t *testing.T) {
 
 // BenchmarkEmbed measures tokens/s for 32 sequences of 256 tokens and the latency of
 // one 20-token query on the model EMBED_STACK_BENCH_MODEL names (default the tiny
-// model); EMBED_STACK_BENCH_BATCH sets BatchTokens.
+// model); EMBED_STACK_BENCH_BATCH and EMBED_STACK_BENCH_THREADS set BatchTokens and
+// Threads.
 func BenchmarkEmbed(b *testing.B) {
 	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
 	if rel == "" {
 		rel = tinyModel
 	}
 	cfg := Config{ModelPath: modelFile(b, rel)}
-	if s := os.Getenv("EMBED_STACK_BENCH_BATCH"); s != "" {
-		if _, err := fmt.Sscan(s, &cfg.BatchTokens); err != nil {
-			b.Fatalf("EMBED_STACK_BENCH_BATCH=%q: %v", s, err)
+	for name, field := range map[string]*int{"EMBED_STACK_BENCH_BATCH": &cfg.BatchTokens, "EMBED_STACK_BENCH_THREADS": &cfg.Threads} {
+		if s := os.Getenv(name); s != "" {
+			if _, err := fmt.Sscan(s, field); err != nil {
+				b.Fatalf("%s=%q: %v", name, s, err)
+			}
 		}
 	}
 	e, err := Open(cfg)

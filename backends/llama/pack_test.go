@@ -19,16 +19,49 @@ func TestPlan(t *testing.T) {
 			want: []round{{decodes: [][]span{{{input: 0, slot: 0, from: 0, to: 5, last: true}}}}},
 		},
 		{
-			name:    "a sequence straddles decode calls",
-			lengths: []int{5, 6}, ctx: 16, batch: 4, maxSeqs: 4,
-			want: []round{{decodes: [][]span{
-				{{input: 0, slot: 0, from: 0, to: 4}},
-				{{input: 0, slot: 0, from: 4, to: 5, last: true}, {input: 1, slot: 1, from: 0, to: 3}},
-				{{input: 1, slot: 1, from: 3, to: 6, last: true}},
-			}}},
+			name:    "a long sequence takes the whole number of calls it needs, shared",
+			lengths: []int{5, 3, 1}, ctx: 16, batch: 4, maxSeqs: 4,
+			want: []round{
+				{decodes: [][]span{
+					{{input: 0, slot: 0, from: 0, to: 4}},
+					{{input: 0, slot: 0, from: 4, to: 5, last: true}, {input: 1, slot: 1, from: 0, to: 3, last: true}},
+				}},
+				{decodes: [][]span{{{input: 2, slot: 0, from: 0, to: 1, last: true}}}},
+			},
 		},
 		{
-			name:    "context budget closes a round",
+			name:    "a sequence straddles calls in its round",
+			lengths: []int{5, 6}, ctx: 16, batch: 4, maxSeqs: 4,
+			want: []round{
+				{decodes: [][]span{
+					{{input: 0, slot: 0, from: 0, to: 4}},
+					{{input: 0, slot: 0, from: 4, to: 5, last: true}},
+				}},
+				{decodes: [][]span{
+					{{input: 1, slot: 0, from: 0, to: 4}},
+					{{input: 1, slot: 0, from: 4, to: 6, last: true}},
+				}},
+			},
+		},
+		{
+			name:    "one call's worth per round for short sequences",
+			lengths: []int{3, 3, 3}, ctx: 16, batch: 8, maxSeqs: 4,
+			want: []round{
+				{decodes: [][]span{{{input: 0, slot: 0, from: 0, to: 3, last: true}, {input: 1, slot: 1, from: 0, to: 3, last: true}}}},
+				{decodes: [][]span{{{input: 2, slot: 0, from: 0, to: 3, last: true}}}},
+			},
+		},
+		{
+			name:    "context caps the round budget",
+			lengths: []int{10, 7, 6}, ctx: 12, batch: 8, maxSeqs: 4,
+			want: []round{
+				{decodes: [][]span{{{input: 0, slot: 0, from: 0, to: 8}}, {{input: 0, slot: 0, from: 8, to: 10, last: true}}}},
+				{decodes: [][]span{{{input: 1, slot: 0, from: 0, to: 7, last: true}}}},
+				{decodes: [][]span{{{input: 2, slot: 0, from: 0, to: 6, last: true}}}},
+			},
+		},
+		{
+			name:    "budget closes a round",
 			lengths: []int{10, 7, 6}, ctx: 16, batch: 16, maxSeqs: 4,
 			want: []round{
 				{decodes: [][]span{{{input: 0, slot: 0, from: 0, to: 10, last: true}}}},
@@ -44,12 +77,13 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
-			name:    "exact fit fills the context and the call",
-			lengths: []int{8, 8}, ctx: 16, batch: 8, maxSeqs: 2,
-			want: []round{{decodes: [][]span{
-				{{input: 0, slot: 0, from: 0, to: 8, last: true}},
-				{{input: 1, slot: 1, from: 0, to: 8, last: true}},
-			}}},
+			name:    "exact fit fills the call",
+			lengths: []int{8, 8, 4, 4}, ctx: 16, batch: 8, maxSeqs: 2,
+			want: []round{
+				{decodes: [][]span{{{input: 0, slot: 0, from: 0, to: 8, last: true}}}},
+				{decodes: [][]span{{{input: 1, slot: 0, from: 0, to: 8, last: true}}}},
+				{decodes: [][]span{{{input: 2, slot: 0, from: 0, to: 4, last: true}, {input: 3, slot: 1, from: 0, to: 4, last: true}}}},
+			},
 		},
 		{name: "nothing to do", lengths: nil, ctx: 16, batch: 8, maxSeqs: 2, want: nil},
 	}
@@ -65,7 +99,8 @@ func TestPlan(t *testing.T) {
 
 // TestPlanInvariants checks, over random shapes, what embed relies on: every token of
 // every sequence is fed exactly once, in order, with its own slot; calls and rounds
-// respect their budgets; each sequence has exactly one output, at its last token.
+// respect their budgets (a round takes no more calls than its first sequence needs);
+// each sequence has exactly one output, at its last token.
 func TestPlanInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for iter := range 500 {
@@ -104,6 +139,10 @@ func TestPlanInvariants(t *testing.T) {
 					t.Fatalf("iter %d: decode call of %d tokens > batch %d", iter, callTokens, batch)
 				}
 				roundTokens += callTokens
+			}
+			first := lengths[seen]
+			if calls := (first + batch - 1) / batch; len(r.decodes) != calls {
+				t.Fatalf("iter %d round %d: %d calls; its first sequence (%d tokens) needs %d", iter, ri, len(r.decodes), first, calls)
 			}
 			if roundTokens > ctx || len(slots) > maxSeqs {
 				t.Fatalf("iter %d round %d: %d tokens, %d sequences; limits %d, %d", iter, ri, roundTokens, len(slots), ctx, maxSeqs)

@@ -50,6 +50,8 @@ type serveFlags struct {
 	shutdownGrace    time.Duration
 	logFormat        string
 	logLevel         string
+	configPath       string
+	printConfig      bool
 }
 
 // stringList is a repeatable flag.
@@ -58,10 +60,10 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
-	f := &serveFlags{}
+// newServeFlagSet defines serve's flags, bound to f. It is the single source of the
+// flags, their environment variables, config-file keys and docs/configuration.md.
+func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("embed-stack serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path`, or a Hugging Face reference owner/name[:QUANT][@REV] or owner/name/FILE.gguf (e.g. Qwen/Qwen3-Embedding-0.6B-GGUF), downloaded once into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply)")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (loopback by default; use 0.0.0.0:8080 to expose it)")
 	fs.StringVar(&f.modelName, "model-name", "", "model id served by /v1/models and accepted by --strict-model (default: the GGUF's general.name as a slug, e.g. qwen3-embedding-0.6b)")
@@ -81,17 +83,30 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack serve --model PATH [flags]\n\n"+
 			"Serves POST /v1/embeddings (OpenAI-compatible), GET /v1/models, POST /embed,\n"+
-			"POST /tokenize, GET /health and GET /ready.\n\nFlags:\n")
+			"POST /tokenize, GET /health and GET /ready.\n\n"+
+			"Every flag can also be set by an environment variable (--max-inputs: EMBED_STACK_MAX_INPUTS;\n"+
+			"repeatable flags comma-separated) or in the --config file.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := newServeFlagSet(f)
+	fs.SetOutput(stderr)
+	sources, err := configure(fs, args, os.Getenv)
+	if err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if f.printConfig {
+		printConfig(stdout, fs, sources)
+		return f, nil
 	}
 	if f.model == "" {
 		return nil, errors.New("--model is required: the path of a Qwen3-Embedding GGUF file")
@@ -113,14 +128,17 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	return f, nil
 }
 
-func runServe(args []string, _ io.Writer, stderr io.Writer) int {
-	f, err := parseServeFlags(args, stderr)
+func runServe(args []string, stdout, stderr io.Writer) int {
+	f, err := parseServeFlags(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, "embed-stack serve:", err)
 		return 2
+	}
+	if f.printConfig {
+		return 0
 	}
 	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {

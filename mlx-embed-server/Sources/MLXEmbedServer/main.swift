@@ -110,9 +110,10 @@ engineThread.submit {
         let engine = try Qwen3Engine(
             directory: URL(fileURLWithPath: options.modelDir),
             buckets: options.effectiveBuckets,
-            name: options.modelName.isEmpty ? nil : options.modelName)
+            name: options.modelName.isEmpty ? nil : options.modelName,
+            progress: { logger.info($0) })
         let loaded = Date().timeIntervalSince(loadStarted)
-        let warm = try engine.warm()
+        let warm = try engine.warm(progress: { logger.info($0) })
         let adapter = MLXEmbeddingEngine(engine: engine, thread: engineThread, log: logger)
         try adapter.info.validate()
         protocolHandler.setReady(adapter)

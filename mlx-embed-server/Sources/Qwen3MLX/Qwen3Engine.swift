@@ -25,8 +25,13 @@ public final class Qwen3Engine {
 
     /// Loads config.json and the safetensors from directory and compiles one forward
     /// pass per bucket (call warm() to trace them). name overrides the model name.
-    public init(directory: URL, buckets: [Int], name: String? = nil) throws {
+    /// progress receives a line at each step: the supervisor counts output as progress
+    /// while a worker loads, so a slow load is not mistaken for a hung one.
+    public init(directory: URL, buckets: [Int], name: String? = nil, progress: (String) -> Void = { _ in }) throws {
         let config = try Qwen3Config.load(directory: directory)
+        progress(
+            "read config.json: \(config.layers) layers, hidden \(config.hiddenSize), \(config.heads)/\(config.kvHeads) heads of \(config.headDim), vocab \(config.vocabSize)"
+        )
         guard !buckets.isEmpty, buckets.allSatisfy({ $0 > 0 }) else {
             throw Qwen3Error.config("no usable bucket in \(buckets); give --buckets positive lengths")
         }
@@ -43,8 +48,9 @@ public final class Qwen3Engine {
             self.modelName = config.name ?? directory.standardizedFileURL.lastPathComponent
         }
 
-        let weights = try Qwen3Weights.load(directory: directory, config: config)
+        let weights = try Qwen3Weights.load(directory: directory, config: config, progress: progress)
         self.flatWeights = weights.flattened
+        progress("loaded \(flatWeights.count) tensors as F16")
 
         let layerCount = config.layers
         for bucket in sortedBuckets {
@@ -64,7 +70,7 @@ public final class Qwen3Engine {
     /// Runs every bucket once on a full-length input, so that tracing, graph
     /// compilation and Metal pipeline creation happen before the worker reports ready.
     /// Returns the seconds each bucket took.
-    public func warm() throws -> [(bucket: Int, seconds: Double)] {
+    public func warm(progress: (String) -> Void = { _ in }) throws -> [(bucket: Int, seconds: Double)] {
         var times: [(bucket: Int, seconds: Double)] = []
         for bucket in buckets {
             let start = Date()
@@ -72,7 +78,9 @@ public final class Qwen3Engine {
             guard v.count == config.hiddenSize, v.allSatisfy({ $0.isFinite }) else {
                 throw Qwen3Error.engine("warming bucket \(bucket) gave a vector that is not \(config.hiddenSize) finite floats")
             }
-            times.append((bucket: bucket, seconds: Date().timeIntervalSince(start)))
+            let seconds = Date().timeIntervalSince(start)
+            times.append((bucket: bucket, seconds: seconds))
+            progress("compiled and warmed bucket \(bucket) in \(String(format: "%.2f", seconds))s")
         }
         return times
     }

@@ -79,7 +79,7 @@ struct Qwen3Weights {
     ///
     /// Every weight is converted to F16, the precision of the F16 GGUF that the
     /// llama.cpp worker runs, so that both workers start from the same numbers.
-    static func load(directory: URL, config c: Qwen3Config) throws -> Qwen3Weights {
+    static func load(directory: URL, config c: Qwen3Config, progress: (String) -> Void) throws -> Qwen3Weights {
         let files: [URL]
         do {
             files = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
@@ -96,6 +96,7 @@ struct Qwen3Weights {
 
         var raw: [String: MLXArray] = [:]
         for file in files {
+            progress("reading \(file.lastPathComponent)")
             let arrays: [String: MLXArray]
             do {
                 arrays = try loadArrays(url: file)

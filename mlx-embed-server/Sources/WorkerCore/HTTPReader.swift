@@ -60,6 +60,12 @@ public final class BufferedReader {
     public func readHead(limit: Int) throws -> [UInt8]? {
         var scanned = 0  // bytes after start already searched for the terminator
         while true {
+            // Empty lines before a request line are skipped, as RFC 9112 section 2.2
+            // asks of servers (some clients send a CRLF after a body).
+            while available >= 2 && buffer[start] == 13 && buffer[start + 1] == 10 {
+                start += 2
+                scanned = 0
+            }
             if let end = find([13, 10, 13, 10], from: start + scanned) {
                 if end + 4 - start > limit {
                     throw HTTPError(431, "the request head exceeds \(limit) bytes")

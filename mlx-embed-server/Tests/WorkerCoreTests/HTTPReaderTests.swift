@@ -66,6 +66,13 @@ final class HTTPReaderTests: XCTestCase {
         XCTAssertNil(try read(r))
     }
 
+    func testEmptyLinesBeforeARequestAreSkipped() throws {
+        let r = chunkedReader(pieces("POST /embed HTTP/1.1\r\nContent-Length: 1\r\n\r\nx\r\n\r\nGET /health HTTP/1.1\r\n\r\n", 1))
+        XCTAssertEqual(try XCTUnwrap(try read(r)).body, bytes("x"))
+        XCTAssertEqual(try XCTUnwrap(try read(r)).path, "/health")
+        XCTAssertNil(try read(r))
+    }
+
     func testChunkedBodyWithExtensionAndTrailer() throws {
         let raw =
             "POST /embed HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -25,7 +25,7 @@ final class FakeEngine: EmbeddingEngine, @unchecked Sendable {
         if isCancelled() {
             throw CancelledError()
         }
-        return seqs.map { s in [Float(s.count), Float(s[0]), s.contains(998) ? .nan : 0.5] }
+        return seqs.map { s in [Float(s.count), Float(s[0]), s.contains(998) ? Float.nan : Float(0.5)] }
     }
 }
 
