@@ -31,7 +31,7 @@ func TestConfigPrecedence(t *testing.T) {
 		want   any
 		source string
 	}{
-		{"threads", f.threads, 3, fromFlag},             // flag beats env
+		{"threads", f.threads, 3, fromFlag},                   // flag beats env
 		{"max-total-tokens", f.maxTotalTokens, 2000, fromEnv}, // env beats file
 		{"max-inputs", f.maxInputs, 7, fromFile},
 		{"warm-max-tokens", f.warmMaxTokens, 4096, fromFile},
