@@ -32,11 +32,14 @@ TINY_MODEL   := $(MODELS_DIR)/tiny.gguf
 BENCH_MODEL  := $(MODELS_DIR)/qwen3-0.6b-f16.gguf
 TOKENIZER    := .cache/qwen3/tokenizer.json
 
-# The server `make run` starts; override with MODEL=path/to/Qwen3-Embedding-0.6B-Q8_0.gguf.
-MODEL        ?= $(TINY_MODEL)
+# The model `make run` serves: by default the official Qwen3-Embedding-0.6B GGUF (Q8_0,
+# 639 MB), downloaded once into the Hugging Face cache (HF_HOME / HF_HUB_CACHE;
+# HF_ENDPOINT and HF_TOKEN apply). Override with a local file, e.g. MODEL=models/tiny.gguf
+# (the random-weight test model, built on demand), or another Hub reference.
+MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model run test test-go test-pure test-node vet clean
+.PHONY: all build cgo-env deps tokenizer models bench-model run test test-go test-pure test-node vet clean conformance-worker conformance-mlx
 all: build
 
 build:
@@ -64,7 +67,9 @@ $(BENCH_MODEL): $(TOKENIZER)
 models: $(TINY_MODEL)
 bench-model: $(BENCH_MODEL)
 
-run: build $(MODEL)
+# The generated models are prerequisites (built when missing); any other MODEL is a
+# file or a Hub reference that serve resolves itself.
+run: build $(filter $(TINY_MODEL) $(BENCH_MODEL),$(MODEL))
 	bin/embed-stack serve --model $(MODEL) --addr $(ADDR)
 
 vet:
@@ -85,6 +90,35 @@ test-go: build models
 
 test-node: build models
 	cd conformance/node && npm ci --no-audit --no-fund --loglevel=error && node --test
+	cd docs/clients && npm ci --no-audit --no-fund --loglevel=error && node --test
+
+# The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
+# against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as
+# part of ./... .
+conformance-worker: build models
+	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -v ./conformance/worker/
+
+# On an Apple Silicon Mac only (CI never runs it): the same suite against the Swift/MLX
+# worker, compared with the llama.cpp worker on the F16 GGUF of the same checkpoint,
+# then mlx-embed-server/scripts/crosscheck.py. mlx-embed-server/README.md says how to
+# build the server and get both models.
+MLX_SERVER     ?= mlx-embed-server/.xcodebuild/Build/Products/Release/mlx-embed-server
+MLX_MODEL      ?= $(MODELS_DIR)/Qwen3-Embedding-0.6B
+MLX_GGUF       ?= $(MODELS_DIR)/Qwen3-Embedding-0.6B-f16.gguf
+# MLX rounds every matmul output to F16 and llama.cpp keeps F32: the bound for F16.
+MLX_COSINE_MIN ?= 0.999
+
+conformance-mlx: build
+	@test -x "$(MLX_SERVER)" || { echo "no executable $(MLX_SERVER): build it with 'make -C mlx-embed-server' (see mlx-embed-server/README.md) or set MLX_SERVER=path"; exit 1; }
+	@test -f "$(MLX_MODEL)/config.json" || { echo "no $(MLX_MODEL)/config.json: download the Hugging Face snapshot (mlx-embed-server/README.md) or set MLX_MODEL=dir"; exit 1; }
+	@test -f "$(MLX_GGUF)" || { echo "no $(MLX_GGUF): convert the same snapshot to an F16 GGUF (mlx-embed-server/README.md) or set MLX_GGUF=path"; exit 1; }
+	WORKER_CMD="$(MLX_SERVER) --model $(MLX_MODEL)" \
+	WORKER_CMD_B="bin/embed-stack worker --model $(MLX_GGUF)" \
+	WORKER_COSINE_MIN=$(MLX_COSINE_MIN) WORKER_READY_TIMEOUT=10m \
+		$(GO) test -count=1 -v -timeout 60m ./conformance/worker/
+	python3 mlx-embed-server/scripts/crosscheck.py --min-cosine $(MLX_COSINE_MIN) \
+		--mlx-cmd "$(MLX_SERVER) --model $(MLX_MODEL)" \
+		--llama-cmd "bin/embed-stack worker --model $(MLX_GGUF)"
 
 clean:
 	rm -rf bin

@@ -20,6 +20,7 @@ type Client struct {
 	socket    string
 	transport *http.Transport
 	http      *http.Client
+	pid       int // the worker's process id when the supervisor knows it, for spans
 }
 
 // NewClient returns a client for the worker listening on socketPath. It does not
@@ -94,8 +95,17 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // error for a worker failure (500) or an answer outside the protocol. Nothing is
 // retried: the request may be what broke the worker.
 //
-// A traceparent put in ctx with [ContextWithTraceparent] is sent along.
+// The call is the client span worker.call; its W3C trace context is sent along
+// (or, without a span in ctx, a traceparent put there with [ContextWithTraceparent]),
+// so the worker's spans join the caller's trace.
 func (c *Client) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	ctx, st := c.startCall(ctx, seqs)
+	vecs, err := c.embed(ctx, seqs)
+	st.End(err)
+	return vecs, err
+}
+
+func (c *Client) embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
 	payload, err := json.Marshal(embedRequest{Tokens: seqs})
 	if err != nil {
 		return nil, fmt.Errorf("encoding the embed request: %w", err)
@@ -105,9 +115,7 @@ func (c *Client) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 		return nil, fmt.Errorf("embed request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if tp := TraceparentFromContext(ctx); tp != "" {
-		req.Header.Set("traceparent", tp)
-	}
+	injectTrace(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, err)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 // contextGranule is the rounding of an ephemeral worker's context: sizes repeat,
@@ -54,11 +56,13 @@ type Ephemeral struct {
 // a plain error (the worker failed to start, or died while embedding, with the tail
 // of its output). A dying ephemeral worker is not ErrUnavailable: it was started for
 // this sequence only, so a retry would most likely fail the same way.
-func (e *Ephemeral) Embed(ctx context.Context, seq []int32) ([]float32, error) {
+func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err error) {
 	if len(seq) == 0 {
 		return nil, &WorkerInputError{Index: 0, Message: "the sequence is empty"}
 	}
 	nCtx := EphemeralContextSize(len(seq))
+	ctx, st := startEphemeral(ctx, len(seq), nCtx)
+	defer func() { st.End(err) }()
 	logger := e.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -75,16 +79,21 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) ([]float32, error) {
 	}()
 
 	started := time.Now()
+	sctx, spawn := startSpawn(ctx, roleEphemeral, nCtx)
 	// The process outlives ctx only as long as stopping it takes.
-	p, err := startProc(context.WithoutCancel(ctx), e.Spec, filepath.Join(dir, "worker.sock"),
+	p, err := startProc(context.WithoutCancel(sctx), e.Spec, filepath.Join(dir, "worker.sock"),
 		[]string{"--ctx", strconv.Itoa(nCtx)}, orDefault(e.StopTimeout, DefaultStopTimeout))
 	if err != nil {
+		endSpawn(spawn, roleEphemeral, 0, started, err)
 		return nil, fmt.Errorf("ephemeral worker: %w", err)
 	}
-	vec, err := e.embed(ctx, p, seq, nCtx)
-	if stopErr := e.stop(ctx, p); stopErr != nil {
+	vec, err := e.embed(ctx, p, seq, nCtx, spawn, started)
+	_, stop := stage.Start(ctx, tracer, "backends.stop")
+	stopErr := e.stop(ctx, p)
+	if stopErr != nil {
 		logger.Warn("stopping an ephemeral worker", "err", stopErr)
 	}
+	stop.End(stopErr)
 	logger.Debug("ephemeral worker done", "pid", p.pid, "tokens", len(seq), "ctx", nCtx,
 		"took", time.Since(started).Round(time.Millisecond), "err", err)
 	if err == nil {
@@ -107,9 +116,10 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) ([]float32, error) {
 	}
 }
 
-// embed waits for the worker and embeds one sequence on it.
-func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int) ([]float32, error) {
+// embed waits for the worker, ending the stage spawn, and embeds one sequence on it.
+func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int, spawn stage.Stage, started time.Time) ([]float32, error) {
 	h, err := p.waitReady(ctx, orDefault(e.ReadyTimeout, DefaultReadyTimeout))
+	endSpawn(spawn, roleEphemeral, p.pid, started, err)
 	if err != nil {
 		return nil, fmt.Errorf("starting: %w", err)
 	}

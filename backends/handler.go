@@ -96,7 +96,7 @@ func (h *workerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed; use POST", r.Method, r.URL.Path), nil)
 			return
 		}
-		h.embed(w, r)
+		h.traceEmbed(w, r)
 	default:
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the worker serves GET /health and POST /embed", r.URL.Path), nil)
 	}
@@ -133,6 +133,7 @@ func (h *workerHandler) embed(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg, idx)
 		return
 	}
+	annotateEmbed(r.Context(), seqs)
 
 	ctx := r.Context()
 	if tp := r.Header.Get("traceparent"); tp != "" && validTraceparent(tp) {

@@ -78,7 +78,7 @@ func startProc(ctx context.Context, spec WorkerSpec, socket string, extraArgs []
 	args := slices.Concat(spec.Args, extraArgs, []string{"--socket", socket})
 	pctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(pctx, spec.Path, args...)
-	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Env = append(append(os.Environ(), spec.Env...), traceEnv(ctx)...)
 	tail := &tailBuffer{max: tailBytes, also: spec.Output}
 	// One writer for both streams: exec then shares one pipe, keeping their order.
 	cmd.Stdout = tail
@@ -105,6 +105,7 @@ func startProc(ctx context.Context, spec WorkerSpec, socket string, extraArgs []
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	p.client.pid = p.pid
 	go p.reap()
 	return p, nil
 }

@@ -139,14 +139,18 @@ func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
 	socket := filepath.Join(w.dir, fmt.Sprintf("warm-%d.sock", w.spawned))
 	w.mu.Unlock()
 
-	p, err := startProc(runCtx, w.Spec, socket, nil, w.stopTimeout())
+	started := time.Now()
+	sctx, spawn := startSpawn(runCtx, roleWarm, 0)
+	p, err := startProc(sctx, w.Spec, socket, nil, w.stopTimeout())
 	if err != nil {
+		endSpawn(spawn, roleWarm, 0, started, err)
 		return nil, Health{}, err
 	}
 	w.mu.Lock()
 	w.procs[p] = struct{}{}
 	w.mu.Unlock()
 	h, err := p.waitReady(waitCtx, w.readyTimeout())
+	endSpawn(spawn, roleWarm, p.pid, started, err)
 	if err != nil {
 		// Nothing to drain in a worker that is not ready; kill rather than stop.
 		p.kill()

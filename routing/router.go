@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 // Tokenizer turns text into Qwen3 token ids. Control tokens written in the text must
@@ -167,6 +169,11 @@ type Router struct {
 // Prepare wraps and tokenizes a request's inputs and checks every limit, without
 // embedding anything. It is what POST /tokenize shows.
 func (r *Router) Prepare(req *Request) ([][]int32, error) {
+	return r.prepare(context.Background(), req)
+}
+
+// prepare is Prepare as the stages routing.wrap and routing.tokenize of ctx's trace.
+func (r *Router) prepare(ctx context.Context, req *Request) ([][]int32, error) {
 	c := r.Config
 	n := len(req.Texts) + len(req.TokenIDs)
 	switch {
@@ -216,15 +223,29 @@ func (r *Router) Prepare(req *Request) ([][]int32, error) {
 		return nil
 	}
 
+	// Wrapping and tokenizing are two passes so that a trace times each.
+	wrap := startWrap(ctx, typ)
+	wrapped := make([]string, len(req.Texts))
 	for i, text := range req.Texts {
 		if text == "" {
-			return nil, inputErr("input", i, CodeEmptyInput, "input %d is an empty string; every input must hold text.", i)
-		}
-		if err := add(i, r.Tokenizer.Encode(Wrap(typ, instruction, text))); err != nil {
+			err := inputErr("input", i, CodeEmptyInput, "input %d is an empty string; every input must hold text.", i)
+			wrap.End(err)
 			return nil, err
 		}
+		wrapped[i] = Wrap(typ, instruction, text)
 	}
-	if len(req.TokenIDs) > 0 {
+	wrap.End(nil)
+	_, tok := stage.Start(ctx, tracer, "routing.tokenize")
+	err := func() error {
+		for i, text := range wrapped {
+			if err := add(i, r.Tokenizer.Encode(text)); err != nil {
+				return err
+			}
+		}
+		if len(req.TokenIDs) == 0 {
+			return nil
+		}
+		// Token-id inputs are decoded and wrapped here, input by input.
 		var prefix []int32
 		if typ == Query && c.TokenIDs == TokenIDsNative {
 			prefix = r.Tokenizer.Encode(queryPrefix(instruction))
@@ -232,12 +253,17 @@ func (r *Router) Prepare(req *Request) ([][]int32, error) {
 		for i, ids := range req.TokenIDs {
 			seq, err := r.fromTokenIDs(i, ids, typ, instruction, prefix)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if err := add(i, seq); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		return nil
+	}()
+	endTokenize(tok, len(seqs), total, err)
+	if err != nil {
+		return nil, err
 	}
 	return seqs, nil
 }
@@ -274,7 +300,9 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 
 // Embed runs a request: short inputs go to the warm worker in chunks, long ones each
 // to their own ephemeral worker, all at once. The first failure cancels the rest.
-func (r *Router) Embed(ctx context.Context, req *Request) (*Result, error) {
+func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error) {
+	ctx, st := stage.Start(ctx, tracer, "routing.embed")
+	defer func() { st.End(err) }()
 	dims := req.Dimensions
 	switch {
 	case dims == 0:
@@ -282,11 +310,12 @@ func (r *Router) Embed(ctx context.Context, req *Request) (*Result, error) {
 	case dims < r.Config.minDimensions() || dims > r.Config.Dim:
 		return nil, inputErr("dimensions", -1, CodeInvalidValue, "'dimensions' must be between %d and %d for this model; got %d.", r.Config.minDimensions(), r.Config.Dim, dims)
 	}
-	seqs, err := r.Prepare(req)
+	seqs, err := r.prepare(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 
+	_, route := stage.Start(ctx, tracer, "routing.route")
 	raw := make([][]float32, len(seqs))
 	var short []int
 	tokens := 0
@@ -298,7 +327,7 @@ func (r *Router) Embed(ctx context.Context, req *Request) (*Result, error) {
 			continue
 		}
 		g.Go(func() error {
-			v, err := r.Long.Embed(gctx, seq)
+			v, err := r.callLong(gctx, seq)
 			if err != nil {
 				return fmt.Errorf("input %d (%d tokens, ephemeral worker): %w", i, len(seq), err)
 			}
@@ -309,16 +338,22 @@ func (r *Router) Embed(ctx context.Context, req *Request) (*Result, error) {
 	if len(short) > 0 {
 		g.Go(func() error { return r.embedWarm(gctx, seqs, short, raw) })
 	}
+	counts := r.endRoute(route, seqs)
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 
+	_, norm := stage.Start(ctx, tracer, "routing.normalize")
 	out := make([][]float32, len(raw))
 	for i, v := range raw {
 		if out[i], err = finish(v, dims); err != nil {
-			return nil, fmt.Errorf("input %d: %w", i, err)
+			err = fmt.Errorf("input %d: %w", i, err)
+			norm.End(err)
+			return nil, err
 		}
 	}
+	norm.End(nil)
+	recordSuccess(ctx, st, counts, dims)
 	return &Result{Vectors: out, Tokens: tokens}, nil
 }
 
@@ -337,7 +372,7 @@ func (r *Router) embedWarm(ctx context.Context, seqs [][]int32, idx []int, raw [
 		for j, i := range idx[start:end] {
 			batch[j] = seqs[i]
 		}
-		vecs, err := r.Warm.Embed(ctx, batch)
+		vecs, err := r.callWarm(ctx, batch)
 		if err != nil {
 			return fmt.Errorf("warm worker: %w", err)
 		}

@@ -36,6 +36,7 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 		inputErr  *routing.InputError
 		statusErr *statusError
 		tooLarge  *http.MaxBytesError
+		overload  *overloadError
 		unavail   *routing.UnavailableError
 	)
 	switch {
@@ -45,6 +46,9 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 			typ = openai.TypeServer
 		}
 		return statusErr.status, openai.NewError(typ, statusErr.msg, statusErr.param, statusErr.code), nil
+	case errors.As(err, &overload):
+		h := http.Header{"Retry-After": []string{strconv.Itoa(retrySeconds(overload.retryAfter))}}
+		return http.StatusTooManyRequests, openai.NewError(openai.TypeRateLimit, overload.Error(), "", "rate_limit_exceeded"), h
 	case errors.As(err, &decodeErr):
 		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, decodeErr.Message, decodeErr.Param, ""), nil
 	case errors.As(err, &inputErr):
@@ -76,5 +80,6 @@ func writeError(c *gin.Context, err error) {
 		c.Writer.Header()[k] = v
 	}
 	c.Set(ctxError, err.Error())
+	recordError(c, err, body)
 	c.AbortWithStatusJSON(status, body)
 }

@@ -23,12 +23,7 @@ func (s *Server) readBody(c *gin.Context) ([]byte, error) {
 
 // embeddings serves POST /v1/embeddings.
 func (s *Server) embeddings(c *gin.Context) {
-	body, err := s.readBody(c)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	req, err := openai.DecodeEmbeddingRequest(body)
+	req, err := s.decodeEmbeddingRequest(c)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -63,7 +58,7 @@ func (s *Server) embeddings(c *gin.Context) {
 		model = s.Config.ModelName
 	}
 	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.EncodingFormat == openai.EncodingBase64, PromptTokens: res.Tokens}
-	c.Data(http.StatusOK, "application/json", resp.AppendJSON(make([]byte, 0, responseSizeHint(res.Vectors, resp.Base64))))
+	writeEmbeddings(c, &resp)
 }
 
 // responseSizeHint sizes the output buffer once: about 12 bytes per float as text,

@@ -40,6 +40,22 @@ type Config struct {
 	Created time.Time
 	// Logger receives one line per request; nil = slog.Default().
 	Logger *slog.Logger
+
+	// APIKeys, when any, are the bearer tokens accepted (auth.go): every route but
+	// /health, /ready and (unless MetricsAuth) /metrics answers 401 without one.
+	APIKeys []string
+	// MetricsAuth puts /metrics behind APIKeys as well; scrapers then send a key.
+	MetricsAuth bool
+	// MaxConcurrentRequests bounds the work requests (/v1/embeddings, /embed,
+	// /tokenize) in flight; more get 429 with Retry-After (limits.go). 0 =
+	// DefaultMaxConcurrentRequests.
+	MaxConcurrentRequests int
+	// RequestTimeout bounds one work request; past it the request gets 504 and its
+	// work is cancelled. 0 = DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// DebugVars serves GET /debug/vars: goroutines, heap and limiter counters, for
+	// leak checks (behind APIKeys when set).
+	DebugVars bool
 }
 
 // Server is the HTTP API. Set its fields, then call Handler once.
@@ -48,6 +64,13 @@ type Server struct {
 	Embedder Embedder
 	// Ready reports whether the warm worker can take requests (GET /ready).
 	Ready func() bool
+	// Metrics, when set, is served at GET /metrics (the Prometheus registry of
+	// package telemetry).
+	Metrics http.Handler
+	// Vars, when set, adds figures (worker restarts, ...) to GET /debug/vars.
+	Vars func() map[string]any
+
+	limits *limiter // built by Handler from Config.MaxConcurrentRequests
 }
 
 // Handler returns the gin engine with every route and middleware installed.
@@ -61,18 +84,34 @@ func (s *Server) Handler() http.Handler {
 	if s.Config.Created.IsZero() {
 		s.Config.Created = time.Now()
 	}
+	if s.Config.MaxConcurrentRequests <= 0 {
+		s.Config.MaxConcurrentRequests = DefaultMaxConcurrentRequests
+	}
+	if s.Config.RequestTimeout <= 0 {
+		s.Config.RequestTimeout = DefaultRequestTimeout
+	}
+	s.limits = newLimiter(s.Config.MaxConcurrentRequests)
 	r := gin.New()
-	r.Use(s.recovery(), s.logRequests())
+	r.Use(s.traceRequests(), s.observeRequests(), s.recovery(), s.logRequests())
+	if auth := s.authenticate(); auth != nil {
+		r.Use(auth)
+	}
 	r.NoRoute(func(c *gin.Context) {
 		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found",
 			msg: "Unknown request URL: " + c.Request.Method + " " + c.Request.URL.Path + "."})
 	})
 
-	r.POST("/v1/embeddings", s.embeddings)
+	r.POST("/v1/embeddings", s.admit(), s.embeddings)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/:model", s.getModel)
-	r.POST("/embed", s.nativeEmbed)
-	r.POST("/tokenize", s.tokenize)
+	r.POST("/embed", s.admit(), s.nativeEmbed)
+	r.POST("/tokenize", s.admit(), s.tokenize)
+	if s.Config.DebugVars {
+		r.GET("/debug/vars", s.debugVars)
+	}
+	if s.Metrics != nil {
+		r.GET("/metrics", gin.WrapH(s.Metrics))
+	}
 	r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/ready", func(c *gin.Context) {
 		if s.Ready != nil && !s.Ready() {
@@ -132,6 +171,7 @@ func (s *Server) logRequests() gin.HandlerFunc {
 		attrs := []any{
 			"method", c.Request.Method,
 			"path", c.Request.URL.Path,
+			"route", c.FullPath(),
 			"status", c.Writer.Status(),
 			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
 		}

@@ -51,7 +51,11 @@ func modelFile(tb testing.TB, rel string) string {
 		path = filepath.Join(repoRoot(tb), rel)
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		tb.Skipf("%s is absent; generate it with `make models/tiny.gguf` (go run ./cmd/genmodel)", rel)
+		hint := "generate it with `make models`"
+		if rel != tinyModel {
+			hint = "generate the 0.6B shape with `make bench-model`, or point EMBED_STACK_BENCH_MODEL at an existing GGUF"
+		}
+		tb.Skipf("%s is absent; %s", rel, hint)
 	}
 	return path
 }
@@ -113,7 +117,7 @@ func TestInfo(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 512, MaxSeqs: 8})
 	info := e.Info()
 	if info.ContextTokens != 512 || info.BatchTokens != 512 {
-		t.Errorf("ContextTokens, BatchTokens = %d, %d; want 512, 512 (batch defaults to min(ctx, 2048))", info.ContextTokens, info.BatchTokens)
+		t.Errorf("ContextTokens, BatchTokens = %d, %d; want 512, 512 (batch defaults to min(ctx, 1024))", info.ContextTokens, info.BatchTokens)
 	}
 	if info.NEmbd <= 0 || info.NVocab <= 0 || info.TrainContext < 512 || info.ModelName == "" {
 		t.Errorf("Info = %+v; want positive sizes, a training context ≥ 512 and a name", info)
@@ -234,11 +238,11 @@ func TestPackingInvariance(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"one round, one call", Config{ContextTokens: 2048, BatchTokens: 2048, MaxSeqs: 32}},
-		{"one round, 16-token calls", Config{ContextTokens: 2048, BatchTokens: 16, MaxSeqs: 32}},
-		{"one round, 61-token calls", Config{ContextTokens: 2048, BatchTokens: 61, MaxSeqs: 32}},
-		{"rounds of 4 sequences", Config{ContextTokens: 2048, BatchTokens: 256, MaxSeqs: 4}},
-		{"rounds of 512 tokens", Config{ContextTokens: 512, BatchTokens: 100, MaxSeqs: 64}},
+		{"one call", Config{ContextTokens: 2048, BatchTokens: 2048, MaxSeqs: 32}},
+		{"16-token calls", Config{ContextTokens: 2048, BatchTokens: 16, MaxSeqs: 32}},
+		{"61-token calls", Config{ContextTokens: 2048, BatchTokens: 61, MaxSeqs: 32}},
+		{"4 sequences a round", Config{ContextTokens: 2048, BatchTokens: 256, MaxSeqs: 4}},
+		{"512-token context, 100-token calls", Config{ContextTokens: 512, BatchTokens: 100, MaxSeqs: 64}},
 	}
 	// Bit-identical where ggml multiplies every row count ≥ 2 with one kernel
 	// (tinyBLAS on x86); elsewhere (ARM switches kernels at 8 rows) within 1e-5.

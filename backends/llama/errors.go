@@ -26,3 +26,12 @@ func (e *InputError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrInvalidInput) true.
 func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+// InputIndex returns Index. With InputReason it is the method set the worker
+// handler (package backends) looks for with errors.As to answer 400 naming the
+// sequence, rather than 500, without that package importing this cgo one.
+func (e *InputError) InputIndex() int { return e.Index }
+
+// InputReason returns Reason, the message without the index, which the worker
+// protocol carries in its own "index" field.
+func (e *InputError) InputReason() string { return e.Reason }

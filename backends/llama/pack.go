@@ -28,7 +28,7 @@ type round struct {
 // scans every cell of its round, masked or not (ggml's CPU flash attention and
 // llama.cpp's mask construction are both O(tokens x cells)): on the 0.6B shape,
 // 32 x 256 tokens ran about 15% faster in rounds of 2048 tokens than in one round of
-// 8192, and the tiny model about 30% faster.
+// 8192, and the tiny model about 25% faster.
 //
 // Input order is kept rather than sorting by length: the vectors do not depend on the
 // packing, and keeping order makes a round's work easy to reason about in tests.

@@ -101,7 +101,6 @@ func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 	var out bytes.Buffer
 	f := &serveFlags{}
 	fs := newServeFlagSet(f)
-	fs.String("api-key", "", "test secret")
 	sources, err := configure(fs, []string{"--api-key", "sk-secret", "--addr", "0.0.0.0:9"}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // version is set at link time with -ldflags "-X main.version=...".
@@ -22,11 +24,15 @@ const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embe
 
 Usage:
   embed-stack serve  --model PATH [flags]   run the HTTP API (starts its own workers)
+  embed-stack embed  --model PATH --input FILE --output FILE [flags]
+                                            embed a file offline into JSONL or .npy (resumable)
   embed-stack worker --model PATH --socket PATH [flags]
                                             run one llama.cpp worker (started by serve)
+  embed-stack bench  --model PATH [flags]   benchmark against the engine floor and peers (docs/performance.md)
   embed-stack version                       print the version
 
-Run "embed-stack serve --help" or "embed-stack worker --help" for their flags.
+Run "embed-stack serve --help", "embed-stack embed --help" or "embed-stack worker --help"
+for their flags.
 `
 
 func main() {
@@ -41,8 +47,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return runServe(args[1:], stdout, stderr)
+	case "embed":
+		return runEmbed(args[1:], stderr)
 	case "worker":
 		return runWorker(args[1:], stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "embed-stack", version)
 		return 0
@@ -63,9 +73,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", format)
 }

@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/gguf"
-	"github.com/embed-stack/embed-stack/hub"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/tokenizer"
@@ -52,6 +50,22 @@ type serveFlags struct {
 	logLevel         string
 	configPath       string
 	printConfig      bool
+	// allowPoolingMismatch serves a GGUF whose declared pooling is not last-token.
+	allowPoolingMismatch bool
+	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
+	// it (see warmChoice.resolve).
+	warm warmChoice
+	// metrics serves GET /metrics.
+	metrics bool
+	// Robustness and security (guard.go, docs/reliability.md).
+	apiKeys           stringList
+	apiKeyFile        string
+	metricsAuth       bool
+	maxConcurrent     int
+	requestTimeout    time.Duration
+	maxHeaderBytes    int
+	workerHangTimeout time.Duration
+	debugVars         bool
 }
 
 // stringList is a repeatable flag.
@@ -84,6 +98,19 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
+	fs.BoolVar(&f.allowPoolingMismatch, "allow-pooling-mismatch", false, "serve a GGUF whose declared pooling type is not last-token (3) anyway; its vectors are still last-token pooled, which is right only for a model trained that way")
+	fs.StringVar(&f.warm.Name, "warm-backend", warmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
+	fs.StringVar(&f.warm.MLXServer, "mlx-server", "", "mlx-embed-server executable `path` for --warm-backend mlx (default: mlx-embed-server next to the embed-stack executable, on darwin/arm64 only; given explicitly, any platform)")
+	fs.StringVar(&f.warm.MLXModel, "mlx-model", "", "Hugging Face snapshot `directory` (config.json, *.safetensors) the MLX warm worker loads; the same checkpoint --model is the GGUF of")
+	fs.BoolVar(&f.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (tracing is configured by the standard OTEL_* environment variables; see docs/observability.md)")
+	fs.Var(&f.apiKeys, "api-key", "accept this API `key` (Authorization: Bearer KEY), required on every route but /health, /ready and /metrics once any key is set (repeatable; prefer --api-key-file or the environment: a command line is visible to other local users)")
+	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "`file` of accepted API keys, one per line (# comments), in addition to --api-key")
+	fs.BoolVar(&f.metricsAuth, "metrics-auth", false, "require an API key on /metrics too (by default scrapers need none)")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent-requests", 64, "most /v1/embeddings, /embed and /tokenize requests in flight; more get 429 with Retry-After")
+	fs.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take, waiting for a worker included; past it 504 and its work is cancelled")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block in `bytes` (larger ones get 431)")
+	fs.DurationVar(&f.workerHangTimeout, "worker-hang-timeout", 5*time.Minute, "a warm worker with requests outstanding that answers none for this long is killed and restarted (0 = never)")
+	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack serve --model PATH [flags]\n\n"+
@@ -125,6 +152,16 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if f.threads < 0 || f.batchTokens < 0 {
 		return nil, errors.New("--threads and --batch-tokens must not be negative")
 	}
+	if err := checkGuardFlags(f); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	if f.warm, err = f.warm.resolve(runtime.GOOS+"/"+runtime.GOARCH, exe); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -160,9 +197,18 @@ type modelFacts struct {
 	name         string
 	dim          int
 	trainContext int
+	// pooling is the declared pooling type (-1 when the GGUF declares none);
+	// poolingMismatch says it is not last-token and was allowed anyway.
+	pooling         int
+	poolingMismatch bool
+	// eosID is tokenizer.ggml.eos_token_id (-1 when absent).
+	eosID int
 }
 
-func readModelFacts(path string) (*modelFacts, error) {
+// readModelFacts reads the model's native dimension, training context, pooling type
+// and end-of-sequence id from the GGUF header. A declared pooling other than
+// last-token is refused unless allowPoolingMismatch.
+func readModelFacts(path string, allowPoolingMismatch bool) (*modelFacts, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", path, err)
@@ -176,19 +222,45 @@ func readModelFacts(path string) (*modelFacts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
-	facts := &modelFacts{dim: int(dim)}
+	facts := &modelFacts{dim: int(dim), pooling: -1, eosID: -1}
 	if n, err := f.Uint32(arch + ".context_length"); err == nil {
 		facts.trainContext = int(n)
 	}
-	if pooling, err := f.Uint32(arch + ".pooling_type"); err == nil && pooling != 3 {
-		// Last-token pooling is what Qwen3-Embedding was trained with and what the
-		// engine computes; another pooling type means another kind of model.
-		return nil, fmt.Errorf("model %s declares pooling type %d; embed-stack serves last-token (3) pooling models such as Qwen3-Embedding", path, pooling)
+	if id, err := f.Uint32("tokenizer.ggml.eos_token_id"); err == nil {
+		facts.eosID = int(id)
+	}
+	if pooling, err := f.Uint32(arch + ".pooling_type"); err == nil {
+		facts.pooling = int(pooling)
+		if pooling != 3 {
+			// Last-token pooling is what Qwen3-Embedding was trained with and what the
+			// engine computes; another pooling type means another kind of model.
+			if !allowPoolingMismatch {
+				return nil, fmt.Errorf("model %s declares pooling type %d (%s); embed-stack computes last-token (3) pooling, as Qwen3-Embedding uses. Pass --allow-pooling-mismatch only if the model was trained with last-token pooling all the same", path, pooling, poolingName(pooling))
+			}
+			facts.poolingMismatch = true
+		}
 	}
 	if name, err := f.String("general.name"); err == nil {
 		facts.name = slug(name)
 	}
 	return facts, nil
+}
+
+// poolingName names llama.cpp's LLAMA_POOLING_TYPE_* values for messages.
+func poolingName(p uint32) string {
+	switch p {
+	case 0:
+		return "none"
+	case 1:
+		return "mean"
+	case 2:
+		return "cls"
+	case 3:
+		return "last"
+	case 4:
+		return "rank"
+	}
+	return "unknown"
 }
 
 var slugRe = regexp.MustCompile(`[^a-z0-9.]+`)
@@ -199,29 +271,16 @@ func slug(s string) string {
 }
 
 func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
-	ho := hub.OptionsFromEnv()
-	ho.Logger, ho.Progress = logger, os.Stderr
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		ho.IsTerminal = true
-	}
-	modelPath, err := hub.Resolve(ctx, f.model, ho)
-	if err != nil {
-		return fmt.Errorf("--model: %w", err)
-	}
-	f.model = modelPath
-	facts, err := readModelFacts(f.model)
+	tel, err := startTelemetry("serve", f.metrics, logger)
 	if err != nil {
 		return err
 	}
-	if facts.trainContext > 0 && f.maxInputTokens > facts.trainContext {
-		return fmt.Errorf("--max-input-tokens (%d) exceeds the model's training context (%d); lower it", f.maxInputTokens, facts.trainContext)
-	}
-	name := f.modelName
-	if name == "" {
-		name = facts.name
-	}
-	if name == "" {
-		name = "qwen3-embedding"
+	defer tel.stop()
+	second, releaseSignals := notifySecondSignal()
+	defer releaseSignals()
+	apiKeys, err := loadAPIKeys(f.apiKeys, f.apiKeyFile, logger)
+	if err != nil {
+		return err
 	}
 	defaultType, err := routing.ParseInputType(f.defaultInputType)
 	if err != nil {
@@ -232,51 +291,52 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		return fmt.Errorf("--token-ids: %w", err)
 	}
 	start := time.Now()
-	tok, err := tokenizer.FromGGUF(f.model)
+	eng, err := newEngine(ctx, engineConfig{
+		Model:                f.model,
+		AllowPoolingMismatch: f.allowPoolingMismatch,
+		Threads:              f.threads,
+		BatchTokens:          f.batchTokens,
+		WarmMaxTokens:        f.warmMaxTokens,
+		MaxInputTokens:       f.maxInputTokens,
+		ReadyTimeout:         f.readyTimeout,
+		LogFormat:            f.logFormat,
+		LogLevel:             f.logLevel,
+	}, logger)
 	if err != nil {
-		return fmt.Errorf("load tokenizer from %s: %w", f.model, err)
+		return err
 	}
-	logger.Info("tokenizer loaded", "vocab", tok.VocabSize(), "duration", time.Since(start).Round(time.Millisecond))
-
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own executable to start workers: %w", err)
+	f.model = eng.modelPath
+	facts := eng.facts
+	name := f.modelName
+	if name == "" {
+		name = facts.name
 	}
-	threads := f.threads
-	if threads == 0 {
-		threads = runtime.NumCPU()
+	if name == "" {
+		name = "qwen3-embedding"
 	}
-	workerArgs := []string{"worker", "--model", f.model, "--threads", strconv.Itoa(threads),
-		"--log-format", f.logFormat, "--log-level", f.logLevel}
-	warmArgs := append(append([]string(nil), workerArgs...), "--ctx", strconv.Itoa(f.warmMaxTokens))
-	if f.batchTokens > 0 {
-		warmArgs = append(warmArgs, "--batch", strconv.Itoa(f.batchTokens))
+	warm := eng.warm
+	if warm.Spec, err = f.warm.spec(warm.Spec); err != nil {
+		return err
 	}
-	warm := &backends.Warm{
-		Spec:         backends.WorkerSpec{Path: exe, Args: warmArgs},
-		ReadyTimeout: f.readyTimeout,
-		Logger:       logger.With("worker", "warm"),
+	if f.warm.Name == warmMLX {
+		logger.Info("warm worker: mlx-embed-server", "path", f.warm.MLXServer, "model_dir", f.warm.MLXModel)
 	}
-	long := &backends.Ephemeral{
-		Spec:         backends.WorkerSpec{Path: exe, Args: workerArgs},
-		ReadyTimeout: f.readyTimeout,
-		Logger:       logger.With("worker", "ephemeral"),
-	}
-	router := &routing.Router{
-		Config: routing.Config{
-			Dim:                facts.dim,
-			MaxInputs:          f.maxInputs,
-			MaxTotalTokens:     f.maxTotalTokens,
-			MaxInputTokens:     f.maxInputTokens,
-			WarmMaxTokens:      f.warmMaxTokens,
-			DefaultInputType:   defaultType,
-			DefaultInstruction: f.defaultInstr,
-			TokenIDs:           idMode,
-		},
-		Tokenizer: tok,
-		Cl100k:    &lazyCl100k{},
-		Warm:      warmBackend{warm},
-		Long:      longBackend{long},
+	router := eng.router(routing.Config{
+		MaxInputs:          f.maxInputs,
+		MaxTotalTokens:     f.maxTotalTokens,
+		MaxInputTokens:     f.maxInputTokens,
+		WarmMaxTokens:      f.warmMaxTokens,
+		DefaultInputType:   defaultType,
+		DefaultInstruction: f.defaultInstr,
+		TokenIDs:           idMode,
+	})
+	// A worker that stops answering is killed, and so restarted, by the hang watch.
+	hang := &backends.HangWatch{Warm: warm, Timeout: f.workerHangTimeout, Logger: logger.With("worker", "warm")}
+	if f.workerHangTimeout > 0 {
+		router.Warm = warmBackend{hang}
+		hangCtx, stopHang := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopHang()
+		go hang.Run(hangCtx)
 	}
 	gin.SetMode(gin.ReleaseMode)
 	api := &server.Server{
@@ -286,22 +346,41 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			StrictModel:  f.strictModel,
 			MaxBodyBytes: f.maxBodyBytes,
 			Logger:       logger,
+
+			APIKeys:               apiKeys,
+			MetricsAuth:           f.metricsAuth,
+			MaxConcurrentRequests: f.maxConcurrent,
+			RequestTimeout:        f.requestTimeout,
+			DebugVars:             f.debugVars,
 		},
 		Embedder: router,
 		Ready:    warm.Ready,
+		Vars: func() map[string]any {
+			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
+		},
+	}
+	if err := tel.wire(api, warm, eng.long); err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s (--addr): %w", f.addr, err)
 	}
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	readTimeout, writeTimeout, idleTimeout := serverTimeouts(f.requestTimeout)
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
+		MaxHeaderBytes: f.maxHeaderBytes}
 	logger.Info("listening", "addr", ln.Addr().String(), "model", name, "dim", facts.dim)
 
 	// The API answers at once (GET /ready says 503 and requests get 503 with
 	// Retry-After) while the warm worker loads.
 	warmErr := make(chan error, 1)
-	go func() { warmErr <- warm.Start(ctx) }()
+	// Its own context, so that a shutdown can abandon a start still in progress.
+	warmCtx, abandonStart := context.WithCancel(ctx)
+	defer abandonStart()
+	go func() { warmErr <- warm.Start(warmCtx) }()
+	warmDone := false
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -312,6 +391,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	case err := <-warmErr:
+		warmDone = true
 		if err != nil {
 			runErr = fmt.Errorf("warm worker: %w", err)
 		} else {
@@ -325,15 +405,34 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		}
 	}
 
-	// Cleanup must run even though ctx is done.
-	cleanup := context.WithoutCancel(ctx)
+	// Cleanup must run even though ctx is done; a second signal cuts it short: the
+	// connections are closed (cancelling their requests, and so killing their
+	// ephemeral workers) and the warm worker is killed rather than drained.
+	cleanup, force := context.WithCancel(context.WithoutCancel(ctx))
+	defer force()
+	go func() {
+		select {
+		case <-second:
+			logger.Warn("second signal: stopping now, abandoning the requests in flight")
+			force()
+		case <-cleanup.Done():
+		}
+	}()
 	sctx, cancel := context.WithTimeout(cleanup, f.shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		logger.Warn("http shutdown", "error", err)
+		logger.Warn("requests still in flight when the shutdown grace ended; closing their connections", "grace", f.shutdownGrace, "error", err)
+		_ = srv.Close()
+	}
+	abandonStart()
+	if !warmDone {
+		<-warmErr // Start returns promptly once its context has ended
 	}
 	if err := warm.Close(cleanup); err != nil {
 		logger.Warn("stop warm worker", "error", err)
+	}
+	if cleanup.Err() != nil && runErr == nil {
+		runErr = errors.New("stopped by a second signal before the shutdown finished")
 	}
 	return runErr
 }
@@ -341,7 +440,12 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 // warmBackend adapts the warm supervisor to routing.Backend, translating its
 // unavailability into routing's, so package server maps it to 503 without knowing
 // about processes.
-type warmBackend struct{ w *backends.Warm }
+type warmBackend struct{ w warmEmbedder }
+
+// warmEmbedder is *backends.Warm, or the *backends.HangWatch over it.
+type warmEmbedder interface {
+	Embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
+}
 
 func (b warmBackend) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
 	v, err := b.w.Embed(ctx, seqs)

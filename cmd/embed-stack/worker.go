@@ -52,6 +52,12 @@ func runWorker(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "embed-stack worker: --model and --socket are required")
 		return 2
 	}
+	tel, err := startTelemetry("worker", false, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack worker:", err)
+		return 2
+	}
+	defer tel.stop()
 	cfg := backends.WorkerConfig{SocketPath: *socket, IgnoreStdin: *ignoreStdin, Logger: logger}
 	load := func() (backends.Engine, backends.EngineInfo, error) {
 		e, err := llama.Open(llama.Config{
@@ -68,7 +74,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		}
 		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name}, nil
 	}
-	if err := backends.RunWorker(context.Background(), cfg, load); err != nil {
+	if err := backends.RunWorker(context.Background(), cfg, traceLoad(load)); err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
 		return 1
 	}

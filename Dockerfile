@@ -1,0 +1,45 @@
+# Production image: embed-stack serve on 0.0.0.0:8080 as a non-root user.
+#
+#   docker build -t embed-stack .
+#   docker run --rm -p 8080:8080 -v hf-cache:/data/huggingface embed-stack
+#
+# The model (by default the official Qwen3-Embedding-0.6B Q8_0 GGUF) is downloaded on
+# first start into the Hugging Face cache under /data/huggingface: mount a volume there
+# to keep it. Set EMBED_STACK_MODEL to another Hub reference or to a mounted .gguf.
+
+# --- build: the same steps as `make build` in CI ------------------------------------
+FROM golang:1.26-trixie AS build
+RUN apt-get update \
+	&& apt-get install -y --no-install-recommends g++ make nlohmann-json3-dev libstb-dev \
+	&& rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# ggml's CPU kernels are compiled for MARCH: x86-64-v3 (AVX2) runs on any x86 server of
+# the last decade; use e.g. --build-arg MARCH=armv8.2-a on arm64.
+ARG MARCH=x86-64-v3
+RUN make build MARCH=${MARCH}
+
+# --- run ------------------------------------------------------------------------------
+FROM debian:trixie-slim
+RUN apt-get update \
+	&& apt-get install -y --no-install-recommends ca-certificates curl libstdc++6 \
+	&& rm -rf /var/lib/apt/lists/* \
+	&& groupadd --system --gid 10001 embed \
+	&& useradd --system --uid 10001 --gid embed --home-dir /data --shell /usr/sbin/nologin embed \
+	&& mkdir -p /data/huggingface \
+	&& chown -R embed:embed /data
+COPY --from=build /src/bin/embed-stack /usr/local/bin/embed-stack
+
+ENV HF_HOME=/data/huggingface \
+	EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
+VOLUME ["/data/huggingface"]
+USER embed
+EXPOSE 8080
+# /health answers once the model is resolved (downloaded) and the API listens; the
+# start period covers the first download of the model.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10m --retries=3 \
+	CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8080/health"]
+ENTRYPOINT ["embed-stack"]
+CMD ["serve", "--addr", "0.0.0.0:8080"]

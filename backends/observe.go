@@ -1,0 +1,208 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
+)
+
+// scope is the instrumentation scope of the package's spans and metrics.
+const scope = "github.com/embed-stack/embed-stack/backends"
+
+var tracer = otel.Tracer(scope)
+
+// Worker roles, as the role attribute and label say them.
+const (
+	roleWarm      = "warm"
+	roleEphemeral = "ephemeral"
+)
+
+// Span attributes.
+const (
+	attrPID       = attribute.Key("embed_stack.worker.pid")
+	attrRole      = attribute.Key("embed_stack.worker.role")
+	attrCtx       = attribute.Key("embed_stack.worker.ctx")
+	attrSequences = attribute.Key("embed_stack.batch.sequences")
+	attrTokens    = attribute.Key("embed_stack.batch.tokens")
+)
+
+// The global meter forwards to the provider the command installs and does not
+// validate at creation, so these errors are always nil.
+var (
+	meter          = otel.Meter(scope)
+	spawnsTotal, _ = meter.Int64Counter("embed_stack.worker.spawns",
+		metric.WithDescription("Worker processes started, by role and outcome (ready, or failed before it was ready)."))
+	spawnDuration, _ = meter.Float64Histogram("embed_stack.worker.spawn.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Time from starting a worker process to its first ready answer (model load included), by role."),
+		metric.WithExplicitBucketBoundaries(stage.Buckets...))
+)
+
+// startSpawn begins the stage backends.spawn: starting a worker process and
+// waiting until it has loaded its model. The context it returns goes to startProc,
+// which hands its trace context to the worker in the environment, so the worker's
+// own model-load span joins the trace.
+func startSpawn(ctx context.Context, role string, nCtx int) (context.Context, stage.Stage) {
+	ctx, st := stage.Start(ctx, tracer, "backends.spawn")
+	if st.Recording() {
+		st.SetAttributes(attrRole.String(role))
+		if nCtx > 0 {
+			st.SetAttributes(attrCtx.Int(nCtx))
+		}
+	}
+	return ctx, st
+}
+
+// endSpawn ends the stage backends.spawn; pid is 0 when the process never started.
+func endSpawn(st stage.Stage, role string, pid int, started time.Time, err error) {
+	outcome := "ready"
+	if err != nil {
+		outcome = "failed"
+	}
+	ctx := context.Background()
+	spawnsTotal.Add(ctx, 1, metric.WithAttributes(attribute.String("role", role), attribute.String("outcome", outcome)))
+	if err == nil {
+		spawnDuration.Record(ctx, time.Since(started).Seconds(), metric.WithAttributes(attribute.String("role", role)))
+	}
+	if pid > 0 {
+		st.SetAttributes(attrPID.Int(pid))
+	}
+	st.End(err)
+}
+
+// startEphemeral begins the stage backends.ephemeral: one long sequence on a
+// worker of its own, from spawn to stop.
+func startEphemeral(ctx context.Context, tokens, nCtx int) (context.Context, stage.Stage) {
+	ctx, st := stage.Start(ctx, tracer, "backends.ephemeral")
+	if st.Recording() {
+		st.SetAttributes(attrTokens.Int(tokens), attrCtx.Int(nCtx))
+	}
+	return ctx, st
+}
+
+// traceEnv returns ctx's trace context as environment entries (TRACEPARENT and
+// the like: the OpenTelemetry convention for environment carriers) for a worker
+// process, or nothing when ctx holds no span or no propagator is installed.
+func traceEnv(ctx context.Context) []string {
+	carrier := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+	env := make([]string, 0, len(carrier))
+	for k, v := range carrier {
+		env = append(env, strings.ToUpper(k)+"="+v)
+	}
+	return env
+}
+
+// startCall begins the stage worker.call: one request of the worker protocol, as
+// an OpenTelemetry client span.
+func (c *Client) startCall(ctx context.Context, seqs [][]int32) (context.Context, stage.Stage) {
+	ctx, st := stage.Start(ctx, tracer, "worker.call", trace.WithSpanKind(trace.SpanKindClient))
+	if st.Recording() {
+		tokens := 0
+		for _, s := range seqs {
+			tokens += len(s)
+		}
+		st.SetAttributes(attrSequences.Int(len(seqs)), attrTokens.Int(tokens))
+		if c.pid > 0 {
+			st.SetAttributes(attrPID.Int(c.pid))
+		}
+	}
+	return ctx, st
+}
+
+// injectTrace puts ctx's trace context on a worker request: the W3C traceparent of
+// the span in ctx, or else one set with ContextWithTraceparent.
+func injectTrace(ctx context.Context, h http.Header) {
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+	if h.Get("traceparent") == "" {
+		if tp := TraceparentFromContext(ctx); tp != "" {
+			h.Set("traceparent", tp)
+		}
+	}
+}
+
+// traceEmbed serves POST /embed as the worker-side server span worker.embed, a
+// child of the caller's span when the request carries a traceparent. The engine's
+// spans are its children.
+func (h *workerHandler) traceEmbed(w http.ResponseWriter, r *http.Request) {
+	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, st := stage.Start(ctx, tracer, "worker.embed", trace.WithSpanKind(trace.SpanKindServer))
+	if !st.Recording() {
+		st.End(nil)
+		h.embed(w, r.WithContext(ctx))
+		return
+	}
+	st.SetAttributes(attrPID.Int(h.pid))
+	rec := &statusRecorder{ResponseWriter: w}
+	h.embed(rec, r.WithContext(ctx))
+	st.SetAttributes(attribute.Int("http.response.status_code", rec.status))
+	st.End(rec.err())
+}
+
+// annotateEmbed puts the size of a decoded /embed request on the worker.embed span.
+func annotateEmbed(ctx context.Context, seqs [][]int32) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	tokens := 0
+	for _, s := range seqs {
+		tokens += len(s)
+	}
+	span.SetAttributes(attrSequences.Int(len(seqs)), attrTokens.Int(tokens))
+}
+
+// statusRecorder remembers the status of an answer and, for an error, its body,
+// whose message the span carries.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer // kept only for status >= 400
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if s.status >= 400 && s.body.Len() < maxErrorBody {
+		s.body.Write(b)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// workerError is an error answer of the worker, for the span status.
+type workerError struct {
+	Status  int
+	Message string
+}
+
+func (e *workerError) Error() string { return e.Message }
+
+// err returns the answer's error, or nil for a success.
+func (s *statusRecorder) err() error {
+	if s.status < 400 {
+		return nil
+	}
+	var er errorResponse
+	msg := strings.TrimSpace(s.body.String())
+	if json.Unmarshal(s.body.Bytes(), &er) == nil && er.Error != "" {
+		msg = er.Error
+	}
+	return &workerError{Status: s.status, Message: msg}
+}

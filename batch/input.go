@@ -1,0 +1,220 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// InputFormat says how input lines are read.
+type InputFormat int
+
+const (
+	// Lines is one text per line; its id is the line number, from 1. Empty lines are
+	// skipped (they hold no text to embed) but still counted, so ids stay line numbers.
+	Lines InputFormat = iota
+	// JSONL is one JSON object per line with an id and a text field. Blank lines are
+	// skipped.
+	JSONL
+)
+
+func (f InputFormat) String() string {
+	if f == JSONL {
+		return "jsonl"
+	}
+	return "lines"
+}
+
+// DefaultMaxLineBytes bounds one input line: a longer one is far over any model's
+// context anyway, and the bound keeps a file without newlines from filling memory.
+const DefaultMaxLineBytes = 16 << 20
+
+// ReaderConfig says how to read items. The zero value reads plain lines.
+type ReaderConfig struct {
+	Format InputFormat
+	// IDField and TextField name the JSONL fields; "" means "id" and "text".
+	IDField, TextField string
+	// MaxLineBytes bounds a line; 0 means DefaultMaxLineBytes.
+	MaxLineBytes int
+}
+
+// Item is one text to embed.
+type Item struct {
+	// ID is the item's id as compact JSON: a string or a number.
+	ID json.RawMessage
+	// Text is what is embedded; never empty for an item Next returns.
+	Text string
+	// Line is the item's line number in the input, from 1.
+	Line int64
+	// End is the input offset just past the item's line, for progress.
+	End int64
+}
+
+// LineError is an input line that cannot be read as an item: not JSON, no id, no
+// text, or too long. The job stops at it unless told to skip invalid items.
+type LineError struct {
+	Line int64
+	Msg  string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("input line %d: %s", e.Line, e.Msg) }
+
+// Reader reads items from a stream, one line at a time: it never holds more than
+// one line. Not safe for concurrent use.
+type Reader struct {
+	r        *bufio.Reader
+	cfg      ReaderConfig
+	idKey    string
+	textKey  string
+	line     int64
+	offset   int64
+	blank    int64
+	buf      []byte
+	maxBytes int
+}
+
+// NewReader returns a Reader over r.
+func NewReader(r io.Reader, cfg ReaderConfig) *Reader {
+	rd := &Reader{r: bufio.NewReaderSize(r, 1<<20), cfg: cfg, idKey: cfg.IDField, textKey: cfg.TextField, maxBytes: cfg.MaxLineBytes}
+	if rd.idKey == "" {
+		rd.idKey = "id"
+	}
+	if rd.textKey == "" {
+		rd.textKey = "text"
+	}
+	if rd.maxBytes <= 0 {
+		rd.maxBytes = DefaultMaxLineBytes
+	}
+	return rd
+}
+
+// Blank is the number of empty lines skipped so far.
+func (r *Reader) Blank() int64 { return r.blank }
+
+// Offset is the number of input bytes consumed so far.
+func (r *Reader) Offset() int64 { return r.offset }
+
+// Next returns the next item, io.EOF at the end of the input, a *LineError for a line
+// that is not an item (reading may go on after it), or a read error.
+func (r *Reader) Next() (Item, error) {
+	for {
+		line, tooLong, err := r.readLine()
+		if err != nil {
+			return Item{}, err
+		}
+		r.line++
+		if tooLong > 0 {
+			return Item{}, &LineError{Line: r.line, Msg: fmt.Sprintf("the line is %d bytes; the limit is %d", tooLong, r.maxBytes)}
+		}
+		if len(bytes.TrimSpace(line)) == 0 && (r.cfg.Format == JSONL || len(line) == 0) {
+			r.blank++
+			continue
+		}
+		if r.cfg.Format == Lines {
+			return Item{ID: json.RawMessage(strconv.FormatInt(r.line, 10)), Text: string(line), Line: r.line, End: r.offset}, nil
+		}
+		it, err := r.parseJSON(line)
+		if err != nil {
+			return Item{}, &LineError{Line: r.line, Msg: err.Error()}
+		}
+		it.Line, it.End = r.line, r.offset
+		return it, nil
+	}
+}
+
+// readLine returns the next line without its "\n" or "\r\n". A line over the limit is
+// consumed to its end and reported by its length instead. At the end of the input it
+// returns io.EOF; a last line without a newline is still a line.
+func (r *Reader) readLine() (line []byte, tooLong int64, err error) {
+	r.buf = r.buf[:0]
+	var n int64
+	var last []byte
+	dropped := false
+	for {
+		chunk, err := r.r.ReadSlice('\n')
+		last = chunk
+		n += int64(len(chunk))
+		r.offset += int64(len(chunk))
+		if !dropped && len(r.buf)+len(chunk) <= r.maxBytes+2 { // room for "\r\n"
+			r.buf = append(r.buf, chunk...)
+		} else {
+			dropped = true
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if n == 0 {
+				return nil, 0, io.EOF
+			}
+		default:
+			return nil, 0, fmt.Errorf("read input: %w", err)
+		}
+		break
+	}
+	if dropped {
+		if bytes.HasSuffix(last, []byte("\r\n")) {
+			n--
+		}
+		if bytes.HasSuffix(last, []byte("\n")) {
+			n--
+		}
+		return nil, n, nil
+	}
+	b := bytes.TrimSuffix(r.buf, []byte("\n"))
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	if len(b) > r.maxBytes {
+		return nil, int64(len(b)), nil
+	}
+	return b, 0, nil
+}
+
+func (r *Reader) parseJSON(line []byte) (Item, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(line, &obj); err != nil {
+		return Item{}, fmt.Errorf("not a JSON object: %v", err)
+	}
+	rawID, ok := obj[r.idKey]
+	if !ok {
+		return Item{}, fmt.Errorf("no %q field (set the id field's name with --id-field)", r.idKey)
+	}
+	id, err := compactID(rawID)
+	if err != nil {
+		return Item{}, fmt.Errorf("field %q: %v", r.idKey, err)
+	}
+	rawText, ok := obj[r.textKey]
+	if !ok {
+		return Item{}, fmt.Errorf("no %q field (set the text field's name with --text-field)", r.textKey)
+	}
+	var text string
+	if err := json.Unmarshal(rawText, &text); err != nil {
+		return Item{}, fmt.Errorf("field %q is not a string", r.textKey)
+	}
+	return Item{ID: id, Text: text}, nil
+}
+
+// compactID accepts a JSON string or number and returns it compacted, so an id read
+// back from the output compares equal byte for byte.
+func compactID(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || !(raw[0] == '"' || raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) {
+		return nil, fmt.Errorf("the id %s is not a string or a number", truncateBytes(raw, 40))
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b.Bytes()), nil
+}
+
+func truncateBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,338 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Embedder embeds a batch of texts, returning one vector per text in order, all of
+// the job's dimension. The embed command adapts the router to it.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
+// ItemError is an Embedder's refusal of one text of a batch (too long, empty, …).
+// Index is the text's position in the batch.
+type ItemError struct {
+	Index int
+	Err   error
+}
+
+func (e *ItemError) Error() string { return e.Err.Error() }
+func (e *ItemError) Unwrap() error { return e.Err }
+
+// Defaults of the zero Job fields.
+const (
+	DefaultBatchSize = 64
+	DefaultInFlight  = 2
+	DefaultRetries   = 5
+)
+
+// Job is one embedding run. Set the fields, then call Run once.
+type Job struct {
+	// Input is read to its end, a line at a time.
+	Input io.Reader
+	// InputSize is Input's size in bytes when known (a file), for the progress
+	// percentage and ETA; 0 when unknown (standard input).
+	InputSize int64
+	// Reader says how lines are read.
+	Reader ReaderConfig
+
+	// Output is the output file ("-": standard output, JSONL only); Format its format.
+	Output string
+	Format Format
+	// Overwrite starts the output over instead of resuming it.
+	Overwrite bool
+	// Dim is the dimension of every vector the Embedder returns.
+	Dim int
+
+	Embedder Embedder
+	// BatchSize is the number of texts per Embed call; 0 means DefaultBatchSize.
+	BatchSize int
+	// InFlight is how many batches are embedded at once; 0 means DefaultInFlight. Two
+	// keep the workers busy while the next batch is tokenized.
+	InFlight int
+	// Retryable says whether an Embed error is transient (a worker restarting) and how
+	// long to wait before trying the batch again, at most DefaultRetries times. nil
+	// means no error is retried.
+	Retryable func(error) (time.Duration, bool)
+	// SkipInvalid skips input lines that are not items and texts the Embedder refuses,
+	// logging each, instead of stopping the job at the first.
+	SkipInvalid bool
+
+	// Progress receives a progress bar when Terminal; otherwise progress goes to
+	// Logger as a line every ProgressInterval (0 means 10s).
+	Progress         io.Writer
+	Terminal         bool
+	ProgressInterval time.Duration
+	// Logger receives progress lines, skipped items and the summary. nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats summarises a run.
+type Stats struct {
+	// Embedded is the number of vectors written by this run.
+	Embedded int64
+	// Resumed is the number of items skipped because the output already held them.
+	Resumed int64
+	// Invalid is the number of items skipped as invalid (SkipInvalid).
+	Invalid int64
+	// Blank is the number of empty input lines.
+	Blank int64
+	// Unmatched is the number of ids in the output before this run that the input
+	// did not hold (in order): the output now has more records than the input items.
+	Unmatched int64
+	// Elapsed is the run's duration.
+	Elapsed time.Duration
+}
+
+// batchWork is one batch on its way through the pipeline.
+type batchWork struct {
+	items []Item
+	done  chan batchResult // buffered 1: the embedder never waits for the writer
+}
+
+type batchResult struct {
+	ids     []json.RawMessage
+	vecs    [][]float32
+	invalid int64
+	err     error
+}
+
+// Run embeds every item of Input not yet in Output and writes the vectors in input
+// order. On error or cancellation everything already written stays valid and a rerun
+// resumes after it.
+func (j *Job) Run(parent context.Context) (Stats, error) {
+	start := time.Now()
+	log := j.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if j.Dim <= 0 {
+		return Stats{}, errors.New("batch: Job.Dim must be set")
+	}
+	out, err := openOutput(j.Output, j.Format, j.Dim, j.Overwrite)
+	if err != nil {
+		return Stats{}, err
+	}
+	if out.rows > 0 {
+		log.Info("resuming: the output already holds vectors; their items are skipped", "output", j.Output, "records", out.rows)
+	}
+	batchSize, inFlight := j.BatchSize, j.InFlight
+	if batchSize <= 0 {
+		batchSize = DefaultBatchSize
+	}
+	if inFlight <= 0 {
+		inFlight = DefaultInFlight
+	}
+
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	var (
+		stats Stats // the writer's (this goroutine's)
+		// readStats is the reader goroutine's, read after wg.Wait.
+		readStats Stats
+		wg        sync.WaitGroup
+		work      = make(chan *batchWork)
+		order     = make(chan *batchWork, inFlight)
+		reader    = NewReader(j.Input, j.Reader)
+	)
+	// The reader fills batches, leaving out what the output already holds; the
+	// order channel's capacity bounds the batches in memory.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(work)
+		defer close(order)
+		if err := j.read(ctx, reader, out.done, batchSize, &readStats, log, work, order); err != nil {
+			cancel(err)
+		}
+	}()
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				b.done <- j.embed(ctx, b.items, log)
+			}
+		}()
+	}
+
+	prog := newProgress(j, log)
+	for b := range order {
+		var res batchResult
+		select {
+		case res = <-b.done:
+		case <-ctx.Done():
+			res.err = context.Cause(ctx)
+		}
+		if res.err != nil {
+			cancel(res.err)
+			break
+		}
+		if err := out.sink.write(res.ids, res.vecs); err != nil {
+			cancel(err)
+			break
+		}
+		stats.Embedded += int64(len(res.vecs))
+		stats.Invalid += res.invalid
+		if n := len(b.items); n > 0 {
+			prog.update(stats.Embedded, b.items[n-1].End)
+		}
+	}
+	// The first error, if any, is the cause; a cancelled parent is an interruption.
+	var runErr error
+	if cause := context.Cause(ctx); cause != nil {
+		runErr = cause
+	}
+	cancel(nil)
+	if runErr == nil && parent.Err() != nil {
+		runErr = context.Cause(parent)
+	}
+	// Drain so the reader and embedders can finish, then wait for them.
+	go func() {
+		for range order {
+		}
+	}()
+	wg.Wait()
+	prog.finish(stats.Embedded)
+
+	stats.Resumed, stats.Invalid = readStats.Resumed, stats.Invalid+readStats.Invalid
+	if out.done != nil {
+		if runErr == nil {
+			stats.Unmatched = out.done.remaining()
+		}
+		out.done.close()
+	}
+	stats.Blank = reader.Blank()
+	stats.Elapsed = time.Since(start)
+	return stats, errors.Join(runErr, out.sink.close())
+}
+
+// read is the reader stage: items not in the output, in batches, to both channels.
+func (j *Job) read(ctx context.Context, r *Reader, done *idStream, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork) error {
+	var items []Item
+	send := func() error {
+		if len(items) == 0 {
+			return nil
+		}
+		b := &batchWork{items: items, done: make(chan batchResult, 1)}
+		items = nil
+		select {
+		case order <- b:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		select {
+		case work <- b:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+		it, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var le *LineError
+		if errors.As(err, &le) {
+			if !j.SkipInvalid {
+				return fmt.Errorf("%w (fix the input, or pass --skip-invalid to skip such lines)", le)
+			}
+			log.Warn("skipping an invalid input line", "line", le.Line, "reason", le.Msg)
+			stats.Invalid++
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if done != nil && done.match(it.ID) {
+			stats.Resumed++
+			continue
+		}
+		if done != nil && done.err != nil {
+			return done.err
+		}
+		items = append(items, it)
+		if len(items) == size {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	return send()
+}
+
+// embed embeds one batch, retrying transient failures and, with SkipInvalid, leaving
+// out the texts the Embedder refuses.
+func (j *Job) embed(ctx context.Context, items []Item, log *slog.Logger) batchResult {
+	var res batchResult
+	retries := 0
+	for len(items) > 0 {
+		texts := make([]string, len(items))
+		for i, it := range items {
+			texts[i] = it.Text
+		}
+		vecs, err := j.Embedder.Embed(ctx, texts)
+		if err == nil {
+			if len(vecs) != len(items) {
+				res.err = fmt.Errorf("the embedder returned %d vectors for %d texts", len(vecs), len(items))
+				return res
+			}
+			res.ids = make([]json.RawMessage, len(items))
+			for i, it := range items {
+				res.ids[i] = it.ID
+			}
+			res.vecs = vecs
+			return res
+		}
+		if ctx.Err() != nil {
+			res.err = context.Cause(ctx)
+			return res
+		}
+		var ie *ItemError
+		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(items) {
+			bad := items[ie.Index]
+			if !j.SkipInvalid {
+				res.err = fmt.Errorf("item %s (input line %d): %w (fix the input, or pass --skip-invalid to skip such items)", bad.ID, bad.Line, ie.Err)
+				return res
+			}
+			log.Warn("skipping an item the model refuses", "id", string(bad.ID), "line", bad.Line, "reason", ie.Err.Error())
+			res.invalid++
+			items = append(items[:ie.Index:ie.Index], items[ie.Index+1:]...)
+			continue
+		}
+		if wait, ok := j.retryable(err); ok && retries < DefaultRetries {
+			retries++
+			log.Warn("embedding failed; retrying the batch", "attempt", retries, "wait", wait, "error", err.Error())
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				res.err = context.Cause(ctx)
+				return res
+			}
+			continue
+		}
+		res.err = fmt.Errorf("embed the batch starting at input line %d: %w", items[0].Line, err)
+		return res
+	}
+	return res
+}
+
+func (j *Job) retryable(err error) (time.Duration, bool) {
+	if j.Retryable == nil {
+		return 0, false
+	}
+	return j.Retryable(err)
+}

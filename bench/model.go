@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// Model is what the report needs of a GGUF's shape: its size and the arithmetic one
+// token costs.
+type Model struct {
+	Path      string `json:"path"`
+	FileBytes int64  `json:"file_bytes"`
+	Arch      string `json:"arch"`
+	Layers    int    `json:"layers"`
+	Embd      int    `json:"n_embd"`
+	Heads     int    `json:"heads"`
+	KVHeads   int    `json:"kv_heads"`
+	HeadDim   int    `json:"head_dim"`
+	// Context is the training context (0 when the file does not say).
+	Context int `json:"context,omitempty"`
+	// Params counts every weight; LinearParams only those of the layers' matrices
+	// (attention projections and feed-forward), which every token multiplies
+	// through. The token embedding is a lookup, and the tied output head runs on
+	// nothing in this engine mode (no logits), so neither costs arithmetic per
+	// token.
+	Params       int64 `json:"params"`
+	LinearParams int64 `json:"linear_params"`
+}
+
+// ReadModel reads the shape of the GGUF at path.
+func ReadModel(path string) (Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Model{}, fmt.Errorf("bench: model: %w", err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return Model{}, fmt.Errorf("bench: model: %w", err)
+	}
+	defer f.Close()
+	m := Model{Path: path, FileBytes: st.Size()}
+	if m.Arch, err = f.String("general.architecture"); err != nil {
+		return Model{}, fmt.Errorf("bench: model %s: %w", path, err)
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"block_count", &m.Layers},
+		{"embedding_length", &m.Embd},
+		{"attention.head_count", &m.Heads},
+		{"attention.head_count_kv", &m.KVHeads},
+	} {
+		v, err := f.Uint32(m.Arch + "." + k.key)
+		if err != nil {
+			return Model{}, fmt.Errorf("bench: model %s: %w", path, err)
+		}
+		*k.dst = int(v)
+	}
+	if m.Heads == 0 {
+		return Model{}, fmt.Errorf("bench: model %s: %s.attention.head_count is 0", path, m.Arch)
+	}
+	m.HeadDim = m.Embd / m.Heads
+	if v, err := f.Uint32(m.Arch + ".attention.key_length"); err == nil {
+		m.HeadDim = int(v) // Qwen3: 128, not 1024/16
+	}
+	if v, err := f.Uint32(m.Arch + ".context_length"); err == nil {
+		m.Context = int(v)
+	}
+	for _, t := range f.Tensors() {
+		n := int64(t.Elements())
+		m.Params += n
+		if strings.HasPrefix(t.Name, "blk.") && len(t.Dims) >= 2 {
+			m.LinearParams += n
+		}
+	}
+	return m, nil
+}
+
+// FLOPsPerToken is the arithmetic of one token, averaged over a causal sequence of
+// n tokens: 2 per linear weight (a multiply and an add), plus attention's QKᵀ and
+// AV, which for the token at position p (counting from 1) cost
+// 2 × heads × head_dim × p each, per layer; their mean over the sequence is at
+// (n+1)/2. Norms, RoPE and softmax are left out (well under 1%).
+func (m Model) FLOPsPerToken(n int) float64 {
+	attn := 4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim) * float64(n+1) / 2
+	return 2*float64(m.LinearParams) + attn
+}
+
+// KVBytesPerToken is the KV cache one token takes at elemBytes per element (2 for
+// llama.cpp's default F16 cache): a key and a value of kv_heads × head_dim per layer.
+func (m Model) KVBytesPerToken(elemBytes int) int64 {
+	return 2 * int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * int64(elemBytes)
+}

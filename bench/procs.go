@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrNoProc is returned where /proc is missing (every OS but Linux): memory
+// figures are then absent from the report, nothing else is.
+var ErrNoProc = errors.New("bench: no /proc on this system; process memory is not measured")
+
+// Proc is one process of a tree.
+type Proc struct {
+	PID  int `json:"pid"`
+	PPID int `json:"ppid"`
+	// Cmd is the command line, its first words only.
+	Cmd string `json:"cmd"`
+	// RSS is the resident set size in bytes; HWM its peak so far (VmHWM).
+	RSS int64 `json:"rss_bytes"`
+	HWM int64 `json:"hwm_bytes"`
+}
+
+// TreeSnapshot lists the processes of a tree at one moment, root first.
+type TreeSnapshot struct {
+	Procs []Proc `json:"procs"`
+	// RSS is the sum over Procs. Pages of the model file that several processes map
+	// count once per process, as RSS does.
+	RSS int64 `json:"rss_bytes"`
+}
+
+// Snapshot reads the process tree under root (root included) from /proc.
+func Snapshot(root int) (TreeSnapshot, error) {
+	if runtime.GOOS != "linux" {
+		return TreeSnapshot{}, ErrNoProc
+	}
+	parents, err := readParents()
+	if err != nil {
+		return TreeSnapshot{}, err
+	}
+	children := map[int][]int{}
+	for pid, ppid := range parents {
+		children[ppid] = append(children[ppid], pid)
+	}
+	var snap TreeSnapshot
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		p, err := readProc(pid)
+		if err != nil {
+			if pid == root {
+				return TreeSnapshot{}, err
+			}
+			continue // exited between the scan and now
+		}
+		p.PPID = parents[pid]
+		snap.Procs = append(snap.Procs, p)
+		snap.RSS += p.RSS
+		kids := children[pid]
+		slices.Sort(kids)
+		queue = append(queue, kids...)
+	}
+	return snap, nil
+}
+
+// readParents maps every process's pid to its parent's, from /proc/*/stat.
+func readParents() (map[int]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoProc, err)
+	}
+	parents := make(map[int]int, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses, so cut
+		// after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			parents[pid] = ppid
+		}
+	}
+	return parents, nil
+}
+
+// readProc reads one process's memory figures and command line.
+func readProc(pid int) (Proc, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	f, err := os.Open(filepath.Join(dir, "status"))
+	if err != nil {
+		return Proc{}, fmt.Errorf("bench: process %d: %w", pid, err)
+	}
+	defer f.Close()
+	p := Proc{PID: pid}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "VmRSS:"):
+			p.RSS = kB(line)
+		case strings.HasPrefix(line, "VmHWM:"):
+			p.HWM = kB(line)
+		}
+	}
+	if cmd, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
+		words := strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " "))
+		if len(words) > 0 {
+			words[0] = filepath.Base(words[0])
+		}
+		p.Cmd = clip(strings.Join(words[:min(len(words), 4)], " "), 80)
+	}
+	return p, nil
+}
+
+// kB reads "Key:   1234 kB" as bytes.
+func kB(line string) int64 {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n << 10
+}
+
+// Tree samples a process tree's memory until Stop: the peak of the tree's summed
+// RSS, and each process's own peak. A process that lives between two samples (a
+// short-lived worker) is caught only if a sample falls in its life; the interval
+// bounds what can be missed. Safe for concurrent use.
+type Tree struct {
+	root int
+	stop chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex // guards the fields below
+	peak    TreeSnapshot
+	byPID   map[int]Proc // each process's last sample, HWM kept at its highest
+	samples int
+	err     error
+}
+
+// WatchTree starts sampling the tree under root every interval.
+func WatchTree(root int, interval time.Duration) *Tree {
+	t := &Tree{root: root, stop: make(chan struct{}), done: make(chan struct{}), byPID: map[int]Proc{}}
+	go t.loop(interval)
+	return t
+}
+
+func (t *Tree) loop(interval time.Duration) {
+	defer close(t.done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		t.sample()
+		select {
+		case <-t.stop:
+			t.sample()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (t *Tree) sample() {
+	s, err := Snapshot(t.root)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if t.err == nil && t.samples == 0 {
+			t.err = err
+		}
+		return
+	}
+	t.samples++
+	if s.RSS > t.peak.RSS {
+		t.peak = s
+	}
+	for _, p := range s.Procs {
+		old, ok := t.byPID[p.PID]
+		if ok {
+			p.HWM = max(p.HWM, old.HWM)
+		}
+		t.byPID[p.PID] = p
+	}
+}
+
+// TreeStats is what a Tree saw.
+type TreeStats struct {
+	// Peak is the sample with the highest summed RSS.
+	Peak TreeSnapshot `json:"peak"`
+	// Procs is every process seen, by pid, with its own peak (HWM).
+	Procs []Proc `json:"procs"`
+	// Samples taken.
+	Samples int `json:"samples"`
+}
+
+// Stop ends sampling and returns what was seen, or the error of the first sample
+// when none succeeded.
+func (t *Tree) Stop() (TreeStats, error) {
+	select {
+	case <-t.stop:
+	default:
+		close(t.stop)
+	}
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.samples == 0 {
+		return TreeStats{}, t.err
+	}
+	st := TreeStats{Peak: t.peak, Samples: t.samples}
+	for _, p := range t.byPID {
+		st.Procs = append(st.Procs, p)
+	}
+	slices.SortFunc(st.Procs, func(a, b Proc) int { return a.PID - b.PID })
+	return st, nil
+}

@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Report is one run: where it ran, what was compared, every result, and the goals.
+// It is written as JSON as it stands; Table renders it for people.
+type Report struct {
+	Started    time.Time          `json:"started"`
+	Finished   time.Time          `json:"finished"`
+	Seconds    float64            `json:"seconds"`
+	Command    string             `json:"command,omitempty"`
+	Host       Host               `json:"host"`
+	Model      *Model             `json:"model,omitempty"`
+	Contenders []*ContenderReport `json:"contenders"`
+	Shapes     []ShapeInfo        `json:"shapes"`
+	Results    []Result           `json:"results"`
+	Goals      []Goal             `json:"goals,omitempty"`
+}
+
+// Host is the machine the run used.
+type Host struct {
+	CPUs      int    `json:"cpus"`
+	CPU       string `json:"cpu,omitempty"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	GoVersion string `json:"go_version"`
+	// Load averages (1, 5, 15 minutes) at the start and end, and the highest
+	// 1-minute figure seen at the start of a shape: other work on the machine.
+	LoadStart [3]float64 `json:"load_start"`
+	LoadEnd   [3]float64 `json:"load_end"`
+	LoadMax1  float64    `json:"load_max_1m"`
+}
+
+// ContenderReport is what the run found about one contender.
+type ContenderReport struct {
+	Name        string       `json:"name"`
+	Role        Role         `json:"role"`
+	About       string       `json:"about,omitempty"`
+	PID         int          `json:"pid,omitempty"`
+	ColdStartMS float64      `json:"cold_start_ms,omitempty"`
+	Check       *CheckResult `json:"check,omitempty"`
+	// Excluded says why it was not timed.
+	Excluded string `json:"excluded,omitempty"`
+	// Idle is its process tree before the first shape; After once the last shape
+	// is done and its short-lived workers have exited; Memory the sampler's peak.
+	Idle        *TreeSnapshot `json:"idle,omitempty"`
+	After       *TreeSnapshot `json:"after,omitempty"`
+	Memory      *TreeStats    `json:"memory,omitempty"`
+	MemoryError string        `json:"memory_error,omitempty"`
+}
+
+// ShapeInfo describes a shape in the report.
+type ShapeInfo struct {
+	ID     string    `json:"id"`
+	Kind   ShapeKind `json:"kind"`
+	About  string    `json:"about"`
+	Tokens int       `json:"tokens_per_request,omitempty"`
+	Warmup int       `json:"warmup"`
+	Reps   int       `json:"reps"`
+	Expect int       `json:"expect,omitempty"`
+}
+
+// Result is one contender on one shape. Latencies are in milliseconds over every
+// timed request; TokensPerSec and RequestsPerSec over repetitions (for a request
+// shape a repetition is one request; for a clients shape one timed period).
+type Result struct {
+	Shape     string `json:"shape"`
+	Contender string `json:"contender"`
+	Skipped   string `json:"skipped,omitempty"`
+
+	Requests        int            `json:"requests,omitempty"`
+	Tokens          int            `json:"tokens_per_request,omitempty"`
+	Statuses        map[string]int `json:"statuses,omitempty"`
+	Errors          int            `json:"errors,omitempty"`
+	FirstError      string         `json:"first_error,omitempty"`
+	WarmupErrors    int            `json:"warmup_errors,omitempty"`
+	TokenMismatches int            `json:"token_mismatches,omitempty"`
+	FirstMismatch   string         `json:"first_mismatch,omitempty"`
+
+	LatencyMS      Summary `json:"latency_ms"`
+	TokensPerSec   Summary `json:"tokens_per_sec"`
+	RequestsPerSec Summary `json:"requests_per_sec"`
+	// GFLOPS is the median tokens/s times the model's FLOPs per token, for shapes
+	// whose inputs share one length.
+	GFLOPS float64 `json:"gflops,omitempty"`
+	// LoadAvg1 is the 1-minute load average when the shape started.
+	LoadAvg1 float64 `json:"load_avg_1m"`
+
+	// The in-flight shape: the same queries idle and beside the long input, how
+	// long the long input ran, whether it was cancelled at the end of the window,
+	// and how long the server took to be idle again.
+	IdleMS        *Summary `json:"idle_ms,omitempty"`
+	InFlightMS    *Summary `json:"in_flight_ms,omitempty"`
+	LongMS        float64  `json:"long_ms,omitempty"`
+	LongCancelled bool     `json:"long_cancelled,omitempty"`
+	DrainMS       float64  `json:"drain_ms,omitempty"`
+}
+
+func (r *Result) line() string {
+	if r.Skipped != "" {
+		return "skipped: " + r.Skipped
+	}
+	s := fmt.Sprintf("%d req, %d err, p50 %.1f ms, p95 %.1f ms, %.1f tok/s", r.Requests, r.Errors, r.LatencyMS.Median, r.LatencyMS.P95, r.TokensPerSec.Median)
+	if r.InFlightMS != nil {
+		s += fmt.Sprintf(", idle p50 %.1f ms, in flight p95 %.1f ms (n=%d)", r.IdleMS.Median, r.InFlightMS.P95, r.InFlightMS.N)
+	}
+	if r.FirstError != "" {
+		s += ", first error: " + r.FirstError
+	}
+	return s
+}
+
+// Result returns the result of contender on shape, or nil.
+func (rep *Report) Result(shape, contender string) *Result {
+	for i := range rep.Results {
+		if r := &rep.Results[i]; r.Shape == shape && r.Contender == contender {
+			return r
+		}
+	}
+	return nil
+}
+
+// ByRole returns the first contender of role, or nil.
+func (rep *Report) ByRole(role Role) *ContenderReport {
+	for _, c := range rep.Contenders {
+		if c.Role == role {
+			return c
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes the report, indented.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return fmt.Errorf("bench: write JSON: %w", err)
+	}
+	return nil
+}
+
+// Table writes the report as Markdown: the machine, the contenders, one row per
+// shape and contender with its ratio to the floor and to the first peer, memory,
+// and the goals.
+func (rep *Report) Table(w io.Writer) error {
+	var b strings.Builder
+	h := rep.Host
+	fmt.Fprintf(&b, "Run of %s: %.0f s on %d CPUs (%s), load average %.2f at the start, %.2f at the end, %.2f at most.\n\n",
+		rep.Started.Format(time.RFC3339), rep.Seconds, h.CPUs, orDash(h.CPU), h.LoadStart[0], h.LoadEnd[0], h.LoadMax1)
+	if m := rep.Model; m != nil {
+		fmt.Fprintf(&b, "Model %s: %s, %d layers, n_embd %d, %d heads (%d KV) of %d, %.3g parameters of which %.3g in the layers' matrices; %.3g GFLOP per token at 128 tokens, %.3g at 2048; KV cache %d KiB per token (F16).\n\n",
+			m.Path, m.Arch, m.Layers, m.Embd, m.Heads, m.KVHeads, m.HeadDim, float64(m.Params), float64(m.LinearParams),
+			m.FLOPsPerToken(128)/1e9, m.FLOPsPerToken(2048)/1e9, m.KVBytesPerToken(2)>>10)
+	}
+	floor := rep.ByRole(RoleFloor)
+	peer := rep.ByRole(RolePeer)
+
+	b.WriteString("| contender | role | vector check | cold start | idle RSS (tree) | peak RSS (tree) | processes idle → after |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range rep.Contenders {
+		check := "reference"
+		if c.Check != nil {
+			check = fmt.Sprintf("min cos %.6f (separation %.3f)", c.Check.MinCosine, c.Check.Separation)
+			if !c.Check.Pass {
+				check = "**failed**: " + c.Check.Reason
+			}
+		}
+		cold, idle, peak, procs := "–", "–", "–", "–"
+		if c.ColdStartMS > 0 {
+			cold = fmt.Sprintf("%.2f s", c.ColdStartMS/1000)
+		}
+		if c.Idle != nil {
+			idle = mib(c.Idle.RSS)
+		}
+		if c.Memory != nil {
+			peak = mib(c.Memory.Peak.RSS)
+		}
+		if c.Idle != nil && c.After != nil {
+			procs = fmt.Sprintf("%d → %d", len(c.Idle.Procs), len(c.After.Procs))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, c.Role, check, cold, idle, peak, procs)
+	}
+	b.WriteString("\n")
+
+	ratioHead := ""
+	if floor != nil {
+		ratioHead += " tok/s ÷ floor |"
+	}
+	if peer != nil {
+		ratioHead += fmt.Sprintf(" tok/s ÷ %s |", peer.Name)
+	}
+	fmt.Fprintf(&b, "| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread |%s GFLOP/s | load |\n", ratioHead)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|" + strings.Repeat("---|", strings.Count(ratioHead, "|")) + "---|---|\n")
+	for _, s := range rep.Shapes {
+		for _, c := range rep.Contenders {
+			r := rep.Result(s.ID, c.Name)
+			if r == nil || r.Skipped != "" {
+				continue
+			}
+			lat := r.LatencyMS
+			if r.InFlightMS != nil {
+				lat = *r.InFlightMS
+			}
+			ratios := ""
+			if floor != nil {
+				ratios += " " + ratio(r, rep.Result(s.ID, floor.Name)) + " |"
+			}
+			if peer != nil {
+				ratios += " " + ratio(r, rep.Result(s.ID, peer.Name)) + " |"
+			}
+			gflops := "–"
+			if r.GFLOPS > 0 {
+				gflops = fmt.Sprintf("%.1f", r.GFLOPS)
+			}
+			spread := "–"
+			if r.TokensPerSec.N > 1 {
+				spread = fmt.Sprintf("±%.0f%%", 50*r.TokensPerSec.Spread())
+			}
+			tps := "–"
+			if r.TokensPerSec.N > 0 {
+				tps = fmt.Sprintf("%.1f", r.TokensPerSec.Median)
+			}
+			errs := fmt.Sprint(r.Errors)
+			if r.Errors > 0 || r.TokenMismatches > 0 {
+				errs = fmt.Sprintf("**%d** (%s)", r.Errors+r.TokenMismatches, firstNonEmpty(r.FirstError, r.FirstMismatch))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %s |%s %s | %.1f |\n",
+				s.ID, c.Name, r.Requests, errs, lat.Median, lat.P95, lat.P99, tps, spread, ratios, gflops, r.LoadAvg1)
+		}
+	}
+	for _, s := range rep.Shapes {
+		if s.Kind != KindInFlight {
+			continue
+		}
+		b.WriteString("\nIn flight (latencies of the short queries above are those beside the long input):\n\n| contender | idle p50 ms | in flight p50 ms | p95 ms | n | p95 ÷ idle p50 | long input | drain |\n|---|---|---|---|---|---|---|---|\n")
+		for _, c := range rep.Contenders {
+			r := rep.Result(s.ID, c.Name)
+			if r == nil || r.Skipped != "" || r.IdleMS == nil {
+				continue
+			}
+			long := fmt.Sprintf("done in %.1f s", r.LongMS/1000)
+			if r.LongCancelled {
+				long = fmt.Sprintf("cancelled after %.1f s", r.LongMS/1000)
+			}
+			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %d | %.2f | %s | %.1f s |\n", c.Name, r.IdleMS.Median, r.InFlightMS.Median, r.InFlightMS.P95, r.InFlightMS.N,
+				r.InFlightMS.P95/r.IdleMS.Median, long, r.DrainMS/1000)
+		}
+	}
+	var skipped []string
+	for _, r := range rep.Results {
+		if r.Skipped != "" {
+			skipped = append(skipped, fmt.Sprintf("%s on %s (%s)", r.Shape, r.Contender, r.Skipped))
+		}
+	}
+	if len(skipped) > 0 {
+		b.WriteString("\nSkipped: " + strings.Join(skipped, "; ") + ".\n")
+	}
+	if len(rep.Goals) > 0 {
+		b.WriteString("\n| goal | target | measured | met |\n|---|---|---|---|\n")
+		for _, g := range rep.Goals {
+			met := "no"
+			switch {
+			case g.Met == nil:
+				met = "n/a"
+			case *g.Met:
+				met = "yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.Name, g.Target, g.Measured, met)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ratio is r's median tokens/s over base's, as "1.02×"; "–" without both.
+func ratio(r, base *Result) string {
+	if r == nil || base == nil || base.Skipped != "" || base.TokensPerSec.N == 0 || r.TokensPerSec.N == 0 || base.TokensPerSec.Median == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", r.TokensPerSec.Median/base.TokensPerSec.Median)
+}
+
+func mib(b int64) string {
+	return fmt.Sprintf("%.0f MiB", math.Round(float64(b)/(1<<20)))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

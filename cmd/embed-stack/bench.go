@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/embed-stack/embed-stack/backends/llama"
+	"github.com/embed-stack/embed-stack/bench"
+	"github.com/embed-stack/embed-stack/bench/peers"
+	"github.com/embed-stack/embed-stack/tokenizer"
+)
+
+// benchFlags are `embed-stack bench`'s settings.
+type benchFlags struct {
+	model, corpus          string
+	threads                int
+	floor, serve           bool
+	url                    string
+	pid                    int
+	serveArgs              stringList
+	ollama, ollamaHome     string
+	ollamaNumCtx           int
+	peerSpecs              stringList
+	jsonOut, mdOut         string
+	minCosine              float64
+	warmContext            int
+	quick                  bool
+	plan                   bench.Plan
+	batches, lengths, jobs string
+	skip                   string
+}
+
+func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("embed-stack bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.model, "model", "", "GGUF model `path` (required): the floor loads it, the servers the harness starts serve it, and its tokenizer cuts the texts")
+	fs.StringVar(&f.corpus, "corpus", "", "text `file` inputs are cut from (default: "+bench.CorpusFile+" of the repository above the working directory)")
+	fs.IntVar(&f.threads, "threads", 0, "llama.cpp threads for the floor and every server the harness starts (0 = number of CPUs)")
+	fs.BoolVar(&f.floor, "floor", true, "run the engine floor: the same token ids through llama.cpp in this process, no HTTP, no worker")
+	fs.BoolVar(&f.serve, "serve", true, "start `embed-stack serve` (this executable) on the model and benchmark it (unless --url is given)")
+	fs.StringVar(&f.url, "url", "", "benchmark an embed-stack already running at this OpenAI base `URL` (e.g. http://127.0.0.1:8080/v1) instead of starting one")
+	fs.IntVar(&f.pid, "pid", 0, "with --url: the server's `pid`, to sample its process tree's memory")
+	fs.Var(&f.serveArgs, "serve-arg", "extra `flag` for the embed-stack serve the harness starts (repeatable, e.g. --serve-arg=--batch-tokens=2048)")
+	fs.StringVar(&f.ollama, "ollama", "", "ollama `executable` (bin/ollama from `make bench-peers`): start it on the same GGUF and compare")
+	fs.StringVar(&f.ollamaHome, "ollama-home", ".cache/bench/ollama", "`directory` for Ollama's private store and keys, kept between runs")
+	fs.IntVar(&f.ollamaNumCtx, "ollama-num-ctx", 0, "Ollama's num_ctx (0 = the smallest power of two holding --long-tokens, so that it embeds the long input instead of truncating it)")
+	fs.Var(&f.peerSpecs, "peer", "another OpenAI-compatible server: `name=URL[,model=NAME][,pid=PID]` (repeatable); its vectors are checked before it is timed")
+	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to this `file`")
+	fs.StringVar(&f.mdOut, "markdown", "", "write the table to this `file` too (it always goes to stdout)")
+	fs.Float64Var(&f.minCosine, "min-cosine", bench.DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
+	fs.IntVar(&f.warmContext, "warm-context", 8192, "the warm worker's context in `tokens`, for the memory goal (serve's --warm-max-tokens)")
+	fs.BoolVar(&f.quick, "quick", false, "a run of seconds on a tiny model (what CI runs): 1 repetition, small grid, 1s per concurrency level; explicit flags still apply")
+
+	p := &f.plan
+	fs.IntVar(&p.ShortTokens, "short-tokens", 100, "the seed's short query, in `tokens`")
+	fs.IntVar(&p.MediumTokens, "medium-tokens", 1024, "each of the seed's two documents, in `tokens`")
+	fs.IntVar(&p.LongTokens, "long-tokens", 15000, "the seed's long document and the input in flight, in `tokens`")
+	fs.IntVar(&p.OverLimitTokens, "over-limit-tokens", 32769, "a document over the server's limit, in `tokens` (must get 400)")
+	fs.StringVar(&f.batches, "batches", "1,8,32", "grid batch `sizes`")
+	fs.StringVar(&f.lengths, "lengths", "16,128,512,2048", "grid sequence `lengths` in tokens")
+	fs.IntVar(&p.MaxGridTokens, "max-grid-tokens", 16384, "skip grid cells of more `tokens` per request (0 = none)")
+	fs.IntVar(&p.QueryTokens, "query-tokens", 32, "the concurrency and in-flight shapes' queries, in `tokens`")
+	fs.StringVar(&f.jobs, "clients", "1,4,16", "concurrency `levels`")
+	fs.DurationVar(&p.ClientDuration, "client-duration", 10*time.Second, "time per concurrency level and repetition")
+	fs.IntVar(&p.Warmup, "warmup", 1, "warm-up requests per request shape")
+	fs.IntVar(&p.Reps, "reps", 3, "timed repetitions per request shape")
+	fs.IntVar(&p.HeavyReps, "heavy-reps", 1, "repetitions of shapes of --heavy-tokens or more (which get no warm-up)")
+	fs.IntVar(&p.HeavyTokens, "heavy-tokens", 8192, "request size in `tokens` from which --heavy-reps applies")
+	fs.IntVar(&p.ClientReps, "client-reps", 1, "repetitions of each concurrency level")
+	fs.IntVar(&p.InFlightIdle, "in-flight-idle", 10, "idle queries timed before the long input starts")
+	fs.DurationVar(&p.InFlightWindow, "in-flight-window", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
+	fs.StringVar(&f.skip, "skip", "", "comma-separated shape `IDs` to leave out (e.g. seed/long,in-flight)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack bench --model PATH [flags]\n\n"+
+			"Benchmarks embed-stack against the engine floor and peer servers on the same GGUF and\n"+
+			"texts, and prints a Markdown table (docs/performance.md explains it).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// quickDefaults are --quick's settings, applied to flags not given explicitly.
+var quickDefaults = map[string]string{
+	"batches": "1,8", "lengths": "16,128", "clients": "1,4", "client-duration": "1s",
+	"warmup": "0", "reps": "1", "long-tokens": "9000", "in-flight-idle": "3", "in-flight-window": "2s",
+	"short-tokens": "64", "medium-tokens": "256",
+}
+
+// runBench is `embed-stack bench`.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	var f benchFlags
+	fs := newBenchFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if f.quick {
+		given := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+		for name, v := range quickDefaults {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					panic(err) // quickDefaults names flags of this set
+				}
+			}
+		}
+	}
+	if err := f.finish(); err != nil {
+		fmt.Fprintln(stderr, "embed-stack bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := benchRun(ctx, &f, args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack bench:", err)
+		return 1
+	}
+	if err := rep.Table(stdout); err != nil {
+		fmt.Fprintln(stderr, "embed-stack bench:", err)
+		return 1
+	}
+	if f.mdOut != "" {
+		if err := writeFile(f.mdOut, rep.Table); err != nil {
+			fmt.Fprintln(stderr, "embed-stack bench:", err)
+			return 1
+		}
+	}
+	if f.jsonOut != "" {
+		if err := writeFile(f.jsonOut, rep.WriteJSON); err != nil {
+			fmt.Fprintln(stderr, "embed-stack bench:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// finish checks the flags and fills what depends on others.
+func (f *benchFlags) finish() error {
+	if f.model == "" {
+		return errors.New("--model is required: the GGUF to benchmark (e.g. models/qwen3-0.6b-f16.gguf from `make bench-model`)")
+	}
+	if f.threads == 0 {
+		f.threads = runtime.NumCPU()
+	}
+	var err error
+	if f.plan.Batches, err = intList("--batches", f.batches); err != nil {
+		return err
+	}
+	if f.plan.Lengths, err = intList("--lengths", f.lengths); err != nil {
+		return err
+	}
+	if f.plan.Clients, err = intList("--clients", f.jobs); err != nil {
+		return err
+	}
+	if f.skip != "" {
+		f.plan.Skip = strings.Split(f.skip, ",")
+	}
+	if f.pid != 0 && f.url == "" {
+		return errors.New("--pid goes with --url (the harness knows the pid of a server it starts)")
+	}
+	if f.corpus == "" {
+		root, err := findRepoRoot()
+		if err != nil {
+			return fmt.Errorf("--corpus not given and %w", err)
+		}
+		f.corpus = filepath.Join(root, bench.CorpusFile)
+	}
+	return nil
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s %q: give positive integers separated by commas", name, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// findRepoRoot walks up from the working directory to the one holding the corpus.
+func findRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, bench.CorpusFile)); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no %s above the working directory; give --corpus", bench.CorpusFile)
+		}
+		dir = parent
+	}
+}
+
+// peerSpec is a parsed --peer.
+type peerSpec struct {
+	name, url, model string
+	pid              int
+}
+
+func parsePeer(s string) (peerSpec, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	parts := strings.Split(rest, ",")
+	if !ok || name == "" || parts[0] == "" {
+		return peerSpec{}, fmt.Errorf("--peer %q: use name=URL[,model=NAME][,pid=PID]", s)
+	}
+	p := peerSpec{name: name, url: parts[0], model: "bench"}
+	for _, kv := range parts[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "model":
+			p.model = v
+		case "pid":
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return peerSpec{}, fmt.Errorf("--peer %q: pid %q is not a process id", s, v)
+			}
+			p.pid = n
+		default:
+			return peerSpec{}, fmt.Errorf("--peer %q: unknown option %q (model= or pid=)", s, k)
+		}
+	}
+	return p, nil
+}
+
+// benchRun sets the contenders up, runs the plan and evaluates the goals. Every
+// server it starts is stopped before it returns.
+func benchRun(ctx context.Context, f *benchFlags, args []string, stderr io.Writer) (*bench.Report, error) {
+	var peerSpecs []peerSpec
+	for _, s := range f.peerSpecs {
+		p, err := parsePeer(s)
+		if err != nil {
+			return nil, err
+		}
+		peerSpecs = append(peerSpecs, p)
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", a...) }
+
+	model, err := bench.ReadModel(f.model)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.FromGGUF(f.model)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	text, err := os.ReadFile(f.corpus)
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %w", err)
+	}
+	corpus, err := bench.NewCorpus(tok, string(text), "")
+	if err != nil {
+		return nil, err
+	}
+	shapes, err := f.plan.Shapes(corpus)
+	if err != nil {
+		return nil, err
+	}
+	checks, err := checkInputs(corpus)
+	if err != nil {
+		return nil, err
+	}
+	logf("%d shapes from a corpus of %d tokens; model %s (%.3g parameters)", len(shapes), corpus.Tokens(), filepath.Base(f.model), float64(model.Params))
+
+	client := bench.NewClient()
+	var contenders []*bench.Contender
+	var procs []*peers.Process
+	defer func() {
+		for _, p := range procs {
+			if err := p.Stop(); err != nil {
+				logf("%v", err)
+			}
+		}
+	}()
+
+	if f.floor {
+		// One context holds the longest input of the plan, sized as the long path
+		// sizes an ephemeral worker's.
+		ctxTokens := roundUp(max(f.plan.LongTokens, 8192), 64)
+		if model.Context > 0 {
+			ctxTokens = min(ctxTokens, model.Context)
+		}
+		eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
+		if err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
+		defer eng.Close()
+		info := eng.Info()
+		contenders = append(contenders, &bench.Contender{
+			Name: "floor", Role: bench.RoleFloor, Target: &bench.Floor{Engine: eng},
+			About: fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens),
+		})
+	}
+
+	switch {
+	case f.url != "":
+		contenders = append(contenders, &bench.Contender{
+			Name: "embed-stack", Role: bench.RoleOurs, PID: f.pid, About: "embed-stack at " + f.url,
+			Target: &bench.Server{BaseURL: f.url, Model: "bench", Client: client},
+		})
+	case f.serve:
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find this executable to start serve: %w", err)
+		}
+		logf("starting embed-stack serve")
+		p, err := peers.EmbedStack{Bin: exe, Model: f.model, Threads: f.threads, Args: f.serveArgs}.Start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		contenders = append(contenders, serverContender(p, bench.RoleOurs, client))
+	}
+
+	if f.ollama != "" {
+		numCtx := f.ollamaNumCtx
+		if numCtx == 0 {
+			numCtx = 4096
+			for numCtx < f.plan.LongTokens {
+				numCtx *= 2
+			}
+		}
+		logf("starting ollama (the first run copies the model into %s)", f.ollamaHome)
+		p, err := peers.Ollama{Bin: f.ollama, Model: f.model, Home: f.ollamaHome, Threads: f.threads, NumCtx: numCtx}.Start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		contenders = append(contenders, serverContender(p, bench.RolePeer, client))
+	}
+	for _, ps := range peerSpecs {
+		contenders = append(contenders, &bench.Contender{
+			Name: ps.name, Role: bench.RolePeer, PID: ps.pid, About: ps.url,
+			Target: &bench.Server{BaseURL: ps.url, Model: ps.model, Client: client},
+		})
+	}
+
+	r := &bench.Runner{
+		Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: f.minCosine,
+		Model: &model, Log: stderr,
+	}
+	rep, err := r.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Command = "embed-stack bench " + strings.Join(args, " ")
+	rep.Goals = bench.Goals(rep, bench.GoalSpec{WarmContext: f.warmContext})
+	return rep, nil
+}
+
+func serverContender(p *peers.Process, role bench.Role, client *http.Client) *bench.Contender {
+	return &bench.Contender{
+		Name: p.Name, Role: role, PID: p.PID, About: p.About, ColdStart: p.ColdStart,
+		Target: &bench.Server{BaseURL: p.BaseURL, Model: p.Model, Client: client},
+	}
+}
+
+// checkInputs are the vector check's texts: a query and documents of growing
+// length, long enough that a different attention or pooling shows.
+func checkInputs(c *bench.Corpus) ([]bench.Input, error) {
+	q, err := c.Query(40)
+	if err != nil {
+		return nil, err
+	}
+	in := []bench.Input{q}
+	for _, n := range []int{128, 512, 2048} {
+		d, err := c.Document(n)
+		if err != nil {
+			return nil, err
+		}
+		in = append(in, d)
+	}
+	return in, nil
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

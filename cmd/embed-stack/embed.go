@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/embed-stack/embed-stack/batch"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// embedFlags is the parsed command line of `embed-stack embed`.
+type embedFlags struct {
+	model          string
+	input          string
+	output         string
+	inputFormat    string
+	idField        string
+	textField      string
+	inputType      string
+	instruction    string
+	dimensions     int
+	batchSize      int
+	inFlight       int
+	maxBatchTokens int
+	overwrite      bool
+	skipInvalid    bool
+	threads        int
+	batchTokens    int
+	warmMaxTokens  int
+	maxInputTokens int
+	readyTimeout   time.Duration
+	allowPooling   bool
+	progressEvery  time.Duration
+	logFormat      string
+	logLevel       string
+}
+
+// newEmbedFlagSet defines embed's flags. The model and worker flags are named and
+// defaulted as serve's, so EMBED_STACK_MODEL, EMBED_STACK_THREADS, … configure both.
+func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("embed-stack embed", flag.ContinueOnError)
+	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path` or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve")
+	fs.StringVar(&f.input, "input", "-", "input `file`: one text per line, or JSONL objects with an id and a text field (by extension .jsonl/.ndjson, or --input-format); - is standard input")
+	fs.StringVar(&f.output, "output", "", "output `file` (required): .npy writes a float32 [N, dim] array plus FILE.npy.ids; anything else JSONL {\"id\":…,\"embedding\":[…]}; - is standard output (JSONL). An existing output is resumed")
+	fs.StringVar(&f.inputFormat, "input-format", "auto", "`format` of the input: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
+	fs.StringVar(&f.idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
+	fs.StringVar(&f.textField, "text-field", "text", "JSONL field holding each item's text")
+	fs.StringVar(&f.inputType, "input-type", "document", "embed the texts as `query` (with the instruction) or document")
+	fs.StringVar(&f.instruction, "instruction", routing.DefaultInstruction, "query `task` (with --input-type query)")
+	fs.IntVar(&f.dimensions, "dimensions", 0, "output dimensions, 32 up to the model's (Matryoshka truncation, then L2 normalisation); 0 = the model's")
+	fs.IntVar(&f.batchSize, "batch-size", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and lost at most on a kill")
+	fs.IntVar(&f.inFlight, "in-flight", batch.DefaultInFlight, "batches embedded at once (2 keeps the worker busy while the next batch is tokenized)")
+	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 65536, "most tokens embedded at once; larger batches are split. It bounds the memory of ephemeral workers (inputs over --warm-max-tokens) running together")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "start the output over instead of resuming it")
+	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip (and log) input lines that are not items and texts the model refuses, such as texts over --max-input-tokens, instead of stopping")
+	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
+	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
+	fs.IntVar(&f.warmMaxTokens, "warm-max-tokens", 8192, "longest input (tokens) the warm worker takes; longer inputs each get an ephemeral worker sized to them")
+	fs.IntVar(&f.maxInputTokens, "max-input-tokens", 32768, "most tokens per input after wrapping, EOS included")
+	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
+	fs.BoolVar(&f.allowPooling, "allow-pooling-mismatch", false, "embed with a GGUF whose declared pooling type is not last-token (3) anyway")
+	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, how often a progress line is logged")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack embed --model MODEL --input FILE --output FILE [flags]\n\n"+
+			"Embeds every text of a file (or standard input) offline, with the same wrapping,\n"+
+			"limits and workers as serve but no HTTP, and writes the vectors in input order.\n"+
+			"Run it again after an interruption to resume: ids already in the output are skipped.\n\n"+
+			"Every flag can also be set by an environment variable (--model: EMBED_STACK_MODEL).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string) (*embedFlags, error) {
+	f := &embedFlags{}
+	fs := newEmbedFlagSet(f)
+	fs.SetOutput(stderr)
+	if _, err := configure(fs, args, getenv); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.model == "":
+		return nil, errors.New("--model is required: a GGUF file or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0")
+	case f.output == "":
+		return nil, errors.New("--output is required: a .jsonl or .npy file, or - for standard output")
+	case f.input == f.output && f.input != "-":
+		return nil, errors.New("--input and --output are the same file")
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--batch-size", f.batchSize}, {"--in-flight", f.inFlight}, {"--max-batch-tokens", f.maxBatchTokens}, {"--warm-max-tokens", f.warmMaxTokens}, {"--max-input-tokens", f.maxInputTokens}} {
+		if c.v < 1 {
+			return nil, fmt.Errorf("%s must be at least 1; got %d", c.name, c.v)
+		}
+	}
+	if f.warmMaxTokens > f.maxInputTokens {
+		return nil, fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", f.warmMaxTokens, f.maxInputTokens)
+	}
+	if f.maxBatchTokens < f.maxInputTokens {
+		return nil, fmt.Errorf("--max-batch-tokens (%d) is smaller than --max-input-tokens (%d): the longest input would not fit; raise it", f.maxBatchTokens, f.maxInputTokens)
+	}
+	if f.dimensions < 0 || f.threads < 0 || f.batchTokens < 0 {
+		return nil, errors.New("--dimensions, --threads and --batch-tokens must not be negative")
+	}
+	if _, err := routing.ParseInputType(f.inputType); err != nil {
+		return nil, fmt.Errorf("--input-type: %w", err)
+	}
+	if _, err := inputFormat(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// inputFormat resolves --input-format, "auto" by the input's extension.
+func inputFormat(f *embedFlags) (batch.InputFormat, error) {
+	switch strings.ToLower(f.inputFormat) {
+	case "lines":
+		return batch.Lines, nil
+	case "jsonl":
+		return batch.JSONL, nil
+	case "auto":
+		switch strings.ToLower(filepath.Ext(f.input)) {
+		case ".jsonl", ".ndjson":
+			return batch.JSONL, nil
+		}
+		return batch.Lines, nil
+	}
+	return 0, fmt.Errorf("--input-format %q: use lines, jsonl or auto", f.inputFormat)
+}
+
+func runEmbed(args []string, stderr io.Writer) int {
+	f, err := parseEmbedFlags(args, stderr, os.Getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "embed-stack embed:", err)
+		return 2
+	}
+	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack embed:", err)
+		return 2
+	}
+	slog.SetDefault(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = embed(ctx, f, logger)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		logger.Warn("interrupted; run the same command again to resume", "output", f.output)
+		return 130
+	}
+	logger.Error("embed-stack embed failed", "error", err)
+	return 1
+}
+
+func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
+	format, _ := inputFormat(f)
+	in, size := io.Reader(os.Stdin), int64(0)
+	if f.input != "-" {
+		file, err := os.Open(f.input)
+		if err != nil {
+			return fmt.Errorf("--input: %w", err)
+		}
+		defer file.Close()
+		if fi, err := file.Stat(); err == nil && fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
+		in = file
+	}
+
+	eng, err := newEngine(ctx, engineConfig{
+		Model:                f.model,
+		AllowPoolingMismatch: f.allowPooling,
+		Threads:              f.threads,
+		BatchTokens:          f.batchTokens,
+		WarmMaxTokens:        f.warmMaxTokens,
+		MaxInputTokens:       f.maxInputTokens,
+		ReadyTimeout:         f.readyTimeout,
+		LogFormat:            f.logFormat,
+		LogLevel:             f.logLevel,
+	}, logger)
+	if err != nil {
+		return err
+	}
+	dim := eng.facts.dim
+	if f.dimensions != 0 {
+		if f.dimensions < 32 || f.dimensions > dim {
+			return fmt.Errorf("--dimensions %d: this model gives 32 to %d", f.dimensions, dim)
+		}
+		dim = f.dimensions
+	}
+	typ, _ := routing.ParseInputType(f.inputType)
+	router := eng.router(routing.Config{
+		MaxInputs:          f.batchSize,
+		MaxTotalTokens:     f.maxBatchTokens,
+		MaxInputTokens:     f.maxInputTokens,
+		WarmMaxTokens:      f.warmMaxTokens,
+		DefaultInputType:   typ,
+		DefaultInstruction: f.instruction,
+	})
+
+	start := time.Now()
+	if err := eng.warm.Start(ctx); err != nil {
+		return fmt.Errorf("warm worker: %w", err)
+	}
+	// Cleanup must run even when ctx is done.
+	defer func() {
+		if err := eng.warm.Close(context.WithoutCancel(ctx)); err != nil {
+			logger.Warn("stop warm worker", "error", err)
+		}
+	}()
+	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", f.output)
+
+	job := &batch.Job{
+		Input:            in,
+		InputSize:        size,
+		Reader:           batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
+		Output:           f.output,
+		Format:           batch.FormatFor(f.output),
+		Overwrite:        f.overwrite,
+		Dim:              dim,
+		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
+		BatchSize:        f.batchSize,
+		InFlight:         f.inFlight,
+		Retryable:        retryable,
+		SkipInvalid:      f.skipInvalid,
+		Progress:         os.Stderr,
+		Terminal:         isTerminal(os.Stderr),
+		ProgressInterval: f.progressEvery,
+		Logger:           logger,
+	}
+	st, err := job.Run(ctx)
+	rate := 0.0
+	if s := st.Elapsed.Seconds(); s > 0 {
+		rate = float64(st.Embedded) / s
+	}
+	attrs := []any{"embedded", st.Embedded, "resumed", st.Resumed, "invalid", st.Invalid, "blank_lines", st.Blank,
+		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", f.output}
+	if err != nil {
+		logger.Info("embedding stopped", attrs...)
+		return err
+	}
+	if st.Unmatched > 0 {
+		logger.Warn("the output holds records whose ids the input no longer has in that order; they were kept", "records", st.Unmatched)
+	}
+	logger.Info("embedding done", attrs...)
+	return nil
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// routerEmbedder adapts the router to batch.Embedder: a refused text becomes a
+// batch.ItemError with its position, and a batch over the token budget is split in
+// halves until it fits.
+type routerEmbedder struct {
+	router     *routing.Router
+	dimensions int
+}
+
+func (e *routerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	res, err := e.router.Embed(ctx, &routing.Request{Texts: texts, Dimensions: e.dimensions})
+	if err == nil {
+		return res.Vectors, nil
+	}
+	var ie *routing.InputError
+	if !errors.As(err, &ie) {
+		return nil, err
+	}
+	if ie.Code == routing.CodeTooManyTokens && len(texts) > 1 {
+		h := len(texts) / 2
+		a, err := e.Embed(ctx, texts[:h])
+		if err != nil {
+			return nil, err
+		}
+		b, err := e.Embed(ctx, texts[h:])
+		var be *batch.ItemError
+		if errors.As(err, &be) {
+			return nil, &batch.ItemError{Index: be.Index + h, Err: be.Err}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return append(a, b...), nil
+	}
+	if ie.Index >= 0 && ie.Index < len(texts) {
+		return nil, &batch.ItemError{Index: ie.Index, Err: err}
+	}
+	return nil, err
+}
+
+// retryable says a failure is the warm worker restarting (it died, perhaps of this
+// very batch): worth another try after the hint.
+func retryable(err error) (time.Duration, bool) {
+	var ue *routing.UnavailableError
+	if errors.As(err, &ue) {
+		return max(ue.RetryAfter, 100*time.Millisecond), true
+	}
+	if errors.Is(err, routing.ErrUnavailable) {
+		return time.Second, true
+	}
+	return 0, false
+}

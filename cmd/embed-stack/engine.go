@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/hub"
+	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/tokenizer"
+)
+
+// engineConfig is what `serve` and `embed` share: which model, and how the worker
+// processes that run it are started. Both commands fill it from their own flags.
+type engineConfig struct {
+	// Model is a local GGUF path or a Hugging Face reference (see package hub).
+	Model string
+	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
+	// last-token; see readModelFacts.
+	AllowPoolingMismatch bool
+	// Threads per worker; 0 means the number of CPUs.
+	Threads int
+	// BatchTokens is the warm worker's tokens per decode call; 0 means its default.
+	BatchTokens int
+	// WarmMaxTokens is the warm worker's context: the longest input it takes.
+	WarmMaxTokens int
+	// MaxInputTokens is the longest input at all; it must fit the model's training
+	// context.
+	MaxInputTokens int
+	// ReadyTimeout is a starting worker's stall timer.
+	ReadyTimeout time.Duration
+	// LogFormat and LogLevel are passed on to the workers so their lines match ours.
+	LogFormat, LogLevel string
+}
+
+// engine is the model side of both commands: the resolved GGUF, its facts, the
+// tokenizer read from it, and the (not yet started) warm and ephemeral workers. The
+// caller starts engine.warm, builds a router with engine.router, and closes warm.
+type engine struct {
+	modelPath string
+	facts     *modelFacts
+	tok       *tokenizer.Tokenizer
+	warm      *backends.Warm
+	long      *backends.Ephemeral
+}
+
+// newEngine resolves the model (downloading a Hub reference into the Hugging Face
+// cache, with a progress bar when stderr is a terminal), reads its facts and its
+// tokenizer, and prepares the workers. Nothing is started: serve answers HTTP while
+// the warm worker loads, embed waits for it.
+func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*engine, error) {
+	ho := hub.OptionsFromEnv()
+	ho.Logger, ho.Progress = logger, os.Stderr
+	ho.IsTerminal = isTerminal(os.Stderr)
+	modelPath, err := hub.Resolve(ctx, cfg.Model, ho)
+	if err != nil {
+		return nil, fmt.Errorf("--model: %w", err)
+	}
+	facts, err := readModelFacts(modelPath, cfg.AllowPoolingMismatch)
+	if err != nil {
+		return nil, err
+	}
+	if facts.poolingMismatch {
+		logger.Warn("serving a model whose declared pooling is not last-token (--allow-pooling-mismatch): vectors are last-token pooled all the same",
+			"model", modelPath, "pooling_type", facts.pooling)
+	}
+	if facts.trainContext > 0 && cfg.MaxInputTokens > facts.trainContext {
+		return nil, fmt.Errorf("--max-input-tokens (%d) exceeds the model's training context (%d); lower it", cfg.MaxInputTokens, facts.trainContext)
+	}
+	start := time.Now()
+	tok, err := tokenizer.FromGGUF(modelPath)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer from %s: %w", modelPath, err)
+	}
+	// routing closes every sequence with <|endoftext|> (151643), as Qwen3-Embedding was
+	// trained; a vocabulary that puts another token there is not a Qwen3 vocabulary, and
+	// every vector would end on the wrong token.
+	if id, ok := tok.TokenID("<|endoftext|>"); !ok || id != routing.EOS {
+		return nil, fmt.Errorf("model %s: its vocabulary has no <|endoftext|> token at id %d (the end-of-text id every sequence is closed with); embed-stack serves Qwen3-Embedding models", modelPath, routing.EOS)
+	}
+	if facts.eosID >= 0 && facts.eosID != int(routing.EOS) {
+		logger.Warn("the GGUF's eos_token_id is not <|endoftext|>; sequences are closed with <|endoftext|> all the same, as Qwen3-Embedding was trained",
+			"eos_token_id", facts.eosID, "used", routing.EOS)
+	}
+	logger.Info("tokenizer loaded", "vocab", tok.VocabSize(), "duration", time.Since(start).Round(time.Millisecond))
+
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable to start workers: %w", err)
+	}
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	workerArgs := []string{"worker", "--model", modelPath, "--threads", strconv.Itoa(threads),
+		"--log-format", cfg.LogFormat, "--log-level", cfg.LogLevel}
+	warmArgs := append(append([]string(nil), workerArgs...), "--ctx", strconv.Itoa(cfg.WarmMaxTokens))
+	if cfg.BatchTokens > 0 {
+		warmArgs = append(warmArgs, "--batch", strconv.Itoa(cfg.BatchTokens))
+	}
+	return &engine{
+		modelPath: modelPath,
+		facts:     facts,
+		tok:       tok,
+		warm: &backends.Warm{
+			Spec:         backends.WorkerSpec{Path: exe, Args: warmArgs},
+			ReadyTimeout: cfg.ReadyTimeout,
+			Logger:       logger.With("worker", "warm"),
+		},
+		long: &backends.Ephemeral{
+			Spec:         backends.WorkerSpec{Path: exe, Args: workerArgs},
+			ReadyTimeout: cfg.ReadyTimeout,
+			Logger:       logger.With("worker", "ephemeral"),
+		},
+	}, nil
+}
+
+// router returns a router over the engine's tokenizer and workers with the given
+// limits; Dim is the model's native dimension whatever c says.
+func (e *engine) router(c routing.Config) *routing.Router {
+	c.Dim = e.facts.dim
+	return &routing.Router{
+		Config:    c,
+		Tokenizer: e.tok,
+		Cl100k:    &lazyCl100k{},
+		Warm:      warmBackend{e.warm},
+		Long:      longBackend{e.long},
+	}
+}
+
+// isTerminal reports whether f is an interactive terminal (where a progress bar
+// redrawn with '\r' makes sense), as opposed to a pipe or file read as a log.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

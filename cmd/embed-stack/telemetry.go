@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/server"
+	"github.com/embed-stack/embed-stack/telemetry"
+	"github.com/embed-stack/embed-stack/telemetry/stage"
+)
+
+// Flush budgets for buffered spans at exit. A worker's is short because an
+// ephemeral worker's exit is part of its request's latency (and its supervisor
+// SIGKILLs it after StopTimeout); serve's covers a collector that is slow to answer.
+const (
+	serveFlushTimeout  = 5 * time.Second
+	workerFlushTimeout = 2 * time.Second
+)
+
+// processTelemetry is one process's telemetry and how to stop it.
+type processTelemetry struct {
+	*telemetry.Telemetry
+	flushTimeout time.Duration
+	logger       *slog.Logger
+}
+
+// startTelemetry sets up tracing and metrics from the OTEL_* environment for a
+// process of the given role ("serve" or "worker"); prometheus builds the /metrics
+// registry. The workers inherit serve's environment (see backends.WorkerSpec.Env),
+// so they export through the same configuration.
+func startTelemetry(role string, prometheus bool, logger *slog.Logger) (*processTelemetry, error) {
+	t, err := telemetry.Setup(context.Background(), telemetry.Config{Role: role, Version: version, Prometheus: prometheus})
+	if err != nil {
+		return nil, err
+	}
+	// Export failures (a collector that is down) are logged, not fatal.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Warn("telemetry", "error", err)
+	}))
+	if t.Tracing() {
+		logger.Debug("tracing on", "role", role)
+	}
+	flush := serveFlushTimeout
+	if role == "worker" {
+		flush = workerFlushTimeout
+	}
+	return &processTelemetry{Telemetry: t, flushTimeout: flush, logger: logger}, nil
+}
+
+// stop flushes what is buffered, within the role's budget.
+func (p *processTelemetry) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.flushTimeout)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		p.logger.Warn("telemetry shutdown", "error", err)
+	}
+}
+
+// wire connects serve's telemetry to the API and the workers: GET /metrics, the
+// worker gauges, and, when spans go to the console, the workers' output (where their
+// spans are printed) to serve's stderr.
+func (p *processTelemetry) wire(api *server.Server, warm *backends.Warm, long *backends.Ephemeral) error {
+	if h := p.MetricsHandler(); h != nil {
+		api.Metrics = h
+	}
+	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, WarmPID: warm.PID, Ready: warm.Ready}); err != nil {
+		return err
+	}
+	if p.Console() {
+		if warm.Spec.Output == nil {
+			warm.Spec.Output = os.Stderr
+		}
+		if long.Spec.Output == nil {
+			long.Spec.Output = os.Stderr
+		}
+	}
+	return nil
+}
+
+// traceLoad makes a worker's model load the span worker.load. Its parent is the
+// backends.spawn span of the process that started the worker, passed in the
+// environment (TRACEPARENT), so a spawn's trace shows the load inside it.
+func traceLoad(load func() (backends.Engine, backends.EngineInfo, error)) func() (backends.Engine, backends.EngineInfo, error) {
+	return func() (backends.Engine, backends.EngineInfo, error) {
+		ctx := telemetry.ContextFromEnv(context.Background())
+		_, st := stage.Start(ctx, otel.Tracer("github.com/embed-stack/embed-stack/cmd/embed-stack"), "worker.load",
+			trace.WithAttributes(attribute.Int("embed_stack.worker.pid", os.Getpid())))
+		e, info, err := load()
+		if err == nil && st.Recording() {
+			st.SetAttributes(
+				attribute.String("embed_stack.model", info.Model),
+				attribute.Int("embed_stack.llama.n_embd", info.NEmbd),
+				attribute.Int("embed_stack.llama.ctx", info.MaxTokens),
+				attribute.Int("embed_stack.llama.batch", info.MaxBatchTokens))
+		}
+		st.End(err)
+		return e, info, err
+	}
+}

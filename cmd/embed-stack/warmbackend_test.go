@@ -1,0 +1,197 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/backends"
+)
+
+// mlxFixture lays out what --warm-backend mlx needs on disk: an executable, a
+// snapshot directory with config.json, and an embed-stack "executable" directory.
+type mlxFixture struct {
+	dir, server, snapshot, exe, noConfig, notExec string
+}
+
+func newMLXFixture(t *testing.T) mlxFixture {
+	t.Helper()
+	d := t.TempDir()
+	f := mlxFixture{
+		dir:      d,
+		server:   filepath.Join(d, "tools", "mlx-embed-server"),
+		snapshot: filepath.Join(d, "Qwen3-Embedding-0.6B"),
+		exe:      filepath.Join(d, "bin", "embed-stack"),
+		noConfig: filepath.Join(d, "empty"),
+		notExec:  filepath.Join(d, "tools", "not-executable"),
+	}
+	for _, p := range []string{filepath.Dir(f.server), f.snapshot, filepath.Dir(f.exe), f.noConfig} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{
+		f.server:                                 0o755,
+		f.notExec:                                0o644,
+		f.exe:                                    0o755,
+		filepath.Join(f.snapshot, "config.json"): 0o644,
+	} {
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func TestWarmChoiceResolve(t *testing.T) {
+	f := newMLXFixture(t)
+	// The default server location, next to an embed-stack that has one beside it.
+	exeWithServer := filepath.Join(filepath.Dir(f.server), "embed-stack")
+	if err := os.WriteFile(exeWithServer, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		in       warmChoice
+		platform string
+		exe      string
+		want     warmChoice // when wantErr is ""
+		wantErr  string     // a substring of the error
+	}{
+		{name: "default is llama", in: warmChoice{}, platform: "linux/amd64",
+			want: warmChoice{Name: warmLlama}},
+		{name: "llama explicit", in: warmChoice{Name: "llama"}, platform: "darwin/arm64",
+			want: warmChoice{Name: warmLlama}},
+		{name: "llama with an mlx flag", in: warmChoice{Name: "llama", MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "--mlx-server and --mlx-model apply only with --warm-backend mlx"},
+		{name: "unknown backend", in: warmChoice{Name: "metal"}, platform: "darwin/arm64",
+			wantErr: `--warm-backend "metal": want llama`},
+		{name: "mlx explicit server on linux", in: warmChoice{Name: "mlx", MLXServer: f.server, MLXModel: f.snapshot}, platform: "linux/amd64",
+			want: warmChoice{Name: warmMLX, MLXServer: f.server, MLXModel: f.snapshot}},
+		{name: "mlx default server on darwin/arm64", in: warmChoice{Name: "mlx", MLXModel: f.snapshot}, platform: "darwin/arm64", exe: exeWithServer,
+			want: warmChoice{Name: warmMLX, MLXServer: f.server, MLXModel: f.snapshot}},
+		{name: "mlx default server on linux", in: warmChoice{Name: "mlx", MLXModel: f.snapshot}, platform: "linux/amd64", exe: exeWithServer,
+			wantErr: "needs macOS on Apple Silicon (darwin/arm64), and this is linux/amd64; use --warm-backend llama, or name a worker built for this machine with --mlx-server PATH"},
+		{name: "mlx default server on intel mac", in: warmChoice{Name: "mlx", MLXModel: f.snapshot}, platform: "darwin/amd64", exe: exeWithServer,
+			wantErr: "this is darwin/amd64"},
+		{name: "mlx no server next to embed-stack", in: warmChoice{Name: "mlx", MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "no mlx-embed-server next to " + f.exe},
+		{name: "mlx without model", in: warmChoice{Name: "mlx", MLXServer: f.server}, platform: "darwin/arm64",
+			wantErr: "--warm-backend mlx needs --mlx-model DIR"},
+		{name: "mlx model missing", in: warmChoice{Name: "mlx", MLXServer: f.server, MLXModel: filepath.Join(f.dir, "nope")}, platform: "darwin/arm64",
+			wantErr: "no such file or directory"},
+		{name: "mlx model is a file", in: warmChoice{Name: "mlx", MLXServer: f.server, MLXModel: filepath.Join(f.snapshot, "config.json")}, platform: "darwin/arm64",
+			wantErr: "is not a directory"},
+		{name: "mlx model without config.json", in: warmChoice{Name: "mlx", MLXServer: f.server, MLXModel: f.noConfig}, platform: "darwin/arm64",
+			wantErr: "holds no config.json"},
+		{name: "mlx server missing", in: warmChoice{Name: "mlx", MLXServer: filepath.Join(f.dir, "nope", "srv"), MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "no such file or directory"},
+		{name: "mlx server is a directory", in: warmChoice{Name: "mlx", MLXServer: f.snapshot, MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "is not a file"},
+		{name: "mlx server not executable", in: warmChoice{Name: "mlx", MLXServer: f.notExec, MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "is not executable"},
+		{name: "mlx server bare name not in PATH", in: warmChoice{Name: "mlx", MLXServer: "no-such-mlx-embed-server", MLXModel: f.snapshot}, platform: "darwin/arm64",
+			wantErr: "--mlx-server no-such-mlx-embed-server:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exe := tc.exe
+			if exe == "" {
+				exe = f.exe
+			}
+			got, err := tc.in.resolve(tc.platform, exe)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("resolve = %+v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("resolve = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWarmChoiceRelativePaths: relative paths become absolute against the working
+// directory, so the worker finds them whatever its own directory.
+func TestWarmChoiceRelativePaths(t *testing.T) {
+	f := newMLXFixture(t)
+	t.Chdir(f.dir)
+	got, err := warmChoice{Name: "mlx", MLXServer: "./tools/mlx-embed-server", MLXModel: "Qwen3-Embedding-0.6B"}.resolve("darwin/arm64", f.exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir may sit under a symlink (macOS /var); compare as resolved.
+	same := func(a, b string) bool {
+		ra, err1 := filepath.EvalSymlinks(a)
+		rb, err2 := filepath.EvalSymlinks(b)
+		return err1 == nil && err2 == nil && ra == rb && filepath.IsAbs(a)
+	}
+	if !same(got.MLXServer, f.server) || !same(got.MLXModel, f.snapshot) {
+		t.Errorf("resolve = %+v; want absolute %s and %s", got, f.server, f.snapshot)
+	}
+}
+
+// TestWarmChoiceSpec: the MLX warm worker gets the llama.cpp worker's arguments with
+// the subcommand word dropped and --model pointing at the snapshot; llama is unchanged.
+func TestWarmChoiceSpec(t *testing.T) {
+	llama := backends.WorkerSpec{
+		Path: "/opt/embed-stack/bin/embed-stack",
+		Args: []string{"worker", "--model", "/models/q.gguf", "--threads", "8", "--log-format", "json", "--log-level", "info", "--ctx", "8192", "--batch", "512"},
+		Env:  []string{"A=1"},
+	}
+	orig := slices.Clone(llama.Args)
+	mlx := warmChoice{Name: warmMLX, MLXServer: "/opt/mlx/mlx-embed-server", MLXModel: "/models/Qwen3-Embedding-0.6B"}
+	for _, tc := range []struct {
+		name    string
+		choice  warmChoice
+		in      backends.WorkerSpec
+		want    backends.WorkerSpec
+		wantErr bool
+	}{
+		{name: "llama", choice: warmChoice{Name: warmLlama}, in: llama, want: llama},
+		{name: "mlx", choice: mlx, in: llama, want: backends.WorkerSpec{
+			Path: "/opt/mlx/mlx-embed-server",
+			Args: []string{"--model", "/models/Qwen3-Embedding-0.6B", "--threads", "8", "--log-format", "json", "--log-level", "info", "--ctx", "8192", "--batch", "512"},
+			Env:  []string{"A=1"},
+		}},
+		{name: "mlx, no --model to replace", choice: mlx, in: backends.WorkerSpec{Path: "x", Args: []string{"worker", "--ctx", "8192"}}, wantErr: true},
+		{name: "mlx, --model without a value", choice: mlx, in: backends.WorkerSpec{Path: "x", Args: []string{"worker", "--model"}}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.choice.spec(tc.in)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("spec = %+v; want an error", got)
+				}
+				return
+			}
+			if err != nil || got.Path != tc.want.Path || !slices.Equal(got.Args, tc.want.Args) || !slices.Equal(got.Env, tc.want.Env) {
+				t.Fatalf("spec = %+v, %v\nwant %+v", got, err, tc.want)
+			}
+		})
+	}
+	if !slices.Equal(llama.Args, orig) {
+		t.Errorf("spec modified its input: %q", llama.Args)
+	}
+}
+
+// TestServeFlagsWarmBackend: the three flags reach warmChoice from the command line and
+// from EMBED_STACK_* variables, and are resolved (and refused) at parse time, before
+// any model is downloaded.
+func TestServeFlagsWarmBackend(t *testing.T) {
+	f := newMLXFixture(t)
+	got, err := parseServeFlags([]string{"--model", "m.gguf", "--warm-backend", "mlx", "--mlx-server", f.server, "--mlx-model", f.snapshot}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (warmChoice{Name: warmMLX, MLXServer: f.server, MLXModel: f.snapshot}); got.warm != want {
+		t.Errorf("warm = %+v, want %+v", got.warm, want)
+	}
+	t.Setenv("EMBED_STACK_WARM_BACKEND", "mlx")
+	if _, err := parseServeFlags([]string{"--model", "m.gguf"}, nil, nil); err == nil || !strings.Contains(err.Error(), "--warm-backend mlx needs --mlx-model DIR") {
+		t.Errorf("EMBED_STACK_WARM_BACKEND=mlx without a model: %v; want the --mlx-model error", err)
+	}
+}

@@ -1,0 +1,208 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Shutdown: SIGTERM drains, a second signal does not wait, and SIGKILL of the server
+// leaves no worker behind.
+
+// launchOwn starts a server that the test stops itself; the cleanup only makes sure
+// nothing outlives the test.
+func launchOwn(t *testing.T, flags ...string) (*server, []procInfo) {
+	t.Helper()
+	requireLinux(t)
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	s, err := startServer(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := waitWorkers(t, s, 1, 10*time.Second)
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		for _, w := range workers {
+			_ = syscall.Kill(w.pid, syscall.SIGKILL) // only if it outlived its server
+		}
+	})
+	return s, workers
+}
+
+// socketDir returns the private directory of a worker's socket, from its command line.
+func socketDir(t *testing.T, w procInfo) string {
+	t.Helper()
+	_, after, ok := strings.Cut(w.cmdline, "--socket ")
+	if !ok {
+		t.Fatalf("worker %d has no --socket: %s", w.pid, w.cmdline)
+	}
+	return filepath.Dir(strings.Fields(after)[0])
+}
+
+// waitExit waits for the server process to end and returns its exit error.
+func (s *server) waitExit(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case <-s.done:
+		return s.waitErr
+	case <-time.After(timeout):
+		t.Fatalf("server still running %s after the signal\nstderr:\n%s", timeout, s.stderr)
+		return nil
+	}
+}
+
+// refusesConnections polls until a new TCP connection to the server fails.
+func (s *server) refusesConnections(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	u, err := url.Parse(s.baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("still accepting connections %s after SIGTERM", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGracefulShutdown: on SIGTERM the server stops accepting connections at once,
+// finishes the request in flight (correctly), stops its worker, removes the socket
+// directory and exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	s, workers := launchOwn(t, "--shutdown-grace", "60s")
+	text := variedText(t, 800)
+	type answer struct {
+		r   httpResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{text, text, text}}, nil)
+		done <- answer{r, err}
+	}()
+	waitBusy(t, workers[0].pid, 5, 30*time.Second)
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.refusesConnections(t, 5*time.Second)
+
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("the request in flight at SIGTERM: %v", a.err)
+	}
+	if a.r.status != http.StatusOK {
+		t.Fatalf("the request in flight at SIGTERM: %d %s", a.r.status, truncate(a.r.body))
+	}
+	var got rawEmbeddings
+	a.r.decode(t, &got)
+	want := expectDocument(t, text)
+	for i, d := range got.Data {
+		requireReference(t, fmt.Sprintf("vector %d", i), d.Embedding, want)
+	}
+	if err := s.waitExit(t, stopTimeout); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.stderr)
+	}
+	for _, w := range workers {
+		if err := waitGone(w, orphanTimeout); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(socketDir(t, w)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket directory %s left behind (%v)", socketDir(t, w), err)
+		}
+	}
+	if !strings.Contains(s.stderr.String(), `msg="shutting down" grace=1m0s`) {
+		t.Errorf("no shutdown line in the log:\n%s", s.stderr)
+	}
+}
+
+// TestSecondSignalStopsAtOnce: a second SIGTERM during the grace period ends the
+// server within seconds, with status 1, abandoning the request in flight and killing
+// the worker.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	s, workers := launchOwn(t, "--shutdown-grace", "5m")
+	text := variedText(t, 4000)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{text, text}}, nil)
+		errc <- err
+	}()
+	waitBusy(t, workers[0].pid, 5, 30*time.Second)
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.refusesConnections(t, 5*time.Second)
+	select {
+	case <-s.done:
+		t.Fatalf("exited on the first SIGTERM with a request in flight and 5m of grace: %v", s.waitErr)
+	case <-time.After(300 * time.Millisecond):
+	}
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := s.waitExit(t, 10*time.Second)
+	t.Logf("exited %s after the second signal: %v", time.Since(start).Round(time.Millisecond), err)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("exit %v, want status 1", err)
+	}
+	if err := <-errc; err == nil {
+		t.Errorf("the abandoned request got an answer")
+	}
+	for _, w := range workers {
+		if err := waitGone(w, orphanTimeout); err != nil {
+			t.Error(err)
+		}
+	}
+	if !strings.Contains(s.stderr.String(), "second signal: stopping now") {
+		t.Errorf("no second-signal line in the log:\n%s", s.stderr)
+	}
+}
+
+// TestNoOrphansAfterServerKilled: when the server dies by SIGKILL (no cleanup runs),
+// its warm worker and an ephemeral worker in the middle of a request exit on their
+// own, because their stdin (the server's pipe) reaches EOF.
+func TestNoOrphansAfterServerKilled(t *testing.T) {
+	s, workers := launchOwn(t, "--warm-max-tokens", "1024")
+	long := variedText(t, 1400)
+	go func() {
+		_, _ = s.post(ctx(t), "/v1/embeddings", map[string]any{"input": long}, nil)
+	}()
+	eph := otherWorker(t, s, workers[0].pid, 30*time.Second)
+	all := append(workers, eph)
+	t.Cleanup(func() { _ = syscall.Kill(eph.pid, syscall.SIGKILL) })
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, w := range all {
+		if err := waitGone(w, orphanTimeout); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("all workers gone %s after the server's SIGKILL", time.Since(start).Round(time.Millisecond))
+	// SIGKILL leaves the private socket directories behind (nothing can remove them);
+	// they hold no live socket. Tidy up after the test.
+	for _, w := range all {
+		_ = os.RemoveAll(socketDir(t, w))
+	}
+}

@@ -1,0 +1,152 @@
+package routing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
+)
+
+// scope is the instrumentation scope of routing's spans and metrics.
+const scope = "github.com/embed-stack/embed-stack/routing"
+
+var tracer = otel.Tracer(scope)
+
+// Values of the route label and attribute: which kind of worker embeds an input.
+const (
+	routeWarm      = "warm"
+	routeEphemeral = "ephemeral"
+)
+
+var (
+	routeWarmAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", routeWarm)))
+	routeEphemeralAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", routeEphemeral)))
+)
+
+// The global meter forwards to the provider the command installs and does not
+// validate at creation, so these errors are always nil.
+var (
+	meter          = otel.Meter(scope)
+	tokensTotal, _ = meter.Int64Counter("embed_stack.tokens",
+		metric.WithDescription("Tokens embedded (wrapping and <|endoftext|> included), by route; counted when the request succeeds."))
+	requestInputs, _ = meter.Int64Histogram("embed_stack.request.inputs",
+		metric.WithDescription("Inputs per embedding request."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+	requestTokens, _ = meter.Int64Histogram("embed_stack.request.tokens",
+		metric.WithDescription("Tokens per embedding request, all inputs together."),
+		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 300000))
+	batchSequences, _ = meter.Int64Histogram("embed_stack.batch.sequences",
+		metric.WithDescription("Sequences per call to a worker, by route."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+	batchTokens, _ = meter.Int64Histogram("embed_stack.batch.tokens",
+		metric.WithDescription("Tokens per call to a worker, by route."),
+		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768))
+	inflight, _ = meter.Int64UpDownCounter("embed_stack.backend.inflight",
+		metric.WithDescription("Calls to workers in progress, by route: for the warm worker, which decodes one call at a time, the calls queued behind it plus the one it runs."))
+)
+
+// startWrap begins the stage routing.wrap.
+func startWrap(ctx context.Context, typ InputType) stage.Stage {
+	_, st := stage.Start(ctx, tracer, "routing.wrap")
+	if st.Recording() {
+		st.SetAttributes(attribute.String("embed_stack.input_type", typ.String()))
+	}
+	return st
+}
+
+// endTokenize ends the stage routing.tokenize.
+func endTokenize(st stage.Stage, inputs, tokens int, err error) {
+	if err == nil && st.Recording() {
+		st.SetAttributes(attribute.Int("embed_stack.inputs", inputs), attribute.Int("embed_stack.tokens", tokens))
+	}
+	st.End(err)
+}
+
+// routeCounts is how a request's sequences were split between the routes.
+type routeCounts struct {
+	warmInputs, warmTokens           int
+	ephemeralInputs, ephemeralTokens int
+}
+
+// countRoutes splits seqs as Embed routes them.
+func (r *Router) countRoutes(seqs [][]int32) routeCounts {
+	var c routeCounts
+	for _, s := range seqs {
+		if len(s) <= r.Config.warmMaxTokens() {
+			c.warmInputs++
+			c.warmTokens += len(s)
+		} else {
+			c.ephemeralInputs++
+			c.ephemeralTokens += len(s)
+		}
+	}
+	return c
+}
+
+// endRoute ends the stage routing.route with the decision as attributes.
+func (r *Router) endRoute(st stage.Stage, seqs [][]int32) routeCounts {
+	c := r.countRoutes(seqs)
+	if st.Recording() {
+		st.SetAttributes(
+			attribute.Int("embed_stack.route.warm_inputs", c.warmInputs),
+			attribute.Int("embed_stack.route.warm_tokens", c.warmTokens),
+			attribute.Int("embed_stack.route.ephemeral_inputs", c.ephemeralInputs),
+			attribute.Int("embed_stack.route.ephemeral_tokens", c.ephemeralTokens),
+			attribute.Int("embed_stack.route.warm_max_tokens", r.Config.warmMaxTokens()))
+	}
+	st.End(nil)
+	return c
+}
+
+// recordSuccess counts a request that was answered: its tokens by route, its
+// inputs and its size, on the metrics and on the routing.embed span.
+func recordSuccess(ctx context.Context, st stage.Stage, c routeCounts, dims int) {
+	if c.warmTokens > 0 {
+		tokensTotal.Add(ctx, int64(c.warmTokens), routeWarmAttr)
+	}
+	if c.ephemeralTokens > 0 {
+		tokensTotal.Add(ctx, int64(c.ephemeralTokens), routeEphemeralAttr)
+	}
+	inputs, tokens := c.warmInputs+c.ephemeralInputs, c.warmTokens+c.ephemeralTokens
+	requestInputs.Record(ctx, int64(inputs))
+	requestTokens.Record(ctx, int64(tokens))
+	if st.Recording() {
+		st.SetAttributes(
+			attribute.Int("embed_stack.inputs", inputs),
+			attribute.Int("embed_stack.tokens", tokens),
+			attribute.Int("embed_stack.dimensions", dims))
+	}
+}
+
+// callWarm sends one batch to the warm worker: the stage routing.warm.
+func (r *Router) callWarm(ctx context.Context, batch [][]int32) (_ [][]float32, err error) {
+	tokens := 0
+	for _, s := range batch {
+		tokens += len(s)
+	}
+	ctx, st := stage.Start(ctx, tracer, "routing.warm")
+	defer func() { st.End(err) }()
+	if st.Recording() {
+		st.SetAttributes(
+			attribute.Int("embed_stack.batch.sequences", len(batch)),
+			attribute.Int("embed_stack.batch.tokens", tokens))
+	}
+	batchSequences.Record(ctx, int64(len(batch)), routeWarmAttr)
+	batchTokens.Record(ctx, int64(tokens), routeWarmAttr)
+	inflight.Add(ctx, 1, routeWarmAttr)
+	defer inflight.Add(ctx, -1, routeWarmAttr)
+	return r.Warm.Embed(ctx, batch)
+}
+
+// callLong embeds one long sequence on an ephemeral worker. Its stage spans
+// (spawn, call, stop) come from the backend, which knows the process.
+func (r *Router) callLong(ctx context.Context, seq []int32) ([]float32, error) {
+	batchSequences.Record(ctx, 1, routeEphemeralAttr)
+	batchTokens.Record(ctx, int64(len(seq)), routeEphemeralAttr)
+	inflight.Add(ctx, 1, routeEphemeralAttr)
+	defer inflight.Add(ctx, -1, routeEphemeralAttr)
+	return r.Long.Embed(ctx, seq)
+}

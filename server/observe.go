@@ -1,0 +1,148 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/gin-gonic/gin/otelgin"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/openai"
+	"github.com/embed-stack/embed-stack/telemetry/stage"
+)
+
+// scope is the instrumentation scope of the server's spans and metrics.
+const scope = "github.com/embed-stack/embed-stack/server"
+
+var tracer = otel.Tracer(scope)
+
+// The global meter forwards to the provider the command installs and does not
+// validate at creation, so these errors are always nil.
+var (
+	meter            = otel.Meter(scope)
+	requestsTotal, _ = meter.Int64Counter("embed_stack.http.requests",
+		metric.WithDescription("HTTP requests answered, by route and status."))
+	requestDuration, _ = meter.Float64Histogram("embed_stack.http.request.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Time from the first middleware to the last byte handed to the connection, by route and status."),
+		metric.WithExplicitBucketBoundaries(stage.Buckets...))
+)
+
+// untraced routes get no span: probes and scrapes arrive every few seconds and
+// would bury the requests in a trace store. Their metrics are still counted.
+var untraced = map[string]bool{"/health": true, "/ready": true, "/metrics": true}
+
+// traceRequests is the outermost middleware: otelgin's server span, the parent of
+// every stage span of a request (and, through the worker protocol, of the worker's).
+// It reads the caller's W3C traceparent. Its own HTTP metrics are off: the request
+// metrics below are the ones documented.
+func (s *Server) traceRequests() gin.HandlerFunc {
+	return otelgin.Middleware("",
+		otelgin.WithGinFilter(func(c *gin.Context) bool { return !untraced[c.FullPath()] }),
+		otelgin.WithMeterProvider(metricnoop.NewMeterProvider()))
+}
+
+// observeRequests counts requests by route and status, times them, and puts the
+// facts the handlers left for the log (inputs, tokens, error) on the request span.
+func (s *Server) observeRequests() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		ctx := c.Request.Context()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched" // not the raw path: unknown URLs must not grow the label set
+		}
+		attrs := metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("route", route), attribute.String("status", strconv.Itoa(c.Writer.Status()))))
+		requestsTotal.Add(ctx, 1, attrs)
+		requestDuration.Record(ctx, time.Since(start).Seconds(), attrs)
+
+		span := trace.SpanFromContext(ctx)
+		if !span.IsRecording() {
+			return
+		}
+		if n, ok := c.Get(ctxInputs); ok {
+			if v, ok := n.(int); ok {
+				span.SetAttributes(attribute.Int("embed_stack.inputs", v))
+			}
+		}
+		if n, ok := c.Get(ctxTokens); ok {
+			if v, ok := n.(int); ok {
+				span.SetAttributes(attribute.Int("embed_stack.tokens", v))
+			}
+		}
+	}
+}
+
+// recordError puts the error a request was answered with on its span: the span
+// status follows the HTTP status (otelgin marks 5xx as errors, not 4xx), and the
+// attributes say what kind of error it was. The stage that decided the error
+// carries its message.
+func recordError(c *gin.Context, err error, body openai.ErrorBody) {
+	span := trace.SpanFromContext(c.Request.Context())
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("error.type", stage.ErrorType(err)))
+	if body.Error.Code != nil {
+		span.SetAttributes(attribute.String("embed_stack.error.code", *body.Error.Code))
+	}
+}
+
+// decodeEmbeddingRequest reads and decodes the body of POST /v1/embeddings: the
+// stage server.decode.
+func (s *Server) decodeEmbeddingRequest(c *gin.Context) (req *openai.EmbeddingRequest, err error) {
+	_, st := stage.Start(c.Request.Context(), tracer, "server.decode")
+	defer func() { st.End(err) }()
+	body, err := s.readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	req, err = openai.DecodeEmbeddingRequest(body)
+	if err != nil {
+		return nil, err
+	}
+	if st.Recording() {
+		kind := "text"
+		if len(req.Input.Tokens) > 0 {
+			kind = "token_ids"
+		}
+		format := req.EncodingFormat
+		if format == "" {
+			format = "float"
+		}
+		st.SetAttributes(
+			attribute.Int("http.request.body.size", len(body)),
+			attribute.Int("embed_stack.inputs", req.Input.Len()),
+			attribute.String("embed_stack.input_kind", kind),
+			attribute.String("embed_stack.encoding_format", format),
+			attribute.Int("embed_stack.dimensions", req.Dimensions))
+	}
+	return req, nil
+}
+
+// writeEmbeddings encodes the answer and hands it to the connection: the stage
+// server.encode.
+func writeEmbeddings(c *gin.Context, resp *openai.EmbeddingResponse) {
+	_, st := stage.Start(c.Request.Context(), tracer, "server.encode")
+	body := resp.AppendJSON(make([]byte, 0, responseSizeHint(resp.Vectors, resp.Base64)))
+	c.Data(http.StatusOK, "application/json", body)
+	if st.Recording() {
+		format := "float"
+		if resp.Base64 {
+			format = "base64"
+		}
+		st.SetAttributes(
+			attribute.String("embed_stack.encoding_format", format),
+			attribute.Int("embed_stack.vectors", len(resp.Vectors)),
+			attribute.Int("http.response.body.size", len(body)))
+	}
+	st.End(nil)
+}

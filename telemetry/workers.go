@@ -1,0 +1,197 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Workers is what the worker gauges read at each collection. Every field is
+// optional; a nil function leaves its gauge out.
+type Workers struct {
+	// Restarts counts attempts to replace a dead warm worker
+	// (backends.Warm.Restarts).
+	Restarts func() int
+	// WarmPID is the ready warm worker's process id, 0 while there is none
+	// (backends.Warm.PID). Every other child process counts as an ephemeral worker.
+	WarmPID func() int
+	// Ready reports whether the warm worker takes requests (backends.Warm.Ready).
+	Ready func() bool
+	// Parent is the process whose children are the workers; 0 means this process.
+	Parent int
+}
+
+// Worker roles, the role label of the worker gauges.
+const (
+	RoleWarm      = "warm"
+	RoleEphemeral = "ephemeral"
+)
+
+// workersScope is the instrumentation scope of the worker gauges.
+const workersScope = "github.com/embed-stack/embed-stack/telemetry"
+
+// ObserveWorkers registers the worker gauges, read when metrics are collected:
+//
+//	embed_stack_warm_restarts_total          counter, Workers.Restarts
+//	embed_stack_warm_ready                   1 while the warm worker takes requests
+//	embed_stack_workers{role}                live worker processes (warm, ephemeral)
+//	embed_stack_worker_rss_bytes{role}       their resident memory, summed per role
+//
+// RSS comes from /proc/<pid>/status (VmRSS) of each child of Workers.Parent, so on
+// systems without /proc the last two stay empty. It does nothing when no metric
+// reader is configured.
+func (t *Telemetry) ObserveWorkers(w Workers) error {
+	if t.mp == nil {
+		return nil
+	}
+	m := t.mp.Meter(workersScope)
+	restarts, err := m.Int64ObservableCounter("embed_stack.warm.restarts",
+		metric.WithDescription("Attempts to replace a warm worker that died."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	ready, err := m.Int64ObservableGauge("embed_stack.warm.ready",
+		metric.WithDescription("1 while the warm worker takes requests, else 0."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	count, err := m.Int64ObservableGauge("embed_stack.workers",
+		metric.WithDescription("Live worker processes by role."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	rss, err := m.Int64ObservableGauge("embed_stack.worker.rss", metric.WithUnit("By"),
+		metric.WithDescription("Resident memory of the worker processes by role (VmRSS, summed)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	parent := w.Parent
+	if parent == 0 {
+		parent = os.Getpid()
+	}
+	warmAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleWarm)))
+	ephAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleEphemeral)))
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if w.Restarts != nil {
+			o.ObserveInt64(restarts, int64(w.Restarts()))
+		}
+		if w.Ready != nil {
+			v := int64(0)
+			if w.Ready() {
+				v = 1
+			}
+			o.ObserveInt64(ready, v)
+		}
+		pids, err := childPIDs(parent)
+		if err != nil {
+			return nil // no /proc: nothing to report, and nothing an operator can fix
+		}
+		warmPID := 0
+		if w.WarmPID != nil {
+			warmPID = w.WarmPID()
+		}
+		var n, mem [2]int64 // [warm, ephemeral]
+		for _, pid := range pids {
+			b, ok := rssBytes(pid)
+			if !ok {
+				continue // exited, or a zombie not yet reaped
+			}
+			i := 1
+			if pid == warmPID {
+				i = 0
+			}
+			n[i]++
+			mem[i] += b
+		}
+		o.ObserveInt64(count, n[0], warmAttr)
+		o.ObserveInt64(count, n[1], ephAttr)
+		o.ObserveInt64(rss, mem[0], warmAttr)
+		o.ObserveInt64(rss, mem[1], ephAttr)
+		return nil
+	}, restarts, ready, count, rss)
+	if err != nil {
+		return fmt.Errorf("telemetry: registering the worker gauges: %w", err)
+	}
+	return nil
+}
+
+// childPIDs lists the processes whose parent is ppid, read from /proc/<pid>/stat.
+func childPIDs(ppid int) ([]int, error) {
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil, err
+	}
+	if len(stats) == 0 {
+		return nil, os.ErrNotExist
+	}
+	var out []int
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the process has exited since the glob
+		}
+		pid, parent, ok := parseStat(b)
+		if ok && parent == ppid {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// parseStat reads the pid and the parent pid from a /proc/<pid>/stat line:
+// "pid (comm) state ppid ...". comm may hold spaces and parentheses, so the fields
+// after it are found from the last ')'.
+func parseStat(b []byte) (pid, ppid int, ok bool) {
+	open := bytes.IndexByte(b, '(')
+	closing := bytes.LastIndexByte(b, ')')
+	if open < 1 || closing < open {
+		return 0, 0, false
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil {
+		return 0, 0, false
+	}
+	fields := bytes.Fields(b[closing+1:])
+	if len(fields) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(string(fields[1]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return pid, ppid, true
+}
+
+// rssBytes reads VmRSS from /proc/<pid>/status. A zombie has no VmRSS line.
+func rssBytes(pid int) (int64, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Bytes()
+		rest, found := bytes.CutPrefix(line, []byte("VmRSS:"))
+		if !found {
+			continue
+		}
+		fields := bytes.Fields(rest) // "12345 kB"
+		if len(fields) != 2 || string(fields[1]) != "kB" {
+			return 0, false
+		}
+		kb, err := strconv.ParseInt(string(fields[0]), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return kb << 10, true
+	}
+	return 0, false
+}
