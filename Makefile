@@ -39,7 +39,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model run test test-go test-pure test-node vet clean conformance-worker conformance-mlx
+.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 build:
@@ -67,6 +67,21 @@ $(BENCH_MODEL): $(TOKENIZER)
 models: $(TINY_MODEL)
 bench-model: $(BENCH_MODEL)
 
+# Ollama as a benchmark peer, built from the Go module cache with the cgo flags above
+# (bench/peers/README.md). Its own module, so its dependencies stay out of go.mod.
+OLLAMA_PEER_VERSION = $(shell cd bench/peers/ollama && $(GO) list -m -f '{{.Version}}' github.com/ollama/ollama)
+bench-peers:
+	cd bench/peers/ollama && $(GO) build -ldflags "-X github.com/ollama/ollama/version.Version=$(patsubst v%,%,$(OLLAMA_PEER_VERSION))" -o $(CURDIR)/bin/ollama .
+
+# The full benchmark of docs/performance.md (about 15 minutes on 2 cores): embed-stack
+# against the engine floor and Ollama on the 0.6B-shaped model. BENCH_FLAGS adds
+# flags (see `bin/embed-stack bench --help`); the report lands in .cache/bench/.
+BENCH_FLAGS ?=
+bench: build bench-model bench-peers
+	@mkdir -p .cache/bench
+	bin/embed-stack bench --model $(BENCH_MODEL) --ollama bin/ollama \
+		--json .cache/bench/report.json --markdown .cache/bench/table.md $(BENCH_FLAGS)
+
 # The generated models are prerequisites (built when missing); any other MODEL is a
 # file or a Hub reference that serve resolves itself.
 run: build $(filter $(TINY_MODEL) $(BENCH_MODEL),$(MODEL))
@@ -76,17 +91,43 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-# Everything: the pure-Go packages must also build with CGO_ENABLED=0; every Go
-# test runs with the race detector against the real binary and the tiny model
-# (EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
-# failure); then the node clients (openai, @langchain/openai) against the binary.
-test: build models vet test-pure test-go test-node
+# Everything: the pure-Go packages must also build with CGO_ENABLED=0; their unit
+# tests run with the race detector. The end-to-end packages (which drive the real
+# binary and the tiny model) and the cgo engine run without it: -race would rebuild
+# all of llama.cpp a second time and slow the float64 reference tenfold, for no
+# Go-level concurrency the unit tests do not already cover.
+# EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
+# failure. Then the node clients (openai, @langchain/openai) against the binary.
+test: build models vet test-pure fuzz test-go test-node
+
+E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance)
+UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
 
 test-pure:
 	CGO_ENABLED=0 $(GO) build $(PURE_PKGS)
 
 test-go: build models
-	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
+	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
+	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
+
+# The fuzzers of the request decoder and of wrapping + tokenization, each for
+# FUZZTIME (their committed seed corpora also run as plain tests in test-go). A
+# failing input is written to the package's testdata/fuzz; commit it with the fix.
+FUZZTIME ?= 20s
+FUZZERS  = openai:FuzzDecodeEmbeddingRequest routing:FuzzPrepareText routing:FuzzPrepareTokenIDs
+
+fuzz: models
+	@set -e; for f in $(FUZZERS); do \
+		pkg=$${f%%:*}; name=$${f##*:}; \
+		echo "fuzz ./$$pkg $$name for $(FUZZTIME)"; \
+		EMBED_STACK_REQUIRE_E2E=1 CGO_ENABLED=0 $(GO) test ./$$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
+	done
+
+# Known vulnerabilities reachable from the code. Needs the vulnerability database:
+# online by default, or VULNDB=file:///dir built offline (docs/reliability.md).
+VULNDB ?=
+vulncheck:
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@v1.9.0 $(if $(VULNDB),-db $(VULNDB)) ./...
 
 test-node: build models
 	cd conformance/node && npm ci --no-audit --no-fund --loglevel=error && node --test

@@ -140,7 +140,10 @@ func (h *workerHandler) traceEmbed(w http.ResponseWriter, r *http.Request) {
 	ctx, st := stage.Start(ctx, tracer, "worker.embed", trace.WithSpanKind(trace.SpanKindServer))
 	if !st.Recording() {
 		st.End(nil)
-		h.embed(w, r.WithContext(ctx))
+		if trace.SpanContextFromContext(ctx).IsValid() {
+			r = r.WithContext(ctx) // the caller's trace context, for the engine
+		}
+		h.embed(w, r)
 		return
 	}
 	st.SetAttributes(attrPID.Int(h.pid))

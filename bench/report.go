@@ -22,6 +22,18 @@ type Report struct {
 	Shapes     []ShapeInfo        `json:"shapes"`
 	Results    []Result           `json:"results"`
 	Goals      []Goal             `json:"goals,omitempty"`
+	// CheckControl shows the vector check catching a wrong computation on this
+	// model (nil without a floor).
+	CheckControl *Control `json:"check_control,omitempty"`
+}
+
+// Control is the vector check's negative control: the reference computing something
+// slightly wrong on purpose, and whether the check would have refused it.
+type Control struct {
+	What      string  `json:"what"`
+	MaxCosine float64 `json:"max_cosine"`
+	Caught    bool    `json:"caught"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // Host is the machine the run used.
@@ -156,9 +168,9 @@ func (rep *Report) Table(w io.Writer) error {
 	fmt.Fprintf(&b, "Run of %s: %.0f s on %d CPUs (%s), load average %.2f at the start, %.2f at the end, %.2f at most.\n\n",
 		rep.Started.Format(time.RFC3339), rep.Seconds, h.CPUs, orDash(h.CPU), h.LoadStart[0], h.LoadEnd[0], h.LoadMax1)
 	if m := rep.Model; m != nil {
-		fmt.Fprintf(&b, "Model %s: %s, %d layers, n_embd %d, %d heads (%d KV) of %d, %.3g parameters of which %.3g in the layers' matrices; %.3g GFLOP per token at 128 tokens, %.3g at 2048; KV cache %d KiB per token (F16).\n\n",
+		fmt.Fprintf(&b, "Model %s: %s, %d layers, n_embd %d, %d heads (%d KV) of %d, %.3g parameters of which %.3g in the layers' matrices; %.3g GFLOP per token at 128 tokens, %.3g at 2048; KV cache %.1f KiB per token (F16).\n\n",
 			m.Path, m.Arch, m.Layers, m.Embd, m.Heads, m.KVHeads, m.HeadDim, float64(m.Params), float64(m.LinearParams),
-			m.FLOPsPerToken(128)/1e9, m.FLOPsPerToken(2048)/1e9, m.KVBytesPerToken(2)>>10)
+			m.FLOPsPerToken(128)/1e9, m.FLOPsPerToken(2048)/1e9, float64(m.KVBytesPerToken(2))/1024)
 	}
 	floor := rep.ByRole(RoleFloor)
 	peer := rep.ByRole(RolePeer)
@@ -186,6 +198,16 @@ func (rep *Report) Table(w io.Writer) error {
 			procs = fmt.Sprintf("%d → %d", len(c.Idle.Procs), len(c.After.Procs))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, c.Role, check, cold, idle, peak, procs)
+	}
+	if c := rep.CheckControl; c != nil {
+		switch {
+		case c.Error != "":
+			fmt.Fprintf(&b, "\nNegative control of the vector check (%s) failed: %s\n", c.What, c.Error)
+		case c.Caught:
+			fmt.Fprintf(&b, "\nNegative control: %s agree with the right vectors to cosine %.4f at best, so the check would refuse a server that forgets that token.\n", c.What, c.MaxCosine)
+		default:
+			fmt.Fprintf(&b, "\nNegative control: %s agree with the right vectors to cosine %.6f: **on this model the check cannot catch a server that forgets that token**.\n", c.What, c.MaxCosine)
+		}
 	}
 	b.WriteString("\n")
 

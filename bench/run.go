@@ -107,6 +107,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		if o.Err != nil {
 			return nil, fmt.Errorf("bench: the reference %s failed the check inputs: %w", ref.Name, o.Err)
 		}
+		rep.CheckControl = r.control(ctx, ref, o.Vectors)
 		for i, c := range r.Contenders[1:] {
 			cctx, cancel := context.WithTimeout(ctx, r.RequestTimeout)
 			res := Check(cctx, c.Target, r.Checks, o.Vectors, ref.Name, r.MinCosine)
@@ -223,6 +224,37 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	rep.Seconds = rep.Finished.Sub(rep.Started).Seconds()
 	return rep, nil
 }
+
+// control embeds the check inputs through the reference without their end-of-text
+// token, what a server that forgets to append it computes, to show that the vector
+// check catches such a server on this model. It needs a reference fed token ids
+// (the floor); for any other it returns nil.
+func (r *Runner) control(ctx context.Context, ref *Contender, want [][]float32) *Control {
+	if ref.Role != RoleFloor {
+		return nil
+	}
+	cut := make([]Input, 0, len(r.Checks))
+	for _, in := range r.Checks {
+		if len(in.Tokens) < 2 {
+			return nil
+		}
+		cut = append(cut, Input{Tokens: in.Tokens[:len(in.Tokens)-1]})
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.RequestTimeout)
+	defer cancel()
+	o := ref.Target.Embed(ctx, cut, true)
+	if o.Err != nil {
+		return &Control{What: controlWhat, Error: o.Err.Error()}
+	}
+	c := &Control{What: controlWhat, MaxCosine: -1}
+	for i, v := range o.Vectors {
+		c.MaxCosine = max(c.MaxCosine, Cosine(v, want[i]))
+	}
+	c.Caught = c.MaxCosine < r.MinCosine
+	return c
+}
+
+const controlWhat = "the check inputs without their end-of-text token, through the floor"
 
 // record accumulates one contender's outcomes on one shape.
 type record struct {
@@ -476,11 +508,13 @@ func (r *Runner) inFlight(ctx context.Context, s *Shape, t Target) *Result {
 		res.Errors++
 	}
 	// Drain: a server that goes on computing a cancelled input would slow whatever
-	// runs next. Wait until a query is again within twice the idle median.
+	// runs next. Wait until a query is again within twice the idle median (or 50ms
+	// of it, for medians of a few milliseconds that a busy machine easily doubles).
 	drainStart := time.Now()
+	settled := max(2*idleSum.Median, idleSum.Median+50)
 	for time.Since(drainStart) < 5*time.Minute && ctx.Err() == nil {
 		o, _ := query(ctx)
-		if o.Err == nil && (idleSum.N == 0 || ms(o.Elapsed) <= 2*idleSum.Median) {
+		if o.Err == nil && (idleSum.N == 0 || ms(o.Elapsed) <= settled) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -131,8 +131,8 @@ type Plan struct {
 	// InFlightWindow (15s) beside the long input.
 	InFlightIdle   int
 	InFlightWindow time.Duration
-	// Skip lists shape IDs to leave out.
-	Skip []string
+	// Skip lists shape IDs to leave out; Only, when not empty, the only ones to run.
+	Skip, Only []string
 }
 
 func orInt(v, d int) int {
@@ -176,14 +176,19 @@ func (p Plan) withDefaults() Plan {
 // the grid, the concurrency levels, the in-flight shape.
 func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 	p = p.withDefaults()
-	skip := map[string]bool{}
+	skipped := map[string]bool{}
 	for _, id := range p.Skip {
-		skip[id] = true
+		skipped[id] = true
 	}
+	only := map[string]bool{}
+	for _, id := range p.Only {
+		only[id] = true
+	}
+	skip := func(id string) bool { return skipped[id] || len(only) > 0 && !only[id] }
 	var shapes []Shape
 	// request builds a request shape whose every request holds inputs made by mk.
 	request := func(id, about string, mk func() ([]Input, error), tokens int, edit func(*Shape)) error {
-		if skip[id] {
+		if skip(id) {
 			return nil
 		}
 		s := Shape{ID: id, Kind: KindRequest, About: about, Warmup: p.Warmup, Reps: p.Reps}
@@ -239,7 +244,7 @@ func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 			if p.MaxGridTokens > 0 && b*n > p.MaxGridTokens {
 				continue
 			}
-			if err := request(GridShape(b, n), fmt.Sprintf("%d documents of %d tokens", b, n),
+			if err := request(GridShape(b, n), fmt.Sprintf("%s of %d tokens", plural(b, "document"), n),
 				func() ([]Input, error) { return c.Documents(b, n) }, b*n, nil); err != nil {
 				return nil, err
 			}
@@ -251,15 +256,15 @@ func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 	}
 	for _, n := range p.Clients {
 		id := ClientsShape(n)
-		if skip[id] {
+		if skip(id) {
 			continue
 		}
 		shapes = append(shapes, Shape{
 			ID: id, Kind: KindClients, Clients: n, Duration: p.ClientDuration, Reps: p.ClientReps, Pool: pool,
-			About: fmt.Sprintf("%d clients sending single %d-token queries back to back for %s", n, p.QueryTokens, p.ClientDuration),
+			About: fmt.Sprintf("%s sending single %d-token queries back to back for %s", plural(n, "client"), p.QueryTokens, p.ClientDuration),
 		})
 	}
-	if !skip[ShapeInFlight] {
+	if !skip(ShapeInFlight) {
 		long, err := c.Document(p.LongTokens)
 		if err != nil {
 			return nil, fmt.Errorf("shape %s: %w", ShapeInFlight, err)
@@ -272,4 +277,11 @@ func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 		})
 	}
 	return shapes, nil
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -149,7 +149,19 @@ func stopProcess(t *testing.T, pid int) {
 // vars reads GET /debug/vars (servers started with --debug-vars).
 func (s *server) vars(t *testing.T, headers map[string]string) map[string]float64 {
 	t.Helper()
-	r := s.do(t, http.MethodGet, "/debug/vars", nil, headers)
+	return s.varsAt(t, "/debug/vars", headers)
+}
+
+// liveVars reads GET /debug/vars?gc=1: after a collection, heap_alloc_bytes is the
+// live heap.
+func (s *server) liveVars(t *testing.T) map[string]float64 {
+	t.Helper()
+	return s.varsAt(t, "/debug/vars?gc=1", nil)
+}
+
+func (s *server) varsAt(t *testing.T, path string, headers map[string]string) map[string]float64 {
+	t.Helper()
+	r := s.do(t, http.MethodGet, path, nil, headers)
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /debug/vars: %d %s", r.status, truncate(r.body))
 	}

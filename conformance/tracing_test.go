@@ -215,6 +215,12 @@ func spanNames(spans []recvSpan) []string {
 // it when the test ends, checking its shutdown as the suite does.
 func startServerEnv(t *testing.T, env []string, flags ...string) *server {
 	t.Helper()
+	return startBinaryEnv(t, binPath, env, flags...)
+}
+
+// startBinaryEnv is startServerEnv for another embed-stack executable.
+func startBinaryEnv(t *testing.T, bin string, env []string, flags ...string) *server {
+	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
@@ -227,7 +233,7 @@ func startServerEnv(t *testing.T, env []string, flags ...string) *server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := launchEnv(flags, port, append(base, env...))
+		s, err := launchEnv(bin, flags, port, append(base, env...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,10 +263,10 @@ func startServerEnv(t *testing.T, env []string, flags ...string) *server {
 }
 
 // launchEnv is launch with an explicit environment.
-func launchEnv(flags []string, port int, env []string) (*server, error) {
+func launchEnv(bin string, flags []string, port int, env []string) (*server, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"serve", "--model", modelPath, "--addr", addr}, flags...)
-	cmd := exec.Command(binPath, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = repoRoot
 	cmd.Env = env
 	s := &server{flags: flags, baseURL: "http://" + addr, cmd: cmd, stderr: &tailBuffer{max: stderrTail}, done: make(chan struct{})}
@@ -268,7 +274,7 @@ func launchEnv(flags []string, port int, env []string) (*server, error) {
 	cmd.Stderr = s.stderr
 	cmd.WaitDelay = pipeDelay
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exec %s: %w", binPath, err)
+		return nil, fmt.Errorf("exec %s: %w", bin, err)
 	}
 	go func() {
 		s.waitErr = cmd.Wait()
@@ -792,10 +798,14 @@ func procRSSBytes(t *testing.T, pid int) float64 {
 // ---------------------------------------------------------------------------
 // Overhead.
 
-// TestTracingOverhead measures what tracing costs: the p50 and p90 latency of short
-// requests with tracing off (no OTEL_* variable) and on (OTLP/HTTP to a receiver in
-// this process). It is a measurement, not a check: it runs only with
-// EMBED_STACK_MEASURE_TRACING=N, the requests per configuration (e.g. 200).
+// TestTracingOverhead measures what tracing costs: the latency of short requests
+// with tracing off (no OTEL_* variable) and on (OTLP/HTTP to a receiver in this
+// process), and, when EMBED_STACK_MEASURE_BASE_BIN names an embed-stack built
+// without any instrumentation, without it. The servers run side by side and take
+// one request each in turn, so the machine's load weighs on all alike; each warm
+// worker runs one thread, since spinning decode threads on a busy machine would
+// measure the scheduler. It is a measurement, not a check: it runs only with
+// EMBED_STACK_MEASURE_TRACING=N, the requests per server (e.g. 200).
 // docs/observability.md quotes it.
 func TestTracingOverhead(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("EMBED_STACK_MEASURE_TRACING"))
@@ -803,41 +813,38 @@ func TestTracingOverhead(t *testing.T) {
 		t.Skip("set EMBED_STACK_MEASURE_TRACING=200 to measure")
 	}
 	rcv := newOTLPReceiver(t)
-	configs := []struct {
+	type config struct {
 		name string
-		env  []string
-	}{
-		{"off", nil},
-		{"on (OTLP/HTTP)", tracedEnv(rcv.srv.URL)},
+		s    *server
+		lat  []time.Duration
+	}
+	configs := []*config{
+		{name: "tracing off", s: startServerEnv(t, nil, "--threads", "1")},
+		{name: "tracing on (OTLP/HTTP)", s: startServerEnv(t, tracedEnv(rcv.srv.URL), "--threads", "1")},
+	}
+	if base := os.Getenv("EMBED_STACK_MEASURE_BASE_BIN"); base != "" {
+		configs = append(configs, &config{name: "uninstrumented", s: startBinaryEnv(t, base, nil, "--threads", "1")})
 	}
 	body := map[string]any{"input": []string{"The quick brown fox jumps over the lazy dog"}}
-	// Two rounds in alternating order, so drift in the machine's load shows.
-	for round := 0; round < 2; round++ {
-		for i := range configs {
-			c := configs[(i+round)%2]
-			s := startServerEnv(t, c.env)
-			for range 20 { // warm up connections and the worker
-				embedReq(t, s, body, "")
+	for i := -20; i < n; i++ { // 20 rounds of warm-up
+		for _, c := range configs {
+			start := time.Now()
+			if st, _ := embedReq(t, c.s, body, ""); st != 200 {
+				t.Fatalf("%s: status %d", c.name, st)
 			}
-			lat := make([]time.Duration, n)
-			for i := range lat {
-				start := time.Now()
-				if st, _ := embedReq(t, s, body, ""); st != 200 {
-					t.Fatalf("status %d", st)
-				}
-				lat[i] = time.Since(start)
-			}
-			slices.Sort(lat)
-			t.Logf("round %d, tracing %-15s p50 %7.3fms  p90 %7.3fms  mean %7.3fms (%d requests)", round+1, c.name,
-				ms(lat[n/2]), ms(lat[n*9/10]), ms(mean(lat)), n)
-			if err := s.stop(); err != nil {
-				t.Errorf("stop: %v", err)
+			if i >= 0 {
+				c.lat = append(c.lat, time.Since(start))
 			}
 		}
 	}
+	for _, c := range configs {
+		slices.Sort(c.lat)
+		t.Logf("%-24s p50 %7.3fms  p90 %7.3fms  mean %7.3fms  (%d requests)", c.name,
+			ms(c.lat[n/2]), ms(c.lat[n*9/10]), ms(mean(c.lat)), n)
+	}
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
-	t.Logf("spans received while tracing was on: %d", len(rcv.spans))
+	t.Logf("spans received from the traced server and its worker: %d", len(rcv.spans))
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -21,10 +21,17 @@ const (
 	routeEphemeral = "ephemeral"
 )
 
+// Measurement options by route, built once: an attribute set sorts and allocates,
+// and so does a variadic argument list that is not an existing slice.
 var (
-	routeWarmAttr      = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", routeWarm)))
-	routeEphemeralAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", routeEphemeral)))
+	warmAdd, warmRecord           = routeOpts(routeWarm)
+	ephemeralAdd, ephemeralRecord = routeOpts(routeEphemeral)
 )
+
+func routeOpts(route string) ([]metric.AddOption, []metric.RecordOption) {
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))
+	return []metric.AddOption{o}, []metric.RecordOption{o}
+}
 
 // The global meter forwards to the provider the command installs and does not
 // validate at creation, so these errors are always nil.
@@ -105,10 +112,10 @@ func (r *Router) endRoute(st stage.Stage, seqs [][]int32) routeCounts {
 // inputs and its size, on the metrics and on the routing.embed span.
 func recordSuccess(ctx context.Context, st stage.Stage, c routeCounts, dims int) {
 	if c.warmTokens > 0 {
-		tokensTotal.Add(ctx, int64(c.warmTokens), routeWarmAttr)
+		tokensTotal.Add(ctx, int64(c.warmTokens), warmAdd...)
 	}
 	if c.ephemeralTokens > 0 {
-		tokensTotal.Add(ctx, int64(c.ephemeralTokens), routeEphemeralAttr)
+		tokensTotal.Add(ctx, int64(c.ephemeralTokens), ephemeralAdd...)
 	}
 	inputs, tokens := c.warmInputs+c.ephemeralInputs, c.warmTokens+c.ephemeralTokens
 	requestInputs.Record(ctx, int64(inputs))
@@ -134,19 +141,19 @@ func (r *Router) callWarm(ctx context.Context, batch [][]int32) (_ [][]float32, 
 			attribute.Int("embed_stack.batch.sequences", len(batch)),
 			attribute.Int("embed_stack.batch.tokens", tokens))
 	}
-	batchSequences.Record(ctx, int64(len(batch)), routeWarmAttr)
-	batchTokens.Record(ctx, int64(tokens), routeWarmAttr)
-	inflight.Add(ctx, 1, routeWarmAttr)
-	defer inflight.Add(ctx, -1, routeWarmAttr)
+	batchSequences.Record(ctx, int64(len(batch)), warmRecord...)
+	batchTokens.Record(ctx, int64(tokens), warmRecord...)
+	inflight.Add(ctx, 1, warmAdd...)
+	defer inflight.Add(ctx, -1, warmAdd...)
 	return r.Warm.Embed(ctx, batch)
 }
 
 // callLong embeds one long sequence on an ephemeral worker. Its stage spans
 // (spawn, call, stop) come from the backend, which knows the process.
 func (r *Router) callLong(ctx context.Context, seq []int32) ([]float32, error) {
-	batchSequences.Record(ctx, 1, routeEphemeralAttr)
-	batchTokens.Record(ctx, int64(len(seq)), routeEphemeralAttr)
-	inflight.Add(ctx, 1, routeEphemeralAttr)
-	defer inflight.Add(ctx, -1, routeEphemeralAttr)
+	batchSequences.Record(ctx, 1, ephemeralRecord...)
+	batchTokens.Record(ctx, int64(len(seq)), ephemeralRecord...)
+	inflight.Add(ctx, 1, ephemeralAdd...)
+	defer inflight.Add(ctx, -1, ephemeralAdd...)
 	return r.Long.Embed(ctx, seq)
 }

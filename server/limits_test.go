@@ -173,6 +173,24 @@ func TestRequestTimeout(t *testing.T) {
 	}
 }
 
+func TestDebugVarsCollectsOnRequest(t *testing.T) {
+	s := &Server{Config: Config{ModelName: "m", DebugVars: true, Logger: quiet()}, Embedder: &fakeEmbedder{}}
+	h := s.Handler()
+	w := do(h, "GET", "/debug/vars", "", nil)
+	var before map[string]float64
+	if err := json.Unmarshal(w.Body.Bytes(), &before); err != nil {
+		t.Fatal(err)
+	}
+	w = do(h, "GET", "/debug/vars?gc=1", "", nil)
+	var after map[string]float64
+	if err := json.Unmarshal(w.Body.Bytes(), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after["gc_cycles"] <= before["gc_cycles"] {
+		t.Errorf("gc_cycles %v → %v: ?gc=1 did not collect", before["gc_cycles"], after["gc_cycles"])
+	}
+}
+
 func TestDebugVarsOffByDefault(t *testing.T) {
 	h := newTestServer(Config{}, &fakeEmbedder{}, true)
 	if w := do(h, "GET", "/debug/vars", "", nil); w.Code != 404 {

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/embed-stack/embed-stack/openai"
@@ -38,14 +40,67 @@ var (
 // would bury the requests in a trace store. Their metrics are still counted.
 var untraced = map[string]bool{"/health": true, "/ready": true, "/metrics": true}
 
-// traceRequests is the outermost middleware: otelgin's server span, the parent of
-// every stage span of a request (and, through the worker protocol, of the worker's).
-// It reads the caller's W3C traceparent. Its own HTTP metrics are off: the request
-// metrics below are the ones documented.
+// traceRequests is the outermost middleware. With Config.Tracing it is otelgin's
+// server span, the parent of every stage span of a request (and, through the worker
+// protocol, of the worker's), reading the caller's W3C traceparent; otelgin's own
+// HTTP metrics are off, since the request metrics below are the documented ones.
+//
+// Without Config.Tracing no span is made: otelgin would still compute its
+// attributes and copy the request for a span nobody records. A caller's trace
+// context is still carried, so that the log line and the workers see its trace id;
+// a request without a traceparent costs one header lookup.
 func (s *Server) traceRequests() gin.HandlerFunc {
-	return otelgin.Middleware("",
-		otelgin.WithGinFilter(func(c *gin.Context) bool { return !untraced[c.FullPath()] }),
-		otelgin.WithMeterProvider(metricnoop.NewMeterProvider()))
+	if s.Config.Tracing {
+		return otelgin.Middleware("",
+			otelgin.WithGinFilter(func(c *gin.Context) bool { return !untraced[c.FullPath()] }),
+			otelgin.WithMeterProvider(metricnoop.NewMeterProvider()))
+	}
+	return func(c *gin.Context) {
+		if c.Request.Header.Get("traceparent") == "" {
+			return
+		}
+		ctx := otel.GetTextMapPropagator().Extract(c.Request.Context(), propagation.HeaderCarrier(c.Request.Header))
+		c.Request = c.Request.WithContext(ctx)
+	}
+}
+
+// requestAttrs caches the attribute set of each route and status: building one
+// sorts and allocates, and the pairs are few (the routes times the statuses
+// written).
+var requestAttrs struct {
+	sync.RWMutex // guards m
+	m            map[routeStatus]requestOpts
+}
+
+// requestOpts are the options of one route and status, as slices so that passing
+// them allocates nothing.
+type requestOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+type routeStatus struct {
+	route  string
+	status int
+}
+
+func requestAttrsFor(route string, status int) requestOpts {
+	key := routeStatus{route, status}
+	requestAttrs.RLock()
+	o, ok := requestAttrs.m[key]
+	requestAttrs.RUnlock()
+	if ok {
+		return o
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+	o = requestOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
+	requestAttrs.Lock()
+	if requestAttrs.m == nil {
+		requestAttrs.m = make(map[routeStatus]requestOpts)
+	}
+	requestAttrs.m[key] = o
+	requestAttrs.Unlock()
+	return o
 }
 
 // observeRequests counts requests by route and status, times them, and puts the
@@ -59,10 +114,9 @@ func (s *Server) observeRequests() gin.HandlerFunc {
 		if route == "" {
 			route = "unmatched" // not the raw path: unknown URLs must not grow the label set
 		}
-		attrs := metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("route", route), attribute.String("status", strconv.Itoa(c.Writer.Status()))))
-		requestsTotal.Add(ctx, 1, attrs)
-		requestDuration.Record(ctx, time.Since(start).Seconds(), attrs)
+		attrs := requestAttrsFor(route, c.Writer.Status())
+		requestsTotal.Add(ctx, 1, attrs.add...)
+		requestDuration.Record(ctx, time.Since(start).Seconds(), attrs.record...)
 
 		span := trace.SpanFromContext(ctx)
 		if !span.IsRecording() {

@@ -40,6 +40,11 @@ type Config struct {
 	Created time.Time
 	// Logger receives one line per request; nil = slog.Default().
 	Logger *slog.Logger
+	// Tracing wraps each request in an OpenTelemetry server span (otelgin), the
+	// parent of its stage spans; set it when a tracer provider is installed (package
+	// telemetry). Off, a caller's traceparent is still carried to the log line and
+	// the workers, and nothing else is done per request.
+	Tracing bool
 
 	// APIKeys, when any, are the bearer tokens accepted (auth.go): every route but
 	// /health, /ready and (unless MetricsAuth) /metrics answers 401 without one.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // The tests below run one request through the real server, router, worker-protocol
@@ -110,7 +111,7 @@ func (l clientLong) Embed(ctx context.Context, seq []int32) ([]float32, error) {
 
 // serveWorker serves the worker protocol for e on a Unix socket and returns a
 // client for it.
-func serveWorker(t *testing.T, e backends.Engine) *backends.Client {
+func serveWorker(t testing.TB, e backends.Engine) *backends.Client {
 	t.Helper()
 	dir, err := makeSocketDir(t)
 	if err != nil {
@@ -133,7 +134,7 @@ func serveWorker(t *testing.T, e backends.Engine) *backends.Client {
 
 // makeSocketDir returns a short private directory: t.TempDir's path can exceed the
 // 107 bytes a Unix socket path may have.
-func makeSocketDir(t *testing.T) (string, error) {
+func makeSocketDir(t testing.TB) (string, error) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "es-trace-")
 	if err != nil {
@@ -143,10 +144,17 @@ func makeSocketDir(t *testing.T) (string, error) {
 	return dir, nil
 }
 
-// tracedStack is the server over a real router over worker-protocol clients.
+// tracedStack is the server over a real router over worker-protocol clients, with
+// the recording providers installed.
 func tracedStack(t *testing.T, engine *spanEngine) http.Handler {
 	t.Helper()
 	installTelemetry()
+	return newStack(t, engine, true)
+}
+
+// newStack is the server over a real router over worker-protocol clients.
+func newStack(t testing.TB, engine *spanEngine, tracing bool) http.Handler {
+	t.Helper()
 	c := serveWorker(t, engine)
 	router := &routing.Router{
 		Config:    routing.Config{Dim: fakeDim, MinDimensions: 2, WarmMaxTokens: 16, MaxInputTokens: 64},
@@ -155,7 +163,7 @@ func tracedStack(t *testing.T, engine *spanEngine) http.Handler {
 		Long:      clientLong{c},
 	}
 	s := &Server{
-		Config:   Config{ModelName: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Config:   Config{ModelName: "m", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tracing: tracing},
 		Embedder: router,
 	}
 	return s.Handler()
@@ -539,5 +547,89 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		if d[0] != want[i][0] || (want[i][1] >= 0 && d[1] != want[i][1]) {
 			t.Errorf("%s%v moved by %v, want %v (second: histogram sum; -1: any)", p.name, p.attrs, d, want[i])
 		}
+	}
+}
+
+// BenchmarkEmbeddingsRequest measures one short POST /v1/embeddings through the
+// real server, router, worker-protocol client and worker handler (fake engine), so
+// that the instrumentation is most of what varies. EMBED_STACK_BENCH_TELEMETRY picks
+// the providers, installed before the first request as the command does:
+//
+//	(unset)  none: every span and instrument is the API's no-op
+//	metrics  a meter provider (serve's default, --metrics): tracing off
+//	tracing  metrics, and every span recorded and exported by a batch processor
+//	         to an exporter that drops them
+//
+// Run each in its own process (go test -run '^$' -bench EmbeddingsRequest), since
+// the globals can be installed only once.
+func BenchmarkEmbeddingsRequest(b *testing.B) {
+	switch mode := os.Getenv("EMBED_STACK_BENCH_TELEMETRY"); mode {
+	case "":
+	case "metrics", "tracing":
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+		otel.SetTextMapPropagator(propagation.TraceContext{})
+		if mode == "tracing" {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			otel.SetTracerProvider(tp)
+		}
+	default:
+		b.Fatalf("EMBED_STACK_BENCH_TELEMETRY=%q: want metrics, tracing or nothing", mode)
+	}
+	h := newStack(b, &spanEngine{}, os.Getenv("EMBED_STACK_BENCH_TELEMETRY") == "tracing")
+	body := `{"input":["The quick brown fox jumps over the lazy dog"]}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if w := do(h, "POST", "/v1/embeddings", body, nil); w.Code != 200 {
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
+
+// TestTracingOffCarriesCallerTrace: with Config.Tracing off the server makes no
+// span of its own, but a caller's traceparent still reaches the request's log line
+// and the worker.
+func TestTracingOffCarriesCallerTrace(t *testing.T) {
+	installTelemetry()
+	engine := &spanEngine{}
+	c := serveWorker(t, engine)
+	var logs strings.Builder
+	s := &Server{
+		Config: Config{ModelName: "m", Logger: slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(&logs, nil)))},
+		Embedder: &routing.Router{
+			Config:    routing.Config{Dim: fakeDim, MinDimensions: 2},
+			Tokenizer: byteTokenizer{},
+			Warm:      c,
+		},
+	}
+	h := s.Handler()
+	tp, tid, _ := incomingTrace(40)
+	if w := do(h, "POST", "/v1/embeddings", `{"input":["hello"]}`, map[string]string{"traceparent": tp}); w.Code != 200 {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if w := do(h, "POST", "/v1/embeddings", `{"input":["no trace"]}`, nil); w.Code != 200 {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	for name := range traceOf(t, tid) {
+		if name == "POST /v1/embeddings" {
+			t.Errorf("a server span was made with Config.Tracing off")
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want one per request:\n%s", len(lines), logs.String())
+	}
+	if !strings.Contains(lines[0], `"trace_id":"`+tid.String()+`"`) || !strings.Contains(lines[0], `"route":"/v1/embeddings"`) {
+		t.Errorf("log line of the traced request lacks its trace id or route: %s", lines[0])
+	}
+	if strings.Contains(lines[1], "trace_id") {
+		t.Errorf("log line of a request without traceparent has a trace id: %s", lines[1])
+	}
+	engine.mu.Lock()
+	defer engine.mu.Unlock()
+	// (The second request's stages still record here, under the test's provider, so
+	// it has a trace of its own; only the caller's must not leak into it.)
+	if len(engine.spans) != 2 || engine.spans[0].TraceID() != tid || engine.spans[1].TraceID() == tid {
+		t.Errorf("the worker saw trace contexts %v; want the caller's trace %s, then another", engine.spans, tid)
 	}
 }

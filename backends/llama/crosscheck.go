@@ -45,6 +45,8 @@ func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error)
 		cp.pooling_type = C.LLAMA_POOLING_TYPE_LAST
 		cp.embeddings = true
 		cp.no_perf = true
+		// The same attention kernel as the engine's context (see Open).
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
 		lctx := C.llama_init_from_model(e.model, cp)
 		if lctx == nil {
 			return nil, fmt.Errorf("llama: creating a LAST-pooling context failed: %s", llamaReason("see the debug log"))

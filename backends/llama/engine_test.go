@@ -224,6 +224,12 @@ func TestAgainstReference(t *testing.T) {
 
 // TestPackingInvariance embeds the same sequences alone, packed 20 to a call, split
 // over many small decode calls, and spread over several rounds.
+//
+// The vectors agree to cosine 1 - 3e-8 rather than bit for bit: without flash
+// attention (see Open) a sequence's softmax sum and softmax·V dot products run over
+// its KV cells in 16-lane chunks (AVX-512), and a sequence packed behind others
+// starts at another cell offset, so its terms are grouped differently. Alone, or at
+// an offset that is a multiple of 16, it is bit-identical.
 func TestPackingInvariance(t *testing.T) {
 	alone := openTiny(t, Config{ContextTokens: 1024, MaxSeqs: 1})
 	vocab := alone.Info().NVocab
@@ -244,13 +250,10 @@ func TestPackingInvariance(t *testing.T) {
 		{"4 sequences a round", Config{ContextTokens: 2048, BatchTokens: 256, MaxSeqs: 4}},
 		{"512-token context, 100-token calls", Config{ContextTokens: 512, BatchTokens: 100, MaxSeqs: 64}},
 	}
-	// Bit-identical where ggml multiplies every row count ≥ 2 with one kernel
-	// (tinyBLAS on x86); elsewhere (ARM switches kernels at 8 rows) within 1e-5.
-	tol := 1e-5
-	if runtime.GOARCH == "amd64" {
-		tol = 0
-	}
-	overall := 0.0
+	// routing promises 1 - 1e-5 across batch compositions; the engine keeps 10x
+	// inside that.
+	const minCosine = 1 - 1e-6
+	overall := 1.0
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			e := openTiny(t, c.cfg)
@@ -258,21 +261,88 @@ func TestPackingInvariance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			worst := 0.0
+			worst, exact := 1.0, 0
 			for i := range seqs {
-				if d := maxAbsDiff(got[i], want[i]); d != 0 {
-					t.Logf("input %d (%d tokens): max abs diff %.3g", i, len(seqs[i]), d)
+				c := cosine(got[i], f64(want[i]))
+				if maxAbsDiff(got[i], want[i]) == 0 {
+					exact++
 				}
-				worst = max(worst, maxAbsDiff(got[i], want[i]))
+				worst = min(worst, c)
+				if !(c >= minCosine) {
+					t.Errorf("input %d (%d tokens): cosine to the sequence embedded alone %.12f, want ≥ %.6f", i, len(seqs[i]), c, minCosine)
+				}
 			}
-			overall = max(overall, worst)
-			t.Logf("max abs diff against the sequence embedded alone: %.3g", worst)
-			if worst > tol {
-				t.Errorf("max abs diff %.3g, want ≤ %g", worst, tol)
-			}
+			overall = min(overall, worst)
+			t.Logf("%d of %d bit-identical to the sequence embedded alone; worst cosine %.12f", exact, len(seqs), worst)
 		})
 	}
-	t.Logf("packing invariance over %d configurations: max abs diff %.3g", len(configs), overall)
+	t.Logf("packing invariance over %d configurations: worst cosine %.12f", len(configs), overall)
+}
+
+// TestCellOffsetInvariance pins down why packing is not bit-exact: a sequence placed
+// behind a filler of k tokens is bit-identical to itself alone whenever k is a
+// multiple of 16 (AVX-512) and within cosine 1 - 1e-6 otherwise.
+func TestCellOffsetInvariance(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the 16-cell period is that of x86 AVX-512 kernels")
+	}
+	e := openTiny(t, Config{ContextTokens: 512, BatchTokens: 256, MaxSeqs: 2})
+	vocab := e.Info().NVocab
+	x := randomSeq(1234, 100, vocab)
+	want := embedOne(t, e, x)
+	for _, k := range []int{1, 3, 16, 32} {
+		got, err := e.Embed(context.Background(), [][]int32{randomSeq(99, k, vocab), x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, c := maxAbsDiff(got[1], want), cosine(got[1], f64(want))
+		t.Logf("behind %d tokens: max abs diff %.3g, cosine %.12f", k, d, c)
+		if k%16 == 0 && d != 0 {
+			t.Errorf("behind %d tokens: max abs diff %.3g; want bit-identical", k, d)
+		}
+		if !(c >= 1-1e-6) {
+			t.Errorf("behind %d tokens: cosine %.12f, want ≥ 1 - 1e-6", k, c)
+		}
+	}
+}
+
+// TestLongSequenceAgainstReference guards the attention precision of long inputs: a
+// 4096-token run of one repeated token (the input most sensitive to the attention
+// accumulator, since every cell gets the same weight) against the float64 reference.
+// ggml's flash attention, which accumulates in f16, scored cosine 0.9991 at 2048
+// tokens and 0.979 at 8192; the plain path 0.9999998.
+func TestLongSequenceAgainstReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the float64 reference of 4096 tokens takes seconds")
+	}
+	const n = 4096
+	e := openTiny(t, Config{ContextTokens: n})
+	ref, err := reference.Load(modelFile(t, tinyModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := make([]int32, n)
+	for i := range seq {
+		seq[i] = 264 // " a"
+	}
+	seq[n-1] = endOfText
+	want, err := ref.LastToken(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cosine(embedOne(t, e, seq), want)
+	t.Logf("%d tokens of one repeated token: cosine to the float64 reference %.9f", n, c)
+	if !(c >= 0.9999) {
+		t.Errorf("cosine %.9f, want ≥ 0.9999", c)
+	}
+}
+
+func f64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
 }
 
 func TestInputErrors(t *testing.T) {

@@ -39,7 +39,7 @@ type benchFlags struct {
 	quick                  bool
 	plan                   bench.Plan
 	batches, lengths, jobs string
-	skip                   string
+	skip, only             string
 }
 
 func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
@@ -82,6 +82,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&p.InFlightIdle, "in-flight-idle", 10, "idle queries timed before the long input starts")
 	fs.DurationVar(&p.InFlightWindow, "in-flight-window", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
 	fs.StringVar(&f.skip, "skip", "", "comma-separated shape `IDs` to leave out (e.g. seed/long,in-flight)")
+	fs.StringVar(&f.only, "only", "", "comma-separated shape `IDs` to run, and no other (e.g. seed/short,grid/32x512)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack bench --model PATH [flags]\n\n"+
 			"Benchmarks embed-stack against the engine floor and peer servers on the same GGUF and\n"+
@@ -91,12 +92,21 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// quickDefaults are --quick's settings, applied to flags not given explicitly.
+// quickDefaults are --quick's settings, applied to flags not given explicitly. The
+// server it starts gets small limits (quickServeArgs) so that a long input of 1024
+// tokens already takes the ephemeral path and 2049 tokens are over the limit: every
+// path runs, in seconds.
 var quickDefaults = map[string]string{
 	"batches": "1,8", "lengths": "16,128", "clients": "1,4", "client-duration": "1s",
-	"warmup": "0", "reps": "1", "long-tokens": "9000", "in-flight-idle": "3", "in-flight-window": "2s",
-	"short-tokens": "64", "medium-tokens": "256",
+	"warmup": "0", "reps": "1", "in-flight-idle": "3", "in-flight-window": "2s",
+	"short-tokens": "64", "medium-tokens": "256", "long-tokens": "1024", "over-limit-tokens": "2049",
+	"warm-context": "512",
+	// One thread: ggml's threads spin at their barriers, and on a shared CI machine
+	// a descheduled partner makes every decode call wait out a time slice.
+	"threads": "1",
 }
+
+var quickServeArgs = []string{"--warm-max-tokens=512", "--max-input-tokens=2048"}
 
 // runBench is `embed-stack bench`.
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -117,6 +127,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 					panic(err) // quickDefaults names flags of this set
 				}
 			}
+		}
+		if !given["serve-arg"] {
+			f.serveArgs = quickServeArgs
 		}
 	}
 	if err := f.finish(); err != nil {
@@ -169,6 +182,9 @@ func (f *benchFlags) finish() error {
 	}
 	if f.skip != "" {
 		f.plan.Skip = strings.Split(f.skip, ",")
+	}
+	if f.only != "" {
+		f.plan.Only = strings.Split(f.only, ",")
 	}
 	if f.pid != 0 && f.url == "" {
 		return errors.New("--pid goes with --url (the harness knows the pid of a server it starts)")

@@ -63,10 +63,11 @@ func (p *processTelemetry) stop() {
 	}
 }
 
-// wire connects serve's telemetry to the API and the workers: GET /metrics, the
-// worker gauges, and, when spans go to the console, the workers' output (where their
-// spans are printed) to serve's stderr.
+// wire connects serve's telemetry to the API and the workers: the request spans,
+// GET /metrics, the worker gauges, and, when spans go to the console, the workers'
+// output (where their spans are printed) to serve's stderr.
 func (p *processTelemetry) wire(api *server.Server, warm *backends.Warm, long *backends.Ephemeral) error {
+	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}

@@ -50,15 +50,16 @@ var duration, _ = otel.Meter(Scope).Float64Histogram(MetricName,
 	metric.WithDescription("Time spent in each stage of a request (the span of the same name)."),
 	metric.WithExplicitBucketBoundaries(Buckets...))
 
-// recordOpts caches one measurement option per stage name: building an attribute
-// set sorts and allocates, and the names are a small fixed set.
-var recordOpts sync.Map // string → metric.RecordOption
+// recordOpts caches the measurement options of each stage name: building an
+// attribute set sorts and allocates, and so does a variadic argument list that is
+// not an existing slice. The names are a small fixed set.
+var recordOpts sync.Map // string → []metric.RecordOption
 
-func optsFor(name string) metric.RecordOption {
+func optsFor(name string) []metric.RecordOption {
 	if o, ok := recordOpts.Load(name); ok {
-		return o.(metric.RecordOption)
+		return o.([]metric.RecordOption)
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("stage", name)))
+	o := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("stage", name)))}
 	recordOpts.Store(name, o)
 	return o
 }
@@ -94,7 +95,7 @@ func (s Stage) Span() trace.Span { return s.span }
 // (see ErrorType); it is the stage's own outcome, so a stage that handled an error
 // and went on passes nil.
 func (s Stage) End(err error) {
-	duration.Record(context.Background(), time.Since(s.start).Seconds(), optsFor(s.name))
+	duration.Record(context.Background(), time.Since(s.start).Seconds(), optsFor(s.name)...)
 	if err != nil {
 		Fail(s.span, err)
 	}

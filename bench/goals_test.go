@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func lat(median, p95 float64) Summary {
+	return Summary{N: 3, Median: median, Min: median, Max: median, P95: p95, P99: p95}
+}
+
+func tps(median float64) Summary {
+	return Summary{N: 3, Median: median, Min: median * 0.9, Max: median * 1.1}
+}
+
+// sampleReport is a run of the 0.6B shape as the goals read it.
+func sampleReport() *Report {
+	const mib = 1 << 20
+	return &Report{
+		Host:  Host{CPUs: 2, CPU: "test CPU", LoadStart: [3]float64{1.5, 1, 1}, LoadEnd: [3]float64{2, 1, 1}, LoadMax1: 2.5},
+		Model: &Model{Path: "m.gguf", FileBytes: 1_200_000_000, Arch: "qwen3", Layers: 28, Embd: 1024, Heads: 16, KVHeads: 8, HeadDim: 128, LinearParams: 440_401_920},
+		Contenders: []*ContenderReport{
+			{Name: "floor", Role: RoleFloor},
+			{Name: "embed-stack", Role: RoleOurs, ColdStartMS: 1200,
+				Check: &CheckResult{Pass: true, MinCosine: 1, Separation: 0.5},
+				Idle:  &TreeSnapshot{Procs: []Proc{{PID: 10, RSS: 45e6}, {PID: 11, RSS: 1500 * mib, HWM: 1600 * mib}}, RSS: 45e6 + 1500*mib},
+				After: &TreeSnapshot{Procs: []Proc{{PID: 10}, {PID: 11}}},
+				Memory: &TreeStats{Peak: TreeSnapshot{RSS: 2000 * mib},
+					Procs: []Proc{{PID: 10, HWM: 50e6}, {PID: 11, HWM: 1700 * mib}, {PID: 12, HWM: 2000 * mib}}}},
+			{Name: "ollama", Role: RolePeer, ColdStartMS: 2500, Check: &CheckResult{Pass: true, MinCosine: 0.99995, Separation: 0.5},
+				Memory: &TreeStats{Peak: TreeSnapshot{RSS: 3000 * mib}}},
+		},
+		Shapes: []ShapeInfo{{ID: ShapeShort}, {ID: GridShape(32, 512)}, {ID: ClientsShape(1)}, {ID: ClientsShape(16)}, {ID: ShapeInFlight, Kind: KindInFlight}, {ID: ShapeLong}},
+		Results: []Result{
+			{Shape: ShapeShort, Contender: "floor", LatencyMS: lat(100, 110), TokensPerSec: tps(1000)},
+			{Shape: ShapeShort, Contender: "embed-stack", LatencyMS: lat(101, 112), TokensPerSec: tps(990)},
+			{Shape: ShapeShort, Contender: "ollama", LatencyMS: lat(300, 320), TokensPerSec: tps(333)},
+			{Shape: GridShape(32, 512), Contender: "floor", LatencyMS: lat(80000, 80000), TokensPerSec: tps(200)},
+			{Shape: GridShape(32, 512), Contender: "embed-stack", LatencyMS: lat(81000, 81000), TokensPerSec: tps(196)},
+			{Shape: GridShape(32, 512), Contender: "ollama", LatencyMS: lat(100000, 100000), TokensPerSec: tps(150)},
+			{Shape: ClientsShape(1), Contender: "embed-stack", LatencyMS: lat(100, 100), TokensPerSec: tps(100)},
+			{Shape: ClientsShape(16), Contender: "embed-stack", LatencyMS: lat(800, 900), TokensPerSec: tps(180)},
+			{Shape: ClientsShape(16), Contender: "ollama", LatencyMS: lat(3000, 3500), TokensPerSec: tps(90)},
+			{Shape: ShapeInFlight, Contender: "embed-stack", LatencyMS: lat(150, 250), IdleMS: &Summary{N: 10, Median: 100}, InFlightMS: &Summary{N: 40, Median: 150, P95: 250}, LongMS: 15000, LongCancelled: true},
+			{Shape: ShapeInFlight, Contender: "floor", Skipped: "not applicable to the in-process engine"},
+			{Shape: ShapeLong, Contender: "floor", LatencyMS: lat(60000, 60000), TokensPerSec: tps(250)},
+			{Shape: ShapeLong, Contender: "embed-stack", LatencyMS: lat(60300, 60300), TokensPerSec: tps(249)},
+		},
+	}
+}
+
+func TestGoals(t *testing.T) {
+	rep := sampleReport()
+	goals := Goals(rep, GoalSpec{})
+	byName := map[string]Goal{}
+	for _, g := range goals {
+		byName[g.Name] = g
+	}
+	tests := []struct {
+		name     string
+		met      *bool
+		measured string // substring
+	}{
+		{"single short query, end to end", ptr(true), "1.01 × (101.0 ms against 100.0 ms)"},
+		{"server overhead", ptr(true), "1.00 ms"},
+		{"batch throughput 32 × 512", ptr(true), "0.98 ×"},
+		{"16 concurrent single-query clients", ptr(true), "1.80 ×"},
+		{"grid/32x512: ahead of ollama", ptr(true), "1.31 ×"},
+		{"clients/16: ahead of ollama", ptr(true), "2.00 ×"},
+		{"peak memory below ollama's", ptr(true), "2000 MiB against 3000 MiB"},
+		{"short query while a long input is in flight", ptr(true), "2.50 ×"},
+		{"idle memory: serve alone", ptr(false), "45.0 MB"},
+		// (1.2e9 + 8192 × 114688) × 1.1 = 2353 MB; the worker peaked at 1700 MiB.
+		{"warm worker memory", ptr(true), "peak 1783 MB"},
+		{"no long-path process when idle", ptr(true), "2 before, 2 after"},
+		{"cold start", nil, "1.20 s (ollama: 2.50 s)"},
+		{"spawn-to-result for a long input", ptr(true), "300 ms over the floor's 60.0 s"},
+	}
+	if len(goals) != len(tests) {
+		t.Errorf("%d goals, want %d: %+v", len(goals), len(tests), goals)
+	}
+	for _, tt := range tests {
+		g, ok := byName[tt.name]
+		if !ok {
+			t.Errorf("no goal %q", tt.name)
+			continue
+		}
+		if (g.Met == nil) != (tt.met == nil) || g.Met != nil && *g.Met != *tt.met {
+			t.Errorf("%s: met %v, want %v (%s)", tt.name, deref(g.Met), deref(tt.met), g.Measured)
+		}
+		if !strings.Contains(g.Measured, tt.measured) {
+			t.Errorf("%s: measured %q, want it to contain %q", tt.name, g.Measured, tt.measured)
+		}
+	}
+	if !strings.Contains(byName["warm worker memory"].Target, "= 2353 MB") {
+		t.Errorf("warm worker bound: %q", byName["warm worker memory"].Target)
+	}
+}
+
+func TestGoalsMissing(t *testing.T) {
+	rep := sampleReport()
+	rep.Results = nil
+	for _, g := range Goals(rep, GoalSpec{}) {
+		if strings.HasPrefix(g.Measured, "not measured") && g.Met != nil {
+			t.Errorf("%s: not measured but met = %v", g.Name, *g.Met)
+		}
+	}
+	rep.Contenders = rep.Contenders[:1]
+	if gs := Goals(rep, GoalSpec{}); gs != nil {
+		t.Errorf("goals without an embed-stack contender: %+v", gs)
+	}
+}
+
+func deref(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
+}
+
+func TestTable(t *testing.T) {
+	rep := sampleReport()
+	rep.Goals = Goals(rep, GoalSpec{})
+	rep.CheckControl = &Control{What: "no EOS", MaxCosine: 0.61, Caught: true}
+	var b bytes.Buffer
+	if err := rep.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"load average 1.50 at the start, 2.00 at the end, 2.50 at most",
+		"| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread | tok/s ÷ floor | tok/s ÷ ollama | GFLOP/s | load |",
+		// 196 / 200 and 196 / 150; spread (1.1-0.9)/1 / 2 = ±10%.
+		"| grid/32x512 | embed-stack | 0 | 0 | 81000.0 | 81000.0 | 81000.0 | 196.0 | ±10% | 0.98× | 1.31× |",
+		"| grid/32x512 | ollama | 0 | 0 | 100000.0 | 100000.0 | 100000.0 | 150.0 | ±10% | 0.75× | 1.00× |",
+		"| embed-stack | 100.0 | 150.0 | 250.0 | 40 | 2.50 | cancelled after 15.0 s |",
+		"| embed-stack | ours | min cos 1.000000 (separation 0.500) | 1.20 s |",
+		"Negative control: no EOS agree with the right vectors to cosine 0.6100 at best",
+		"| idle memory: serve alone | < 40 MB RSS | 45.0 MB | no |",
+		"Skipped: in-flight on floor (not applicable to the in-process engine).",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var j bytes.Buffer
+	if err := rep.WriteJSON(&j); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(j.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if r := back.Result(GridShape(32, 512), "ollama"); r == nil || r.TokensPerSec.Median != 150 || len(back.Goals) != len(rep.Goals) {
+		t.Errorf("JSON round trip lost results or goals")
+	}
+}
