@@ -20,7 +20,8 @@ type Client struct {
 	socket    string
 	transport *http.Transport
 	http      *http.Client
-	pid       int // the worker's process id when the supervisor knows it, for spans
+	pid       int    // the worker's process id when the supervisor knows it, for spans
+	role      string // roleWarm or roleEphemeral when a supervisor started the worker
 }
 
 // NewClient returns a client for the worker listening on socketPath. It does not

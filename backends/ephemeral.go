@@ -87,6 +87,7 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 		endSpawn(spawn, roleEphemeral, 0, started, err)
 		return nil, fmt.Errorf("ephemeral worker: %w", err)
 	}
+	p.client.role = roleEphemeral
 	vec, err := e.embed(ctx, p, seq, nCtx, spawn, started)
 	_, stop := stage.Start(ctx, tracer, "backends.stop")
 	stopErr := e.stop(ctx, p)

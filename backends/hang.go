@@ -106,7 +106,7 @@ func (h *HangWatch) end(ctx context.Context, pid int, err error) {
 func (h *HangWatch) probe(pid int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*h.timeout())
 	defer cancel()
-	h.Embed(ctx, hangProbe) //nolint:errcheck // only its answering matters, which Embed records
+	_, _ = h.Embed(ctx, hangProbe) // only whether it is answered matters, which Embed records
 	h.mu.Lock()
 	if h.pid == pid {
 		h.probing = false

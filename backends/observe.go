@@ -47,7 +47,22 @@ var (
 		metric.WithUnit("s"),
 		metric.WithDescription("Time from starting a worker process to its first ready answer (model load included), by role."),
 		metric.WithExplicitBucketBoundaries(stage.Buckets...))
+	batchSequences, _ = meter.Int64Histogram("embed_stack.batch.sequences",
+		metric.WithDescription("Sequences per call to a worker, by route (the worker's role)."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+	batchTokens, _ = meter.Int64Histogram("embed_stack.batch.tokens",
+		metric.WithDescription("Tokens per call to a worker, by route (the worker's role)."),
+		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768))
 )
+
+// callOpts are the measurement options of a call by the worker's role, built once
+// (an attribute set sorts and allocates). The label is route, as on routing's
+// metrics, since the role is the route an input took.
+var callOpts = map[string][]metric.RecordOption{
+	roleWarm:      {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", roleWarm)))},
+	roleEphemeral: {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", roleEphemeral)))},
+	"":            {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", "other")))},
+}
 
 // startSpawn begins the stage backends.spawn: starting a worker process and
 // waiting until it has loaded its model. The context it returns goes to startProc,
@@ -105,17 +120,20 @@ func traceEnv(ctx context.Context) []string {
 }
 
 // startCall begins the stage worker.call: one request of the worker protocol, as
-// an OpenTelemetry client span.
+// an OpenTelemetry client span; and records the call's size.
 func (c *Client) startCall(ctx context.Context, seqs [][]int32) (context.Context, stage.Stage) {
+	tokens := 0
+	for _, s := range seqs {
+		tokens += len(s)
+	}
+	opts := callOpts[c.role]
+	batchSequences.Record(ctx, int64(len(seqs)), opts...)
+	batchTokens.Record(ctx, int64(tokens), opts...)
 	ctx, st := stage.Start(ctx, tracer, "worker.call", trace.WithSpanKind(trace.SpanKindClient))
 	if st.Recording() {
-		tokens := 0
-		for _, s := range seqs {
-			tokens += len(s)
-		}
 		st.SetAttributes(attrSequences.Int(len(seqs)), attrTokens.Int(tokens))
 		if c.pid > 0 {
-			st.SetAttributes(attrPID.Int(c.pid))
+			st.SetAttributes(attrPID.Int(c.pid), attrRole.String(c.role))
 		}
 	}
 	return ctx, st

@@ -146,6 +146,7 @@ func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
 		endSpawn(spawn, roleWarm, 0, started, err)
 		return nil, Health{}, err
 	}
+	p.client.role = roleWarm
 	w.mu.Lock()
 	w.procs[p] = struct{}{}
 	w.mu.Unlock()

@@ -122,7 +122,7 @@ type Plan struct {
 	// level's time (10s).
 	Clients        []int
 	ClientDuration time.Duration
-	// Warmup requests (1) and Reps (3) per request shape; HeavyTokens (8192) is the
+	// Warmup requests (1) and Reps (3) per request shape; HeavyTokens (2048) is the
 	// request size from which HeavyReps (1) apply and warm-up is skipped.
 	Warmup, Reps, HeavyReps, HeavyTokens int
 	// ClientReps is the repetitions of each concurrency level (1).
@@ -163,7 +163,7 @@ func (p Plan) withDefaults() Plan {
 	p.Warmup = orInt(p.Warmup, 1)
 	p.Reps = orInt(p.Reps, 3)
 	p.HeavyReps = orInt(p.HeavyReps, 1)
-	p.HeavyTokens = orInt(p.HeavyTokens, 8192)
+	p.HeavyTokens = orInt(p.HeavyTokens, 2048)
 	p.ClientReps = orInt(p.ClientReps, 1)
 	p.InFlightIdle = orInt(p.InFlightIdle, 10)
 	if p.InFlightWindow == 0 {

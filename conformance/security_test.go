@@ -25,8 +25,8 @@ const (
 	bodyInvalidKey = `{"error":{"message":"Incorrect API key provided. The server accepts only the keys it was started with (--api-key, --api-key-file).","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
 )
 
-// keyFile writes an API key file that outlives the test (the server that reads it is
-// shared until the end of the suite) and returns its path.
+// keyFile writes an API key file in a directory of its own and returns its path; the
+// caller removes the directory once the server has read the file at start.
 func keyFile(t *testing.T, content string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "embed-stack-keys-")
@@ -45,7 +45,12 @@ func keyFile(t *testing.T, content string) string {
 // --metrics-auth puts /metrics behind the keys.
 func TestAPIKeys(t *testing.T) {
 	const flagKey, fileKey = "sk-from-the-flag-4f1c", "sk-from-the-file-9a2e"
-	s := serverWith(t, "--api-key", flagKey, "--api-key-file", keyFile(t, "# the ingestion pipeline\n\n"+fileKey+"\n"), "--metrics-auth", "--debug-vars")
+	keys := keyFile(t, "# the ingestion pipeline\n\n"+fileKey+"\n")
+	s := serverWith(t, "--api-key", flagKey, "--api-key-file", keys, "--metrics-auth", "--debug-vars")
+	// The server read the file at start; nothing reads it again.
+	if err := os.RemoveAll(filepath.Dir(keys)); err != nil {
+		t.Error(err)
+	}
 	const text = "authenticated"
 	for _, key := range []string{flagKey, fileKey} {
 		c := s.client(map[string]string{"Authorization": "Bearer " + key})
@@ -171,16 +176,24 @@ func TestNoInputTextInLogs(t *testing.T) {
 				{"/embed", map[string]any{"texts": []string{text}}},
 				{"/tokenize", map[string]any{"text": text}},
 			}
-			before := strings.Count(s.stderr.String(), "msg=request")
 			for _, r := range requests {
 				s.do(t, http.MethodPost, r.path, r.body, nil)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for strings.Count(s.stderr.String(), "msg=request") < before+len(requests) {
+			// A last request whose path is logged: once its line is in the log, so
+			// are the lines of the requests before it (each is logged before its
+			// handler returns; a short pause covers an answer flushed before that).
+			sentinel := fmt.Sprintf("sentinel-%d", time.Now().UnixNano())
+			s.do(t, http.MethodGet, "/v1/models/"+sentinel, nil, nil)
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(s.stderr.String(), sentinel) {
 				if time.Now().After(deadline) {
-					t.Fatalf("the request lines did not all reach the log:\n%s", s.stderr)
+					t.Fatalf("the sentinel request never reached the log:\n%s", s.stderr)
 				}
 				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if got := strings.Count(s.stderr.String(), "msg=request"); got < len(requests)+1 {
+				t.Fatalf("%d request lines in the log tail, want at least %d", got, len(requests)+1)
 			}
 			if log := s.stderr.String(); strings.Contains(log, marker) {
 				i := strings.Index(log, marker)

@@ -284,8 +284,10 @@ func launchEnv(bin string, flags []string, port int, env []string) (*server, err
 }
 
 // tracedFlags make inputs over 256 tokens go to an ephemeral worker and refuse
-// inputs over 2048 tokens, so every path is cheap to reach with the tiny model.
-var tracedFlags = []string{"--warm-max-tokens", "256", "--max-input-tokens", "2048"}
+// inputs over 2048 tokens, so every path is cheap to reach with the tiny model. One
+// decode thread per worker: spinning threads on a busy test machine would make the
+// timings the scheduler's.
+var tracedFlags = []string{"--warm-max-tokens", "256", "--max-input-tokens", "2048", "--threads", "1"}
 
 func tracedEnv(receiver string) []string {
 	return []string{
@@ -483,6 +485,10 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 	servePID := int64(s.cmd.Process.Pid)
 
 	t.Run("short request", func(t *testing.T) {
+		// The warm worker's first decode sets up its compute graph; time a later one.
+		if status, _ := embedReq(t, s, map[string]any{"input": "warm-up"}, ""); status != 200 {
+			t.Fatalf("warm-up: status %d", status)
+		}
 		tp, tid, caller := traceparentFor(1)
 		if status, _ := embedReq(t, s, map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 32}, tp); status != 200 {
 			t.Fatalf("status %d", status)
@@ -535,10 +541,12 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 		}
 		t.Logf("trace %s:\n%s", tid, tr.render(req))
 		// The stages account for the request: decode, routing and encode cover the
-		// server span; the routing stages cover routing.embed.
+		// server span; the routing stages cover routing.embed. (About 98% on a quiet
+		// machine, the rest being middleware and goroutine hand-offs; the bar leaves
+		// room for a busy one, and a missing stage still fails it by far.)
 		for _, name := range []string{"POST /v1/embeddings", "routing.embed"} {
-			if c := tr.coverage(tr.one(t, name)); c < 0.95 {
-				t.Errorf("the stages under %s cover %.1f%% of it, want ≥ 95%%", name, 100*c)
+			if c := tr.coverage(tr.one(t, name)); c < 0.90 {
+				t.Errorf("the stages under %s cover %.1f%% of it, want ≥ 90%%", name, 100*c)
 			}
 		}
 	})
@@ -728,6 +736,8 @@ func TestMetricsMove(t *testing.T) {
 			seriesKey("embed_stack_workers", "role", "ephemeral"):           0,
 			seriesKey("embed_stack_workers", "role", "warm"):                1,
 			"embed_stack_warm_ready":                                        1,
+			seriesKey("embed_stack_queue_depth", "queue", "ephemeral"):      0,
+			"embed_stack_ephemeral_tokens":                                  0,
 		} {
 			if after[key] != want {
 				t.Errorf("%s = %v, want %v", key, after[key], want)

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -33,7 +34,7 @@ type BusyError struct {
 }
 
 // ErrBusy is what every *BusyError matches with errors.Is.
-var ErrBusy = fmt.Errorf("the server is busy with long inputs")
+var ErrBusy = errors.New("the server is busy with long inputs")
 
 func (e *BusyError) Error() string {
 	return fmt.Sprintf("Too many long inputs are in progress (%d being embedded by their own worker, %d waiting); retry after %ds, or send inputs of at most the warm limit.",

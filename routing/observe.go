@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
@@ -14,6 +16,11 @@ import (
 const scope = "github.com/embed-stack/embed-stack/routing"
 
 var tracer = otel.Tracer(scope)
+
+// untraced makes the spans of Prepare, which has no context to put them in: made
+// by tracer, they would each start a trace of their own. Their stage durations are
+// still recorded.
+var untraced = tracenoop.NewTracerProvider().Tracer(scope)
 
 // Values of the route label and attribute: which kind of worker embeds an input.
 const (
@@ -24,13 +31,12 @@ const (
 // Measurement options by route, built once: an attribute set sorts and allocates,
 // and so does a variadic argument list that is not an existing slice.
 var (
-	warmAdd, warmRecord           = routeOpts(routeWarm)
-	ephemeralAdd, ephemeralRecord = routeOpts(routeEphemeral)
+	warmAdd      = routeOpts(routeWarm)
+	ephemeralAdd = routeOpts(routeEphemeral)
 )
 
-func routeOpts(route string) ([]metric.AddOption, []metric.RecordOption) {
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))
-	return []metric.AddOption{o}, []metric.RecordOption{o}
+func routeOpts(route string) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))}
 }
 
 // The global meter forwards to the provider the command installs and does not
@@ -45,19 +51,16 @@ var (
 	requestTokens, _ = meter.Int64Histogram("embed_stack.request.tokens",
 		metric.WithDescription("Tokens per embedding request, all inputs together."),
 		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072, 300000))
-	batchSequences, _ = meter.Int64Histogram("embed_stack.batch.sequences",
-		metric.WithDescription("Sequences per call to a worker, by route."),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
-	batchTokens, _ = meter.Int64Histogram("embed_stack.batch.tokens",
-		metric.WithDescription("Tokens per call to a worker, by route."),
-		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768))
+	batchRequests, _ = meter.Int64Histogram("embed_stack.batch.requests",
+		metric.WithDescription("Requests whose warm calls share one batched worker call (cross-request batching)."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64))
 	inflight, _ = meter.Int64UpDownCounter("embed_stack.backend.inflight",
 		metric.WithDescription("Calls to workers in progress, by route: for the warm worker, which decodes one call at a time, the calls queued behind it plus the one it runs."))
 )
 
 // startWrap begins the stage routing.wrap.
-func startWrap(ctx context.Context, typ InputType) stage.Stage {
-	_, st := stage.Start(ctx, tracer, "routing.wrap")
+func startWrap(ctx context.Context, tr trace.Tracer, typ InputType) stage.Stage {
+	_, st := stage.Start(ctx, tr, "routing.wrap")
 	if st.Recording() {
 		st.SetAttributes(attribute.String("embed_stack.input_type", typ.String()))
 	}
@@ -128,6 +131,52 @@ func recordSuccess(ctx context.Context, st stage.Stage, c routeCounts, dims int)
 	}
 }
 
+// startQueue begins the stage routing.queue: a warm call waiting in the batcher
+// for calls of other requests to share a worker call with, and for the worker.
+func startQueue(ctx context.Context, sequences, tokens int) stage.Stage {
+	_, st := stage.Start(ctx, tracer, "routing.queue")
+	if st.Recording() {
+		st.SetAttributes(attribute.Int("embed_stack.batch.sequences", sequences), attribute.Int("embed_stack.batch.tokens", tokens))
+	}
+	return st
+}
+
+// startBatch begins the stage routing.batch, one worker call carrying the calls of
+// several requests, and ends their routing.queue stages. The batch's span is a
+// child of the first caller's (ctx) and links to every caller's queue span, each of
+// which links back to it: every request's trace leads to the batch its inputs were
+// decoded in, though only the first one's holds it.
+func startBatch(ctx context.Context, bt *batch) (context.Context, stage.Stage) {
+	sequences := 0
+	for _, c := range bt.calls {
+		sequences += len(c.seqs)
+	}
+	batchRequests.Record(ctx, int64(len(bt.calls)))
+	var links []trace.Link
+	if trace.SpanFromContext(ctx).IsRecording() {
+		links = make([]trace.Link, 0, len(bt.calls))
+		for _, c := range bt.calls {
+			links = append(links, trace.Link{SpanContext: c.queued.Span().SpanContext()})
+		}
+	}
+	ctx, st := stage.Start(ctx, tracer, "routing.batch", trace.WithLinks(links...))
+	if st.Recording() {
+		st.SetAttributes(
+			attribute.Int("embed_stack.batch.requests", len(bt.calls)),
+			attribute.Int("embed_stack.batch.sequences", sequences),
+			attribute.Int("embed_stack.batch.tokens", bt.tokens))
+	}
+	back := trace.Link{SpanContext: st.Span().SpanContext()}
+	for _, c := range bt.calls {
+		if c.queued.Recording() {
+			c.queued.Span().AddLink(back)
+			c.queued.SetAttributes(attribute.Int("embed_stack.batch.requests", len(bt.calls)))
+		}
+		c.queued.End(nil)
+	}
+	return ctx, st
+}
+
 // callWarm sends one batch to the warm worker: the stage routing.warm.
 func (r *Router) callWarm(ctx context.Context, batch [][]int32) (_ [][]float32, err error) {
 	tokens := 0
@@ -141,18 +190,26 @@ func (r *Router) callWarm(ctx context.Context, batch [][]int32) (_ [][]float32, 
 			attribute.Int("embed_stack.batch.sequences", len(batch)),
 			attribute.Int("embed_stack.batch.tokens", tokens))
 	}
-	batchSequences.Record(ctx, int64(len(batch)), warmRecord...)
-	batchTokens.Record(ctx, int64(tokens), warmRecord...)
 	inflight.Add(ctx, 1, warmAdd...)
 	defer inflight.Add(ctx, -1, warmAdd...)
-	return r.Warm.Embed(ctx, batch)
+	return r.warm.Embed(ctx, batch)
 }
 
-// callLong embeds one long sequence on an ephemeral worker. Its stage spans
-// (spawn, call, stop) come from the backend, which knows the process.
+// callLong embeds one long sequence on an ephemeral worker once admission lets it
+// start (the stage routing.admit: the wait for a slot, or the refusal). Its further
+// stage spans (spawn, call, stop) come from the backend, which knows the process.
 func (r *Router) callLong(ctx context.Context, seq []int32) ([]float32, error) {
-	batchSequences.Record(ctx, 1, ephemeralRecord...)
-	batchTokens.Record(ctx, int64(len(seq)), ephemeralRecord...)
+	_, adm := stage.Start(ctx, tracer, "routing.admit")
+	if adm.Recording() {
+		adm.SetAttributes(attribute.Int("embed_stack.batch.tokens", len(seq)))
+	}
+	release, err := r.admit.acquire(ctx, len(seq))
+	adm.End(err)
+	if err != nil {
+		return nil, err
+	}
+	// The slot is held until Long.Embed has returned, by when the worker is gone.
+	defer release()
 	inflight.Add(ctx, 1, ephemeralAdd...)
 	defer inflight.Add(ctx, -1, ephemeralAdd...)
 	return r.Long.Embed(ctx, seq)

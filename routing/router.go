@@ -12,7 +12,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/embed-stack/embed-stack/telemetry/stage"
@@ -97,9 +100,28 @@ type Config struct {
 	// WarmMaxTokens is the longest input the warm worker takes; longer ones go to an
 	// ephemeral worker. 0 = 8192.
 	WarmMaxTokens int
-	// WarmChunkTokens bounds the tokens sent to the warm worker in one call, so a
-	// large request does not hold the worker for its whole duration; 0 = WarmMaxTokens.
+	// WarmChunkTokens bounds the tokens of one request sent to the warm worker in
+	// one call, so a large request does not hold the worker for its whole duration;
+	// 0 = BatchMaxTokens when batching is on, else WarmMaxTokens.
 	WarmChunkTokens int
+	// BatchWindow turns on cross-request batching of the warm path: a call waits up
+	// to this long for calls of other requests to share the worker call with (see
+	// batcher). 0 = off: every request's chunks go to the worker on their own.
+	BatchWindow time.Duration
+	// BatchMaxTokens is the token budget of one batched warm call; 0 =
+	// DefaultBatchMaxTokens.
+	BatchMaxTokens int
+	// MaxEphemeral bounds the ephemeral workers running at once; 0 =
+	// DefaultMaxEphemeral.
+	MaxEphemeral int
+	// MaxEphemeralTokens bounds the tokens of the inputs ephemeral workers hold at
+	// once: each sizes its KV cache to its input, so this bounds their memory. An
+	// input larger than the bound runs only when no other does. 0 = no bound beyond
+	// MaxEphemeral.
+	MaxEphemeralTokens int
+	// EphemeralQueue is how many long inputs may wait for an ephemeral worker
+	// beyond those running; the next one gets a *BusyError (429). 0 = none wait.
+	EphemeralQueue int
 	// MaxInstructionBytes bounds a caller's instruction; 0 = 4096.
 	MaxInstructionBytes int
 	// DefaultInputType applies when the request names none.
@@ -118,12 +140,21 @@ func orDefault(v, d int) int {
 	return v
 }
 
-func (c Config) minDimensions() int     { return orDefault(c.MinDimensions, 32) }
-func (c Config) maxInputs() int         { return orDefault(c.MaxInputs, 2048) }
-func (c Config) maxTotalTokens() int    { return orDefault(c.MaxTotalTokens, 300000) }
-func (c Config) maxInputTokens() int    { return orDefault(c.MaxInputTokens, 32768) }
-func (c Config) warmMaxTokens() int     { return orDefault(c.WarmMaxTokens, 8192) }
-func (c Config) warmChunkTokens() int   { return orDefault(c.WarmChunkTokens, c.warmMaxTokens()) }
+func (c Config) minDimensions() int  { return orDefault(c.MinDimensions, 32) }
+func (c Config) maxInputs() int      { return orDefault(c.MaxInputs, 2048) }
+func (c Config) maxTotalTokens() int { return orDefault(c.MaxTotalTokens, 300000) }
+func (c Config) maxInputTokens() int { return orDefault(c.MaxInputTokens, 32768) }
+func (c Config) warmMaxTokens() int  { return orDefault(c.WarmMaxTokens, 8192) }
+func (c Config) batchMaxTokens() int { return orDefault(c.BatchMaxTokens, DefaultBatchMaxTokens) }
+func (c Config) warmChunkTokens() int {
+	if c.WarmChunkTokens > 0 {
+		return c.WarmChunkTokens
+	}
+	if c.BatchWindow > 0 {
+		return min(c.warmMaxTokens(), c.batchMaxTokens())
+	}
+	return c.warmMaxTokens()
+}
 func (c Config) maxInstructionLen() int { return orDefault(c.MaxInstructionBytes, 4096) }
 func (c Config) instruction() string {
 	if c.DefaultInstruction == "" {
@@ -164,16 +195,39 @@ type Router struct {
 	// Long takes each longer input alone. When nil, those inputs are refused with
 	// a 400 that names the warm limit.
 	Long SingleBackend
+
+	initOnce sync.Once
+	warm     Backend    // Warm, behind the batcher when Config.BatchWindow > 0
+	admit    *admission // bounds the calls to Long
+}
+
+// init builds the batcher and the admission from Config on first use.
+func (r *Router) init() {
+	r.initOnce.Do(func() {
+		r.warm = r.Warm
+		if r.Config.BatchWindow > 0 && r.Warm != nil {
+			r.warm = newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens())
+		}
+		r.admit = newAdmission(orDefault(r.Config.MaxEphemeral, DefaultMaxEphemeral), r.Config.MaxEphemeralTokens, r.Config.EphemeralQueue)
+	})
+}
+
+// EphemeralState reports the ephemeral workers running, the tokens they hold and
+// the long inputs waiting for one.
+func (r *Router) EphemeralState() (running, tokens, queued int) {
+	r.init()
+	return r.admit.state()
 }
 
 // Prepare wraps and tokenizes a request's inputs and checks every limit, without
 // embedding anything. It is what POST /tokenize shows.
 func (r *Router) Prepare(req *Request) ([][]int32, error) {
-	return r.prepare(context.Background(), req)
+	return r.prepare(context.Background(), untraced, req)
 }
 
-// prepare is Prepare as the stages routing.wrap and routing.tokenize of ctx's trace.
-func (r *Router) prepare(ctx context.Context, req *Request) ([][]int32, error) {
+// prepare is Prepare as the stages routing.wrap and routing.tokenize of ctx's
+// trace, their spans made by tr.
+func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([][]int32, error) {
 	c := r.Config
 	n := len(req.Texts) + len(req.TokenIDs)
 	switch {
@@ -224,7 +278,7 @@ func (r *Router) prepare(ctx context.Context, req *Request) ([][]int32, error) {
 	}
 
 	// Wrapping and tokenizing are two passes so that a trace times each.
-	wrap := startWrap(ctx, typ)
+	wrap := startWrap(ctx, tr, typ)
 	wrapped := make([]string, len(req.Texts))
 	for i, text := range req.Texts {
 		if text == "" {
@@ -235,7 +289,7 @@ func (r *Router) prepare(ctx context.Context, req *Request) ([][]int32, error) {
 		wrapped[i] = Wrap(typ, instruction, text)
 	}
 	wrap.End(nil)
-	_, tok := stage.Start(ctx, tracer, "routing.tokenize")
+	_, tok := stage.Start(ctx, tr, "routing.tokenize")
 	err := func() error {
 		for i, text := range wrapped {
 			if err := add(i, r.Tokenizer.Encode(text)); err != nil {
@@ -310,10 +364,11 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	case dims < r.Config.minDimensions() || dims > r.Config.Dim:
 		return nil, inputErr("dimensions", -1, CodeInvalidValue, "'dimensions' must be between %d and %d for this model; got %d.", r.Config.minDimensions(), r.Config.Dim, dims)
 	}
-	seqs, err := r.prepare(ctx, req)
+	seqs, err := r.prepare(ctx, tracer, req)
 	if err != nil {
 		return nil, err
 	}
+	r.init()
 
 	_, route := stage.Start(ctx, tracer, "routing.route")
 	raw := make([][]float32, len(seqs))

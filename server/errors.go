@@ -38,6 +38,7 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 		tooLarge  *http.MaxBytesError
 		overload  *overloadError
 		unavail   *routing.UnavailableError
+		busy      *routing.BusyError
 	)
 	switch {
 	case errors.As(err, &statusErr):
@@ -49,6 +50,9 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 	case errors.As(err, &overload):
 		h := http.Header{"Retry-After": []string{strconv.Itoa(retrySeconds(overload.retryAfter))}}
 		return http.StatusTooManyRequests, openai.NewError(openai.TypeRateLimit, overload.Error(), "", "rate_limit_exceeded"), h
+	case errors.As(err, &busy):
+		h := http.Header{"Retry-After": []string{strconv.Itoa(retrySeconds(busy.RetryAfter))}}
+		return http.StatusTooManyRequests, openai.NewError(openai.TypeRateLimit, busy.Error(), "", "rate_limit_exceeded"), h
 	case errors.As(err, &decodeErr):
 		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, decodeErr.Message, decodeErr.Param, ""), nil
 	case errors.As(err, &inputErr):

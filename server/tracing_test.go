@@ -329,6 +329,7 @@ func TestTraceLongRequest(t *testing.T) {
 			"embed_stack.route.warm_inputs": 1, "embed_stack.route.warm_tokens": 6,
 			"embed_stack.route.ephemeral_inputs": 1, "embed_stack.route.ephemeral_tokens": 31}},
 		"routing.warm":      {parent: "routing.embed", attrs: map[string]any{"embed_stack.batch.sequences": 1, "embed_stack.batch.tokens": 6}},
+		"routing.admit":     {parent: "routing.embed", attrs: map[string]any{"embed_stack.batch.tokens": 31}},
 		"routing.normalize": {parent: "routing.embed"},
 		"server.encode":     {parent: "POST /v1/embeddings"},
 	})
@@ -497,6 +498,9 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 	stageAttr := func(s string) []attribute.KeyValue { return []attribute.KeyValue{attribute.String("stage", s)} }
 	warm := []attribute.KeyValue{attribute.String("route", "warm")}
 	eph := []attribute.KeyValue{attribute.String("route", "ephemeral")}
+	// The worker clients here were not started by a supervisor, so their calls
+	// count under route "other".
+	other := []attribute.KeyValue{attribute.String("route", "other")}
 	points := []point{
 		{"embed_stack.http.requests", route("200")},
 		{"embed_stack.http.requests", route("400")},
@@ -505,8 +509,8 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		{"embed_stack.tokens", eph},
 		{"embed_stack.request.inputs", nil},
 		{"embed_stack.request.tokens", nil},
-		{"embed_stack.batch.sequences", warm},
-		{"embed_stack.batch.tokens", eph},
+		{"embed_stack.batch.sequences", other},
+		{"embed_stack.batch.tokens", other},
 		{"embed_stack.backend.inflight", warm},
 		{"embed_stack.stage.duration", stageAttr("server.decode")},
 		{"embed_stack.stage.duration", stageAttr("routing.tokenize")},
@@ -532,13 +536,13 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		t.Fatalf("empty input: status %d, want 400", w.Code)
 	}
 	after := read()
-	// Request 1: 4+5 warm tokens in one batch of 2, 21 ephemeral; request 2: 3 warm
-	// tokens in a batch of 1; request 3 is refused in routing.wrap.
+	// Request 1: 4+5 warm tokens in one call of 2, 21 ephemeral in a call of its own;
+	// request 2: 3 warm tokens in a call of 1; request 3 is refused in routing.wrap.
 	want := [][2]float64{
 		{2, 0}, {1, 0}, {2, -1},
 		{12, 0}, {21, 0},
 		{2, 4}, {2, 33},
-		{2, 3}, {1, 21},
+		{3, 4}, {3, 33},
 		{0, 0},
 		{3, -1}, {2, -1}, {3, -1}, {3, -1}, {2, -1},
 	}
@@ -632,4 +636,29 @@ func TestTracingOffCarriesCallerTrace(t *testing.T) {
 	if len(engine.spans) != 2 || engine.spans[0].TraceID() != tid || engine.spans[1].TraceID() == tid {
 		t.Errorf("the worker saw trace contexts %v; want the caller's trace %s, then another", engine.spans, tid)
 	}
+}
+
+// TestTokenizeMakesNoStrayTraces: POST /tokenize runs the routing stages through
+// Prepare, which has no context; their spans must not start traces of their own.
+func TestTokenizeMakesNoStrayTraces(t *testing.T) {
+	h := tracedStack(t, &spanEngine{})
+	count := func() (n int) {
+		for _, s := range spanRecorder.Ended() {
+			if strings.HasPrefix(s.Name(), "routing.") {
+				n++
+			}
+		}
+		return n
+	}
+	before := count()
+	tp, tid, remote := incomingTrace(50)
+	if w := do(h, "POST", "/tokenize", `{"texts":["hello","world"]}`, map[string]string{"traceparent": tp}); w.Code != 200 {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if n := count() - before; n != 0 {
+		t.Errorf("%d routing spans recorded for POST /tokenize, want none", n)
+	}
+	checkTree(t, traceOf(t, tid), remote, map[string]wantSpan{
+		"POST /tokenize": {kind: trace.SpanKindServer, attrs: map[string]any{"http.route": "/tokenize", "embed_stack.tokens": 12}},
+	})
 }

@@ -350,18 +350,21 @@ func TestObserveWorkers(t *testing.T) {
 	eph1, eph2 := startSleeper(t), startSleeper(t)
 	restarts, ready := 4, true
 	if err := tel.ObserveWorkers(Workers{
-		Restarts: func() int { return restarts },
-		WarmPID:  func() int { return warm },
-		Ready:    func() bool { return ready },
+		Restarts:  func() int { return restarts },
+		WarmPID:   func() int { return warm },
+		Ready:     func() bool { return ready },
+		Ephemeral: func() (int, int, int) { return 2, 40000, 3 },
 	}); err != nil {
 		t.Fatal(err)
 	}
 	text := scrape(t, tel)
 	for series, want := range map[string]float64{
-		"embed_stack_warm_restarts_total":       4,
-		"embed_stack_warm_ready":                1,
-		`embed_stack_workers{role="warm"}`:      1,
-		`embed_stack_workers{role="ephemeral"}`: 2,
+		"embed_stack_warm_restarts_total":            4,
+		"embed_stack_warm_ready":                     1,
+		`embed_stack_workers{role="warm"}`:           1,
+		`embed_stack_workers{role="ephemeral"}`:      2,
+		"embed_stack_ephemeral_tokens":               40000,
+		`embed_stack_queue_depth{queue="ephemeral"}`: 3,
 	} {
 		if v := sample(text, series); v != want {
 			t.Errorf("%s = %v, want %v", series, v, want)

@@ -26,6 +26,10 @@ type Workers struct {
 	Ready func() bool
 	// Parent is the process whose children are the workers; 0 means this process.
 	Parent int
+	// Ephemeral reports the admission of long inputs: ephemeral workers running,
+	// the tokens of their inputs (what the memory budget counts), and the inputs
+	// queued for a slot (routing.Router.EphemeralState).
+	Ephemeral func() (running, tokens, queued int)
 }
 
 // Worker roles, the role label of the worker gauges.
@@ -43,6 +47,8 @@ const workersScope = "github.com/embed-stack/embed-stack/telemetry"
 //	embed_stack_warm_ready                   1 while the warm worker takes requests
 //	embed_stack_workers{role}                live worker processes (warm, ephemeral)
 //	embed_stack_worker_rss_bytes{role}       their resident memory, summed per role
+//	embed_stack_ephemeral_tokens             tokens held by running ephemeral workers
+//	embed_stack_queue_depth{queue}           long inputs waiting for an ephemeral worker (queue="ephemeral")
 //
 // RSS comes from /proc/<pid>/status (VmRSS) of each child of Workers.Parent, so on
 // systems without /proc the last two stay empty. It does nothing when no metric
@@ -72,6 +78,17 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
+	ephTokens, err := m.Int64ObservableGauge("embed_stack.ephemeral.tokens",
+		metric.WithDescription("Tokens of the inputs that running ephemeral workers hold (what the ephemeral memory budget counts)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	queue, err := m.Int64ObservableGauge("embed_stack.queue.depth",
+		metric.WithDescription("Work waiting for a worker, by queue (ephemeral: long inputs waiting for an ephemeral worker slot)."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	ephQueue := metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", RoleEphemeral)))
 	parent := w.Parent
 	if parent == 0 {
 		parent = os.Getpid()
@@ -88,6 +105,11 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 				v = 1
 			}
 			o.ObserveInt64(ready, v)
+		}
+		if w.Ephemeral != nil {
+			_, tokens, queued := w.Ephemeral()
+			o.ObserveInt64(ephTokens, int64(tokens))
+			o.ObserveInt64(queue, int64(queued), ephQueue)
 		}
 		pids, err := childPIDs(parent)
 		if err != nil {
@@ -115,7 +137,7 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		o.ObserveInt64(rss, mem[0], warmAttr)
 		o.ObserveInt64(rss, mem[1], ephAttr)
 		return nil
-	}, restarts, ready, count, rss)
+	}, restarts, ready, count, rss, ephTokens, queue)
 	if err != nil {
 		return fmt.Errorf("telemetry: registering the worker gauges: %w", err)
 	}

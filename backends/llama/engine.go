@@ -68,6 +68,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -481,14 +482,23 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 		out[i] = flat[i*nEmbd : (i+1)*nEmbd : (i+1)*nEmbd]
 	}
 	mem := C.llama_get_memory(e.lctx)
-	// Whatever happens, leave an empty cache for the next round or call.
-	defer C.llama_memory_clear(mem, true)
+	// Whatever happens, leave an empty cache for the next round or call. Emptying
+	// it only marks the cells free: zeroing the buffer too (data = true) would write
+	// the whole KV cache, 950 MB for the 0.6B model at 8192 tokens, after every round.
+	// Stale cells are harmless as long as they are finite: a sequence's attention
+	// gives every cell that is not its own a weight of exactly 0. A NaN or infinity
+	// would not be (0 x NaN is NaN), so the buffer is zeroed after a round that
+	// produced one (any non-finite KV value reaches the round's outputs: every row
+	// of a decode call reads every cell of the round) and after a round cut short.
+	clean := false
+	defer func() { C.llama_memory_clear(mem, C.bool(!clean)) }()
 
 	padSeq := C.llama_seq_id(e.maxSeqs) // the slot no input sequence uses
 	decodes := 0
 	outIdx := make([]C.int32_t, 0, e.maxSeqs)
 	outInput := make([]int, 0, e.maxSeqs)
 	for _, r := range plan(lengths, e.info.ContextTokens, e.info.BatchTokens, e.maxSeqs) {
+		finite := true
 		for _, d := range r.decodes {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -553,15 +563,27 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 				if p == nil {
 					return nil, fmt.Errorf("llama: no embedding for batch index %d: %s", int(idx), llamaReason("see the debug log"))
 				}
-				copy(out[outInput[k]], unsafe.Slice((*float32)(unsafe.Pointer(p)), nEmbd))
+				v := out[outInput[k]]
+				copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), nEmbd))
+				finite = finite && allFinite(v)
 			}
 			if e.decodeHook != nil {
 				e.decodeHook(decodes)
 			}
 		}
-		C.llama_memory_clear(mem, true)
+		C.llama_memory_clear(mem, C.bool(!finite))
 	}
+	clean = true
 	return out, nil
+}
+
+func allFinite(v []float32) bool {
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // abortRequested reports whether llama.cpp's abort callback would now stop the

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -40,6 +41,7 @@ type benchFlags struct {
 	plan                   bench.Plan
 	batches, lengths, jobs string
 	skip, only             string
+	logLevel               string
 }
 
 func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
@@ -61,6 +63,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.mdOut, "markdown", "", "write the table to this `file` too (it always goes to stdout)")
 	fs.Float64Var(&f.minCosine, "min-cosine", bench.DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
 	fs.IntVar(&f.warmContext, "warm-context", 8192, "the warm worker's context in `tokens`, for the memory goal (serve's --warm-max-tokens)")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
 	fs.BoolVar(&f.quick, "quick", false, "a run of seconds on a tiny model (what CI runs): 1 repetition, small grid, 1s per concurrency level; explicit flags still apply")
 
 	p := &f.plan
@@ -77,7 +80,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&p.Warmup, "warmup", 1, "warm-up requests per request shape")
 	fs.IntVar(&p.Reps, "reps", 3, "timed repetitions per request shape")
 	fs.IntVar(&p.HeavyReps, "heavy-reps", 1, "repetitions of shapes of --heavy-tokens or more (which get no warm-up)")
-	fs.IntVar(&p.HeavyTokens, "heavy-tokens", 8192, "request size in `tokens` from which --heavy-reps applies")
+	fs.IntVar(&p.HeavyTokens, "heavy-tokens", 2048, "request size in `tokens` from which --heavy-reps applies")
 	fs.IntVar(&p.ClientReps, "client-reps", 1, "repetitions of each concurrency level")
 	fs.IntVar(&p.InFlightIdle, "in-flight-idle", 10, "idle queries timed before the long input starts")
 	fs.DurationVar(&p.InFlightWindow, "in-flight-window", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
@@ -136,6 +139,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "embed-stack bench:", err)
 		return 2
 	}
+	logger, err := newLogger(stderr, "text", f.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack bench:", err)
+		return 2
+	}
+	// backends/llama logs llama.cpp's lines through the default logger.
+	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := benchRun(ctx, &f, args, stderr)

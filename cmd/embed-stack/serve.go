@@ -359,7 +359,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
 		},
 	}
-	if err := tel.wire(api, warm, eng.long); err != nil {
+	if err := tel.wire(api, router, warm, eng.long); err != nil {
 		return err
 	}
 

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
 	"github.com/embed-stack/embed-stack/telemetry/stage"
@@ -66,12 +67,12 @@ func (p *processTelemetry) stop() {
 // wire connects serve's telemetry to the API and the workers: the request spans,
 // GET /metrics, the worker gauges, and, when spans go to the console, the workers'
 // output (where their spans are printed) to serve's stderr.
-func (p *processTelemetry) wire(api *server.Server, warm *backends.Warm, long *backends.Ephemeral) error {
+func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm *backends.Warm, long *backends.Ephemeral) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, WarmPID: warm.PID, Ready: warm.Ready}); err != nil {
+	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState}); err != nil {
 		return err
 	}
 	if p.Console() {

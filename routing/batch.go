@@ -1,0 +1,196 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
+)
+
+// DefaultBatchMaxTokens is Config.BatchMaxTokens's default: two of the warm
+// engine's 1024-token decode calls. A batch is answered as a whole, so a larger one
+// only makes its small members wait for its large ones; the engine's throughput
+// does not grow with it, since it decodes in rounds of about that size anyway.
+const DefaultBatchMaxTokens = 2048
+
+// batcher packs the warm-path calls of concurrent requests into shared calls of the
+// backend it wraps, so that many small requests arriving together are decoded
+// together, as one request holding all their inputs would be.
+//
+// A call joins the newest batch that has room for it (BatchMaxTokens), or opens a
+// new one. A batch may be sent once its first call has waited window, or at once
+// when it is full; it is sent when the backend has no other batch in flight (the
+// warm worker decodes one call at a time, so a second one would only queue there).
+// While it waits for that, it keeps taking newcomers: the busier the worker, the
+// larger the batches.
+//
+// A caller whose ctx ends leaves at once: out of a batch not yet sent, or, if it
+// has been sent, leaving its share of the answer unread; a batch all of whose
+// callers have left is cancelled. Every caller of a batch gets the batch's error.
+// The vectors do not depend on the company: the engine packs sequences without
+// letting them see each other (cosine ≥ 1 - 1e-6 to the sequence embedded alone).
+//
+// Safe for concurrent use.
+type batcher struct {
+	backend   Backend
+	window    time.Duration
+	maxTokens int
+
+	mu       sync.Mutex // guards the fields below and every batch's unsent state
+	queue    []*batch   // not yet sent, oldest first; only the last one takes newcomers
+	inFlight bool       // a batch is being embedded
+}
+
+// batch is the calls sent to the backend together.
+type batch struct {
+	calls  []*call
+	tokens int
+	due    bool // its window has passed, or it is full
+	timer  *time.Timer
+	sent   bool
+
+	cancel context.CancelFunc // set when sent; ends the backend call
+	live   int                // calls still waiting for the answer, once sent
+	stage  stage.Stage        // routing.batch, from sending until the answer; set when sent
+}
+
+// call is one caller's sequences.
+type call struct {
+	ctx    context.Context
+	seqs   [][]int32
+	tokens int
+	b      *batch
+	done   chan struct{} // closed when vecs or err is set
+	vecs   [][]float32
+	err    error
+	queued stage.Stage // routing.queue: from joining until the batch is sent or the caller leaves
+}
+
+func newBatcher(backend Backend, window time.Duration, maxTokens int) *batcher {
+	return &batcher{backend: backend, window: window, maxTokens: maxTokens}
+}
+
+// Embed embeds seqs as part of a batch.
+func (b *batcher) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &call{ctx: ctx, seqs: seqs, done: make(chan struct{})}
+	for _, s := range seqs {
+		c.tokens += len(s)
+	}
+	c.queued = startQueue(ctx, len(seqs), c.tokens)
+	b.mu.Lock()
+	b.joinLocked(c)
+	b.dispatchLocked()
+	b.mu.Unlock()
+
+	select {
+	case <-c.done:
+		return c.vecs, c.err
+	case <-ctx.Done():
+		b.leave(c)
+		return nil, ctx.Err()
+	}
+}
+
+// joinLocked adds c to the newest unsent batch if it has room, else to a new one.
+func (b *batcher) joinLocked(c *call) {
+	var cur *batch
+	if n := len(b.queue); n > 0 && b.queue[n-1].tokens+c.tokens <= b.maxTokens {
+		cur = b.queue[n-1]
+	} else {
+		if n > 0 {
+			// It has no room for this call, so no more company is coming its way.
+			b.queue[n-1].due = true
+		}
+		cur = &batch{}
+		b.queue = append(b.queue, cur)
+		cur.timer = time.AfterFunc(b.window, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			cur.due = true
+			b.dispatchLocked()
+		})
+	}
+	cur.calls = append(cur.calls, c)
+	cur.tokens += c.tokens
+	c.b = cur
+	if cur.tokens >= b.maxTokens {
+		cur.due = true
+	}
+}
+
+// dispatchLocked sends the oldest batch when it is due and nothing is in flight.
+func (b *batcher) dispatchLocked() {
+	if b.inFlight || len(b.queue) == 0 || !b.queue[0].due {
+		return
+	}
+	bt := b.queue[0]
+	b.queue = b.queue[1:]
+	bt.timer.Stop()
+	bt.sent = true
+	bt.live = len(bt.calls)
+	// The backend call carries the first caller's trace, but no caller's deadline:
+	// it ends when every caller has left (see leave).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(bt.calls[0].ctx))
+	bt.cancel = cancel
+	b.inFlight = true
+	ctx, bt.stage = startBatch(ctx, bt)
+	go b.run(ctx, bt)
+}
+
+// run embeds one batch and hands every caller its share.
+func (b *batcher) run(ctx context.Context, bt *batch) {
+	defer bt.cancel()
+	seqs := make([][]int32, 0, len(bt.calls))
+	for _, c := range bt.calls {
+		seqs = append(seqs, c.seqs...)
+	}
+	vecs, err := b.backend.Embed(ctx, seqs)
+	if err == nil && len(vecs) != len(seqs) {
+		err = fmt.Errorf("the warm backend returned %d vectors for %d sequences", len(vecs), len(seqs))
+	}
+	bt.stage.End(err)
+	at := 0
+	for _, c := range bt.calls {
+		if err != nil {
+			c.err = err
+		} else {
+			c.vecs = vecs[at : at+len(c.seqs) : at+len(c.seqs)]
+		}
+		at += len(c.seqs)
+		close(c.done)
+	}
+	b.mu.Lock()
+	b.inFlight = false
+	b.dispatchLocked()
+	b.mu.Unlock()
+}
+
+// leave takes a caller whose ctx ended out of its batch: out of the queue when the
+// batch has not been sent, and the whole batch cancelled when it has and nobody is
+// left to read the answer.
+func (b *batcher) leave(c *call) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bt := c.b
+	if bt.sent {
+		bt.live--
+		if bt.live == 0 {
+			bt.cancel()
+		}
+		return
+	}
+	c.queued.End(c.ctx.Err())
+	bt.calls = slices.DeleteFunc(bt.calls, func(x *call) bool { return x == c })
+	bt.tokens -= c.tokens
+	if len(bt.calls) == 0 {
+		bt.timer.Stop()
+		b.queue = slices.DeleteFunc(b.queue, func(x *batch) bool { return x == bt })
+	}
+	b.dispatchLocked()
+}

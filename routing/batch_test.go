@@ -1,0 +1,285 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatedBackend answers each call with vectorFor after its gate opens, and records
+// the calls and the contexts they came with.
+type gatedBackend struct {
+	mu    sync.Mutex // guards calls and ctxs
+	calls [][][]int32
+	ctxs  []context.Context
+	gate  chan struct{} // nil: answer at once
+	err   error
+}
+
+func (g *gatedBackend) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	g.mu.Lock()
+	g.calls = append(g.calls, seqs)
+	g.ctxs = append(g.ctxs, ctx)
+	g.mu.Unlock()
+	if g.gate != nil {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	out := make([][]float32, len(seqs))
+	for i, s := range seqs {
+		out[i] = vectorFor(s, 4)
+	}
+	return out, nil
+}
+
+func (g *gatedBackend) callCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.calls)
+}
+
+func (g *gatedBackend) waitCalls(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for g.callCount() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backend calls, want %d", g.callCount(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// queued is the number of calls waiting in unsent batches, and the batches.
+func (b *batcher) queued() (calls, batches int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, bt := range b.queue {
+		calls += len(bt.calls)
+	}
+	return calls, len(b.queue)
+}
+
+func waitBatcher(t *testing.T, b *batcher, calls, batches int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, n := b.queued()
+		if c == calls && n == batches {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls in %d unsent batches, want %d in %d", c, n, calls, batches)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type result struct {
+	vecs [][]float32
+	err  error
+}
+
+func goEmbed(ctx context.Context, b *batcher, seqs ...[]int32) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		v, err := b.Embed(ctx, seqs)
+		ch <- result{v, err}
+	}()
+	return ch
+}
+
+func seqOf(n int, first int32) []int32 {
+	s := make([]int32, n)
+	s[0] = first
+	return s
+}
+
+// requireOwn checks that a caller got exactly its own vectors.
+func requireOwn(t *testing.T, r result, seqs ...[]int32) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.vecs) != len(seqs) {
+		t.Fatalf("%d vectors for %d sequences", len(r.vecs), len(seqs))
+	}
+	for i, s := range seqs {
+		if !slices.Equal(r.vecs[i], vectorFor(s, 4)) {
+			t.Fatalf("vector %d = %v, want %v", i, r.vecs[i], vectorFor(s, 4))
+		}
+	}
+}
+
+func TestBatcherPacksUntilFull(t *testing.T) {
+	g := &gatedBackend{}
+	b := newBatcher(g, time.Hour, 10) // only a full batch is sent
+	a1, a2 := seqOf(3, 1), seqOf(2, 2)
+	ra := goEmbed(context.Background(), b, a1, a2)
+	waitBatcher(t, b, 1, 1)
+	if g.callCount() != 0 {
+		t.Fatal("a batch with room was sent before its window")
+	}
+	c1 := seqOf(5, 3)
+	rc := goEmbed(context.Background(), b, c1)
+	requireOwn(t, <-ra, a1, a2)
+	requireOwn(t, <-rc, c1)
+	if got := lens(g.calls); !slices.Equal(got, []int{3, 2, 5}) {
+		t.Fatalf("backend calls %v, want one call of 3+2+5 tokens", got)
+	}
+}
+
+func TestBatcherWindow(t *testing.T) {
+	g := &gatedBackend{}
+	const window = 30 * time.Millisecond
+	b := newBatcher(g, window, 1000)
+	start := time.Now()
+	v, err := b.Embed(context.Background(), [][]int32{seqOf(4, 7)})
+	took := time.Since(start)
+	requireOwn(t, result{v, err}, seqOf(4, 7))
+	if took < window {
+		t.Errorf("a lone call returned after %s, before the %s window", took, window)
+	}
+}
+
+// TestBatcherAccumulatesWhileBusy: while one batch is in flight the next grows past
+// its window, up to the token budget, and the overflow opens a third.
+func TestBatcherAccumulatesWhileBusy(t *testing.T) {
+	g := &gatedBackend{gate: make(chan struct{})}
+	b := newBatcher(g, time.Millisecond, 10)
+	first := goEmbed(context.Background(), b, seqOf(2, 1))
+	g.waitCalls(t, 1)
+
+	var rs []<-chan result
+	for i := range 4 {
+		rs = append(rs, goEmbed(context.Background(), b, seqOf(3, int32(10+i))))
+		waitBatcher(t, b, i+1, 1+i/3)
+	}
+	time.Sleep(5 * time.Millisecond) // past the window: still held, the backend is busy
+	if n := g.callCount(); n != 1 {
+		t.Fatalf("%d backend calls while the first is in flight, want 1", n)
+	}
+	close(g.gate)
+	requireOwn(t, <-first, seqOf(2, 1))
+	for i, r := range rs {
+		requireOwn(t, <-r, seqOf(3, int32(10+i)))
+	}
+	if got := lens(g.calls); !slices.Equal(got, []int{2, 3, 3, 3, 3}) {
+		t.Fatalf("sequence lengths by call %v", got)
+	}
+	sizes := []int{}
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	if !slices.Equal(sizes, []int{1, 3, 1}) {
+		t.Fatalf("calls held %v sequences, want [1 3 1]: three of 3 tokens fill a 10-token budget", sizes)
+	}
+}
+
+func TestBatcherCallerLeaves(t *testing.T) {
+	t.Run("before the batch is sent", func(t *testing.T) {
+		g := &gatedBackend{}
+		b := newBatcher(g, time.Hour, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := goEmbed(ctx, b, seqOf(4, 1))
+		waitBatcher(t, b, 1, 1)
+		cancel()
+		if r := <-gone; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("err = %v", r.err)
+		}
+		waitBatcher(t, b, 0, 0)
+		stay := seqOf(10, 2)
+		requireOwn(t, <-goEmbed(context.Background(), b, stay), stay)
+		if got := lens(g.calls); !slices.Equal(got, []int{10}) {
+			t.Fatalf("backend got %v; the caller that left was sent anyway", got)
+		}
+	})
+	t.Run("after it is sent", func(t *testing.T) {
+		g := &gatedBackend{gate: make(chan struct{})}
+		b := newBatcher(g, time.Hour, 4)
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		r1 := goEmbed(ctx1, b, seqOf(2, 1))
+		waitBatcher(t, b, 1, 1)
+		r2 := goEmbed(ctx2, b, seqOf(2, 2))
+		g.waitCalls(t, 1)
+		cancel1()
+		if r := <-r1; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("first caller: err = %v", r.err)
+		}
+		if err := g.ctxs[0].Err(); err != nil {
+			t.Fatalf("the batch was cancelled (%v) while a caller still waits", err)
+		}
+		cancel2()
+		<-r2
+		select {
+		case <-g.ctxs[0].Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the batch was not cancelled once every caller had left")
+		}
+	})
+}
+
+func TestBatcherErrorReachesEveryCaller(t *testing.T) {
+	g := &gatedBackend{err: &UnavailableError{RetryAfter: 2 * time.Second}}
+	b := newBatcher(g, time.Hour, 4)
+	r1 := goEmbed(context.Background(), b, seqOf(2, 1))
+	r2 := goEmbed(context.Background(), b, seqOf(2, 2))
+	for _, r := range []result{<-r1, <-r2} {
+		if !errors.Is(r.err, ErrUnavailable) {
+			t.Errorf("err = %v, want ErrUnavailable", r.err)
+		}
+	}
+}
+
+// TestRouterBatching runs concurrent requests through a router with a batch
+// window: they share backend calls, and each gets the vectors it gets alone.
+func TestRouterBatching(t *testing.T) {
+	alone, _, _ := newRouter(Config{})
+	r, warm, _ := newRouter(Config{BatchWindow: 50 * time.Millisecond, BatchMaxTokens: 1 << 20})
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			req := &Request{Texts: []string{fmt.Sprintf("request %d", i), "shared"}}
+			got, err := r.Embed(context.Background(), req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			want, err := alone.Embed(context.Background(), req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for j := range want.Vectors {
+				if !slices.Equal(got.Vectors[j], want.Vectors[j]) {
+					errs[i] = fmt.Errorf("request %d input %d differs batched", i, j)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	warm.mu.Lock()
+	calls := len(warm.calls)
+	warm.mu.Unlock()
+	if calls >= n {
+		t.Errorf("%d warm calls for %d concurrent requests: nothing was batched", calls, n)
+	}
+	t.Logf("%d concurrent requests in %d warm calls", n, calls)
+}

@@ -1,0 +1,141 @@
+package routing
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var (
+	telemetryOnce sync.Once
+	spanRecorder  = tracetest.NewSpanRecorder()
+	metricReader  = sdkmetric.NewManualReader()
+	testTracer    trace.Tracer
+)
+
+// installTelemetry installs recording providers as the globals, once per test
+// binary (instruments made at package init forward to the first meter provider).
+func installTelemetry() {
+	telemetryOnce.Do(func() {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder))
+		otel.SetTracerProvider(tp)
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
+		testTracer = tp.Tracer("routing_test")
+	})
+}
+
+// batchRequestsPoint returns the count and sum of embed_stack.batch.requests.
+func batchRequestsPoint(t *testing.T) (uint64, int64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := metricReader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "embed_stack.batch.requests" {
+				for _, dp := range m.Data.(metricdata.Histogram[int64]).DataPoints {
+					return dp.Count, dp.Sum
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
+// TestBatchSpans: two requests whose warm calls share one batched worker call. The
+// batch is one routing.batch span, in the first caller's trace, linked to both
+// callers' routing.queue spans, which link back to it.
+func TestBatchSpans(t *testing.T) {
+	installTelemetry()
+	r, warm, _ := newRouter(Config{BatchWindow: 300 * time.Millisecond, BatchMaxTokens: 1 << 20})
+	count0, sum0 := batchRequestsPoint(t)
+	roots := make([]trace.Span, 2)
+	var wg sync.WaitGroup
+	for i, text := range []string{"first", "second"} {
+		ctx, root := testTracer.Start(context.Background(), "request")
+		roots[i] = root
+		wg.Go(func() {
+			defer root.End()
+			if _, err := r.Embed(ctx, &Request{Texts: []string{text}}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	warm.mu.Lock()
+	calls := len(warm.calls)
+	warm.mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("%d warm calls, want the two requests in one batch", calls)
+	}
+
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	var batches, queues []sdktrace.ReadOnlySpan
+	for _, s := range spanRecorder.Ended() {
+		tid := s.SpanContext().TraceID()
+		if tid != roots[0].SpanContext().TraceID() && tid != roots[1].SpanContext().TraceID() {
+			continue
+		}
+		byID[s.SpanContext().SpanID()] = s
+		switch s.Name() {
+		case "routing.batch":
+			batches = append(batches, s)
+		case "routing.queue":
+			queues = append(queues, s)
+		}
+	}
+	if len(batches) != 1 || len(queues) != 2 {
+		t.Fatalf("%d routing.batch and %d routing.queue spans, want 1 and 2", len(batches), len(queues))
+	}
+	batch := batches[0]
+	if p, ok := byID[batch.Parent().SpanID()]; !ok || p.Name() != "routing.warm" {
+		t.Errorf("routing.batch's parent is not a caller's routing.warm")
+	}
+	var linked []trace.SpanID
+	for _, l := range batch.Links() {
+		linked = append(linked, l.SpanContext.SpanID())
+	}
+	for _, q := range queues {
+		if p, ok := byID[q.Parent().SpanID()]; !ok || p.Name() != "routing.warm" || p.SpanContext().TraceID() != q.SpanContext().TraceID() {
+			t.Errorf("a routing.queue span is not under its own request's routing.warm")
+		}
+		if !slices.Contains(linked, q.SpanContext().SpanID()) {
+			t.Errorf("routing.batch does not link to the routing.queue of trace %s", q.SpanContext().TraceID())
+		}
+		if len(q.Links()) != 1 || q.Links()[0].SpanContext.SpanID() != batch.SpanContext().SpanID() {
+			t.Errorf("routing.queue links %v, want the batch %s", q.Links(), batch.SpanContext().SpanID())
+		}
+		// Queued until the batch was sent: the window, since it never filled.
+		if d := q.EndTime().Sub(q.StartTime()); d < 250*time.Millisecond {
+			t.Errorf("routing.queue lasted %s, want about the 300ms window", d)
+		}
+		if !q.EndTime().After(batch.StartTime().Add(-time.Millisecond)) {
+			t.Errorf("routing.queue ended before the batch started")
+		}
+	}
+	want := map[string]int64{"embed_stack.batch.requests": 2, "embed_stack.batch.sequences": 2, "embed_stack.batch.tokens": int64(len("first") + len("second") + 2)}
+	for _, kv := range batch.Attributes() {
+		if w, ok := want[string(kv.Key)]; ok {
+			if kv.Value.AsInt64() != w {
+				t.Errorf("routing.batch %s = %d, want %d", kv.Key, kv.Value.AsInt64(), w)
+			}
+			delete(want, string(kv.Key))
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("routing.batch lacks %v", want)
+	}
+	if count, sum := batchRequestsPoint(t); count-count0 != 1 || sum-sum0 != 2 {
+		t.Errorf("embed_stack.batch.requests moved by count %d sum %d, want 1 and 2", count-count0, sum-sum0)
+	}
+}
