@@ -134,3 +134,17 @@ func (e *ExitError) Error() string {
 
 // Unwrap returns the wait error.
 func (e *ExitError) Unwrap() error { return e.Err }
+
+// CapacityError is a worker that holds shorter sequences than its caller needs
+// ([Warm.MinTokens]): started with a context its engine capped (a model trained on
+// a shorter context, a worker program with its own limit), it would refuse every
+// longer input.
+type CapacityError struct {
+	PID       int
+	MaxTokens int // what the worker reports in /health
+	Want      int // Warm.MinTokens
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("the worker (pid %d) holds sequences of at most %d tokens (its max_tokens), fewer than the %d it must take", e.PID, e.MaxTokens, e.Want)
+}

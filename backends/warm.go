@@ -59,6 +59,12 @@ type Warm struct {
 	// Logger receives deaths, restarts and readiness. nil means slog.Default().
 	Logger *slog.Logger
 
+	// MinTokens is the longest sequence the caller will send: a worker whose
+	// /health reports a smaller max_tokens is refused (killed, and Start fails with a
+	// *CapacityError) rather than left to fail those requests one by one. 0 accepts
+	// any worker.
+	MinTokens int
+
 	wg sync.WaitGroup // the supervisor goroutine
 
 	mu        sync.Mutex // guards the fields below
@@ -151,6 +157,9 @@ func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
 	w.procs[p] = struct{}{}
 	w.mu.Unlock()
 	h, err := p.waitReady(waitCtx, w.readyTimeout())
+	if err == nil && h.MaxTokens < w.MinTokens {
+		err = &CapacityError{PID: p.pid, MaxTokens: h.MaxTokens, Want: w.MinTokens}
+	}
 	endSpawn(spawn, roleWarm, p.pid, started, err)
 	if err != nil {
 		// Nothing to drain in a worker that is not ready; kill rather than stop.

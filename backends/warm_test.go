@@ -419,3 +419,36 @@ func TestWarmSocketDirTooLong(t *testing.T) {
 	}
 	assertEmptyDir(t, parent)
 }
+
+// TestWarmRefusesASmallWorker: a worker whose max_tokens is below MinTokens fails
+// Start with a *CapacityError and leaves no process or socket behind.
+func TestWarmRefusesASmallWorker(t *testing.T) {
+	tests := []struct {
+		ctx, min int
+		wantErr  bool
+	}{{ctx: 100, min: 100}, {ctx: 100, min: 101, wantErr: true}, {ctx: 100, min: 0}}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("ctx %d, MinTokens %d", tt.ctx, tt.min), func(t *testing.T) {
+			w, socketParent, records := newWarm(t)
+			w.Spec.Args = append(w.Spec.Args, "--ctx", fmt.Sprint(tt.ctx))
+			w.MinTokens = tt.min
+			err := w.Start(context.Background())
+			if !tt.wantErr {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ce *CapacityError
+			if !errors.As(err, &ce) || ce.MaxTokens != tt.ctx || ce.Want != tt.min {
+				t.Fatalf("Start: err = %v; want a *CapacityError for max_tokens %d < %d", err, tt.ctx, tt.min)
+			}
+			want := fmt.Sprintf("holds sequences of at most %d tokens (its max_tokens), fewer than the %d it must take", tt.ctx, tt.min)
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("message %q lacks %q", err, want)
+			}
+			assertNoWorkersLeft(t, records)
+			assertEmptyDir(t, socketParent)
+		})
+	}
+}

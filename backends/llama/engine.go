@@ -14,7 +14,9 @@ package llama
 
 /*
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "llama.h"
 #include "ggml-backend.h"
 
@@ -57,6 +59,19 @@ static bool es_should_abort(void *data) {
 // es_abort_callback hands Go the address of the static es_should_abort.
 static ggml_abort_callback es_abort_callback(void) { return es_should_abort; }
 
+// es_no_vocab fills o[0..2] with the metadata overrides that load a model without
+// its tokenizer: tokenizer model "none" and n_vocab dummy tokens (o[2] ends the
+// list). See Open.
+static void es_no_vocab(struct llama_model_kv_override *o, const char *arch, int64_t n_vocab) {
+	memset(o, 0, 3 * sizeof *o);
+	o[0].tag = LLAMA_KV_OVERRIDE_TYPE_STR;
+	strncpy(o[0].key, "tokenizer.ggml.model", sizeof o[0].key - 1);
+	strncpy(o[0].val_str, "none", sizeof o[0].val_str - 1);
+	o[1].tag = LLAMA_KV_OVERRIDE_TYPE_INT;
+	snprintf(o[1].key, sizeof o[1].key, "%s.vocab_size", arch);
+	o[1].val_i64 = n_vocab;
+}
+
 // es_batch_mark_output makes token i of b an output too.
 static void es_batch_mark_output(struct llama_batch *b, int32_t i) {
 	b->logits[i] = 1;
@@ -68,6 +83,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,6 +91,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/embed-stack/embed-stack/gguf"
 
 	// Links llama.cpp and ggml (CPU backend included) into the binary; this package
 	// calls the C API itself because ollama's wrapper does not expose pooling_type.
@@ -131,6 +149,14 @@ type Config struct {
 	// one that does not fit is refused. 0 means DefaultAttentionBytes.
 	AttentionBytes int64
 
+	// Nice lowers the CPU priority of the decoding threads by this much (0 to 19),
+	// so that another engine's work on the same cores goes first: ephemeral workers
+	// run at 10 beside the warm worker, whose short requests then barely slow down.
+	// On Linux only the decoding threads are affected (the owner goroutine's OS
+	// thread and the threads ggml starts from it); elsewhere the whole process.
+	// 0 leaves the priority alone.
+	Nice int
+
 	// attention overrides the attention kernel, for measurements only.
 	attention attentionKind
 }
@@ -159,6 +185,7 @@ type Info struct {
 type Engine struct {
 	info    Info
 	maxSeqs int
+	nice    int
 
 	jobs chan func()   // work for the owner goroutine
 	quit chan struct{} // closed by Close
@@ -216,6 +243,9 @@ func Open(cfg Config) (*Engine, error) {
 		maxSeqs = DefaultMaxSeqs
 	}
 	// One sequence id is reserved for the padding token (see embed).
+	if cfg.Nice < 0 || cfg.Nice > 19 {
+		return nil, fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
+	}
 	if limit := int(C.llama_max_parallel_sequences()) - 1; maxSeqs > limit {
 		return nil, fmt.Errorf("llama: Config.MaxSeqs is %d; at most %d (llama.cpp's LLAMA_MAX_SEQ less one this engine reserves)", maxSeqs, limit)
 	}
@@ -231,6 +261,20 @@ func Open(cfg Config) (*Engine, error) {
 	mp.n_gpu_layers = C.int32_t(cfg.GPULayers)
 	mp.use_mmap = true
 	mp.use_mlock = false
+	// Load the model without its tokenizer: the engine takes token ids, and building
+	// llama.cpp's BPE tables (151k tokens, 151k merges) was two thirds of a worker's
+	// start, which every ephemeral worker pays. The vocabulary size, which the
+	// embedding table's shape and the id check need, comes from that table.
+	arch, nVocab, err := vocabShape(cfg.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	overrides := (*C.struct_llama_model_kv_override)(C.calloc(3, C.sizeof_struct_llama_model_kv_override))
+	defer C.free(unsafe.Pointer(overrides))
+	carch := C.CString(arch)
+	defer C.free(unsafe.Pointer(carch))
+	C.es_no_vocab(overrides, carch, C.int64_t(nVocab))
+	mp.kv_overrides = overrides
 	cpath := C.CString(cfg.ModelPath)
 	defer C.free(unsafe.Pointer(cpath))
 	takeLastError()
@@ -327,6 +371,7 @@ func Open(cfg Config) (*Engine, error) {
 			ModelName:     modelName(model, cfg.ModelPath),
 		},
 		maxSeqs: maxSeqs,
+		nice:    cfg.Nice,
 		jobs:    make(chan func()),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -354,6 +399,24 @@ func attentionFit(budget int64, ctx, heads int) int {
 	return int(max(32, n/32*32))
 }
 
+// vocabShape reads the model's architecture and the number of rows of its token
+// embedding table from the GGUF header.
+func vocabShape(path string) (arch string, nVocab int, err error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("llama: loading model %s failed: %w", path, err)
+	}
+	defer f.Close()
+	if arch, err = f.String("general.architecture"); err != nil {
+		return "", 0, fmt.Errorf("llama: model %s: %w", path, err)
+	}
+	t, ok := f.Tensor("token_embd.weight")
+	if !ok || len(t.Dims) != 2 || t.Dims[1] == 0 || t.Dims[1] > 1<<31-1 {
+		return "", 0, fmt.Errorf("llama: model %s has no two-dimensional token_embd.weight; is it a GGUF file of a supported architecture?", path)
+	}
+	return arch, int(t.Dims[1]), nil
+}
+
 // llamaReason returns the last error llama.cpp logged, or hint when it logged none.
 func llamaReason(hint string) string {
 	if msg := takeLastError(); msg != "" {
@@ -378,6 +441,15 @@ func (e *Engine) Info() Info { return e.info }
 // own is the owner goroutine: the only one that touches the llama context after Open.
 func (e *Engine) own() {
 	defer close(e.done)
+	if e.nice > 0 {
+		// ggml starts the threads of each decode call from the calling thread, and
+		// they inherit its priority; keeping this goroutine on one OS thread keeps
+		// every decode call on the thread lowered here.
+		runtime.LockOSThread()
+		if err := lowerPriority(e.nice); err != nil {
+			slog.Warn("llama: lowering the decoding threads' priority failed; they run at normal priority", "nice", e.nice, "err", err)
+		}
+	}
 	for {
 		select {
 		case <-e.quit:
@@ -584,6 +656,33 @@ func allFinite(v []float32) bool {
 		}
 	}
 	return true
+}
+
+// WarmUp readies the engine for inputs of the given lengths, so that the first real
+// one does not pay first-use costs: it decodes, for each length, one throwaway
+// sequence of that length cut to one decode call (BatchTokens). That pages the
+// memory-mapped weights in and runs every decode shape an input of that length
+// uses. An input longer than one call adds only attention over more cells, through
+// the same kernels; decoding all of it would cost as much as the input itself
+// (about a minute for 8192 tokens of the 0.6B model on two cores) for what
+// docs/engine.md measures as a few percent of its first run.
+func (e *Engine) WarmUp(ctx context.Context, lengths []int) error {
+	done := map[int]bool{}
+	for _, n := range lengths {
+		n = min(max(n, 1), e.info.BatchTokens)
+		if done[n] {
+			continue
+		}
+		done[n] = true
+		seq := make([]int32, n)
+		for i := range seq {
+			seq[i] = int32(i % e.info.NVocab)
+		}
+		if _, err := e.Embed(ctx, [][]int32{seq}); err != nil {
+			return fmt.Errorf("llama: warming up with a %d-token sequence: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // abortRequested reports whether llama.cpp's abort callback would now stop the

@@ -3,6 +3,7 @@ package llama
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -107,4 +108,95 @@ func peakRSS(t *testing.T) int64 {
 		}
 	}
 	return 0
+}
+
+// TestMeasureBuckets compares, on a mixed workload, the seed system's per-bucket
+// contexts (one context per bucket of EMBED_STACK_MEASURE_BUCKETS, default
+// 256,1024,8192; each sequence in the smallest that holds it) with one context of
+// the largest bucket packing every sequence. Both run with one sequence per round
+// (the seed's "x [1]") and with packing (64 sequences a round). It runs only when
+// EMBED_STACK_MEASURE_MIX names the workload, NxLEN terms joined by "+" (for example
+// 16x40+8x200+2x700); the model and threads are as for TestMeasure.
+func TestMeasureBuckets(t *testing.T) {
+	mix := os.Getenv("EMBED_STACK_MEASURE_MIX")
+	if mix == "" {
+		t.Skip("set EMBED_STACK_MEASURE_MIX to measure (see the doc comment)")
+	}
+	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	if rel == "" {
+		rel = tinyModel
+	}
+	model := modelFile(t, rel)
+	threads := envInt(t, "EMBED_STACK_BENCH_THREADS")
+	buckets := []int{256, 1024, 8192}
+	if s := os.Getenv("EMBED_STACK_MEASURE_BUCKETS"); s != "" {
+		buckets = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buckets = append(buckets, n)
+		}
+	}
+	var seqs [][]int32
+	tokens := 0
+	for _, term := range strings.Split(mix, "+") {
+		var n, length int
+		if _, err := fmt.Sscanf(term, "%dx%d", &n, &length); err != nil {
+			t.Fatalf("term %q: want NxLEN", term)
+		}
+		for range n {
+			seqs = append(seqs, randomSeq(uint64(900+len(seqs)), length, 151669))
+			tokens += length
+		}
+	}
+	// Interleave lengths as requests would arrive.
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(seqs), func(i, j int) { seqs[i], seqs[j] = seqs[j], seqs[i] })
+
+	run := func(name string, maxSeqs int, perBucket bool) {
+		ctxs := buckets[len(buckets)-1:]
+		if perBucket {
+			ctxs = buckets
+		}
+		engines := make([]*Engine, len(ctxs))
+		for i, c := range ctxs {
+			e, err := Open(Config{ModelPath: model, ContextTokens: c, MaxSeqs: maxSeqs, Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			engines[i] = e
+			// One throwaway call, so that no configuration pays first-use costs.
+			if _, err := e.Embed(context.Background(), [][]int32{randomSeq(1, 8, 151669)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		groups := make([][][]int32, len(ctxs))
+		for _, s := range seqs {
+			for i, c := range ctxs {
+				if len(s) <= c {
+					groups[i] = append(groups[i], s)
+					break
+				}
+			}
+		}
+		start := time.Now()
+		for i, g := range groups {
+			if len(g) == 0 {
+				continue
+			}
+			if _, err := engines[i].Embed(context.Background(), g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		t.Logf("%-40s %8s  %6.1f tokens/s", name, took.Round(time.Millisecond), float64(tokens)/took.Seconds())
+	}
+	t.Logf("%s: %d sequences, %d tokens (%s), buckets %v", rel, len(seqs), tokens, mix, buckets)
+	run("per-bucket contexts, 1 sequence a round", 1, true)
+	run("per-bucket contexts, packed", DefaultMaxSeqs, true)
+	run("one context, 1 sequence a round", 1, false)
+	run("one context, packed", DefaultMaxSeqs, false)
 }

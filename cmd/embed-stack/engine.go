@@ -29,6 +29,9 @@ type engineConfig struct {
 	BatchTokens int
 	// WarmMaxTokens is the warm worker's context: the longest input it takes.
 	WarmMaxTokens int
+	// WarmBuckets are the input lengths the warm worker is warmed with before it
+	// reports ready (its --buckets).
+	WarmBuckets []int
 	// MaxInputTokens is the longest input at all; it must fit the model's training
 	// context.
 	MaxInputTokens int
@@ -103,6 +106,12 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if cfg.BatchTokens > 0 {
 		warmArgs = append(warmArgs, "--batch", strconv.Itoa(cfg.BatchTokens))
 	}
+	if len(cfg.WarmBuckets) > 0 {
+		warmArgs = append(warmArgs, "--buckets", joinInts(cfg.WarmBuckets))
+	}
+	// Ephemeral workers decode at a lower CPU priority than the warm one, so that
+	// short requests stay fast while a long input is being embedded.
+	longArgs := append(append([]string(nil), workerArgs...), "--nice", strconv.Itoa(ephemeralNice))
 	return &engine{
 		modelPath: modelPath,
 		facts:     facts,
@@ -111,9 +120,10 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 			Spec:         backends.WorkerSpec{Path: exe, Args: warmArgs},
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "warm"),
+			MinTokens:    cfg.WarmMaxTokens,
 		},
 		long: &backends.Ephemeral{
-			Spec:         backends.WorkerSpec{Path: exe, Args: workerArgs},
+			Spec:         backends.WorkerSpec{Path: exe, Args: longArgs},
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "ephemeral"),
 		},

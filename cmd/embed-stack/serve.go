@@ -66,6 +66,14 @@ type serveFlags struct {
 	maxHeaderBytes    int
 	workerHangTimeout time.Duration
 	debugVars         bool
+	// Routing of long inputs and batching (admission.go, docs/routing.md).
+	warmBuckets        string
+	buckets            []int // warmBuckets parsed, capped at warmMaxTokens
+	batchWindow        time.Duration
+	batchMaxTokens     int
+	maxEphemeral       int
+	maxEphemeralTokens int
+	ephemeralQueue     int
 }
 
 // stringList is a repeatable flag.
@@ -110,6 +118,12 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take, waiting for a worker included; past it 504 and its work is cancelled")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block in `bytes` (larger ones get 431)")
 	fs.DurationVar(&f.workerHangTimeout, "worker-hang-timeout", 5*time.Minute, "a warm worker with requests outstanding that answers none for this long is killed and restarted (0 = never)")
+	fs.StringVar(&f.warmBuckets, "warm-buckets", "256,1024,8192", "comma-separated input `lengths` (tokens) the warm worker is warmed with before it reports ready, so that the first request of each size is as fast as the hundredth (lengths above --warm-max-tokens are capped to it)")
+	fs.DurationVar(&f.batchWindow, "batch-window", 2*time.Millisecond, "how long a request's short inputs wait for other requests' to share a warm worker call with (0 = no cross-request batching)")
+	fs.IntVar(&f.batchMaxTokens, "batch-max-tokens", 2048, "token budget of one batched warm worker call")
+	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once (0 = from memory and CPUs: see docs/routing.md)")
+	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token)")
+	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
 	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
@@ -151,6 +165,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	}
 	if f.threads < 0 || f.batchTokens < 0 {
 		return nil, errors.New("--threads and --batch-tokens must not be negative")
+	}
+	if err := checkRoutingFlags(f); err != nil {
+		return nil, err
 	}
 	if err := checkGuardFlags(f); err != nil {
 		return nil, err
@@ -297,6 +314,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		Threads:              f.threads,
 		BatchTokens:          f.batchTokens,
 		WarmMaxTokens:        f.warmMaxTokens,
+		WarmBuckets:          f.buckets,
 		MaxInputTokens:       f.maxInputTokens,
 		ReadyTimeout:         f.readyTimeout,
 		LogFormat:            f.logFormat,
@@ -314,6 +332,11 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	if name == "" {
 		name = "qwen3-embedding"
 	}
+	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens)
+	if err != nil {
+		return err
+	}
+	logger.Info("ephemeral workers", "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
 	warm := eng.warm
 	if warm.Spec, err = f.warm.spec(warm.Spec); err != nil {
 		return err
@@ -326,6 +349,11 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		MaxTotalTokens:     f.maxTotalTokens,
 		MaxInputTokens:     f.maxInputTokens,
 		WarmMaxTokens:      f.warmMaxTokens,
+		BatchWindow:        f.batchWindow,
+		BatchMaxTokens:     f.batchMaxTokens,
+		MaxEphemeral:       lim.workers,
+		MaxEphemeralTokens: lim.tokens,
+		EphemeralQueue:     f.ephemeralQueue,
 		DefaultInputType:   defaultType,
 		DefaultInstruction: f.defaultInstr,
 		TokenIDs:           idMode,
@@ -393,7 +421,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	case err := <-warmErr:
 		warmDone = true
 		if err != nil {
-			runErr = fmt.Errorf("warm worker: %w", err)
+			runErr = warmStartError(err, f.warmMaxTokens)
 		} else {
 			logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond))
 			select {

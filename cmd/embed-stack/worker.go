@@ -23,10 +23,12 @@ func runWorker(args []string, stderr io.Writer) int {
 		model       = fs.String("model", "", "GGUF model `path` (required)")
 		socket      = fs.String("socket", "", "Unix socket `path` to serve the worker protocol on (required; its directory should be private)")
 		ctxTokens   = fs.Int("ctx", 0, "context size in `tokens`: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
-		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call (n_batch = n_ubatch; 0 = min(ctx, 2048))")
+		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call (n_batch = n_ubatch; 0 = min(ctx, 1024), lowered until the attention scores fit 512 MiB)")
 		threads     = fs.Int("threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
 		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
 		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
+		buckets     = fs.String("buckets", "", "comma-separated sequence `lengths` warmed at start: one throwaway input of each (at most one --batch decode call of it) is decoded before the worker reports ready, so the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
+		nice        = fs.Int("nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
 		ignoreStdin = fs.Bool("ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
 		logFormat   = fs.String("log-format", "text", "log `format`: text or json")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
@@ -58,13 +60,22 @@ func runWorker(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer tel.stop()
+	warmUpLengths, err := parseLengths(*buckets)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack worker: --buckets:", err)
+		return 2
+	}
 	cfg := backends.WorkerConfig{SocketPath: *socket, IgnoreStdin: *ignoreStdin, Logger: logger}
 	load := func() (backends.Engine, backends.EngineInfo, error) {
 		e, err := llama.Open(llama.Config{
 			ModelPath: *model, ContextTokens: *ctxTokens, BatchTokens: *batch,
-			Threads: *threads, MaxSeqs: *seqs, GPULayers: *gpuLayers,
+			Threads: *threads, MaxSeqs: *seqs, GPULayers: *gpuLayers, Nice: *nice,
 		})
 		if err != nil {
+			return nil, backends.EngineInfo{}, err
+		}
+		if err := e.WarmUp(context.Background(), warmUpLengths); err != nil {
+			e.Close()
 			return nil, backends.EngineInfo{}, err
 		}
 		info := e.Info()

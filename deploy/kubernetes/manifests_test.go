@@ -253,7 +253,7 @@ func TestManifestsAreConsistent(t *testing.T) {
 	}
 
 	t.Run("the binary accepts the Deployment's settings", func(t *testing.T) {
-		bin, model := e2e.Paths(t)
+		bin, _ := e2e.Paths(t)
 		env := os.Environ()
 		for _, e := range c.Env {
 			env = append(env, e.Name+"="+e.Value)
@@ -280,8 +280,7 @@ func TestManifestsAreConsistent(t *testing.T) {
 
 		// The same settings on loopback with the test model: the probed paths answer,
 		// and after one request /metrics holds the series the adapter reads.
-		s := e2e.Serve(t, "--threads", envOf(c, "EMBED_STACK_THREADS"), "--max-total-tokens", envOf(c, "EMBED_STACK_MAX_TOTAL_TOKENS"))
-		_ = model
+		s := e2e.Serve(t, "--threads", envOf(c, "EMBED_STACK_THREADS"))
 		for _, path := range []string{"/health", "/ready"} {
 			if code, _ := get(t, s.URL+path); code != http.StatusOK {
 				t.Errorf("GET %s: %d, want 200", path, code)

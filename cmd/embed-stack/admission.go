@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// parseLengths reads a comma-separated list of token counts (--warm-buckets,
+// worker --warm-up): positive, returned sorted without repeats; "" is none.
+func parseLengths(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number of tokens", f)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// kvBytesPerToken is what one token costs in a worker's KV cache: K and V, f16, in
+// every layer, for the model's KV heads (key_length and value_length wide; the
+// embedding width over the head count when the GGUF names neither). 114688 bytes
+// (112 KiB) for Qwen3-Embedding-0.6B.
+func kvBytesPerToken(path string) (int64, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("open model %s: %w", path, err)
+	}
+	defer f.Close()
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		return 0, fmt.Errorf("model %s: %w", path, err)
+	}
+	get := func(key string) (int64, error) {
+		v, err := f.Uint32(arch + "." + key)
+		if err != nil {
+			return 0, fmt.Errorf("model %s: %w", path, err)
+		}
+		return int64(v), nil
+	}
+	layers, err := get("block_count")
+	if err != nil {
+		return 0, err
+	}
+	heads, err := get("attention.head_count")
+	if err != nil {
+		return 0, err
+	}
+	kvHeads, err := get("attention.head_count_kv")
+	if err != nil {
+		kvHeads = heads // no grouped-query attention
+	}
+	width, err := get("embedding_length")
+	if err != nil {
+		return 0, err
+	}
+	keyLen, err := get("attention.key_length")
+	if err != nil {
+		keyLen = width / max(heads, 1)
+	}
+	valueLen, err := get("attention.value_length")
+	if err != nil {
+		valueLen = keyLen
+	}
+	const f16 = 2
+	return layers * kvHeads * (keyLen + valueLen) * f16, nil
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo: the memory the kernel can
+// hand out without swapping. ok is false where there is no /proc (macOS).
+func memAvailable() (bytes int64, ok bool) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	return parseMemAvailable(f)
+}
+
+func parseMemAvailable(r io.Reader) (int64, bool) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:")
+		if !found {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return kb << 10, true
+	}
+	return 0, false
+}
+
+const (
+	// ephemeralShare is the part of the available memory that ephemeral workers
+	// may use by default; the rest is the warm worker's, the page cache's (the
+	// weights are memory-mapped) and everybody else's.
+	ephemeralShare = 2
+	// fallbackMemory is assumed available where it cannot be read.
+	fallbackMemory = 8 << 30
+	// workerOverhead is what an ephemeral worker holds besides its KV cache: the
+	// attention scores and other compute buffers (llama.DefaultAttentionBytes, 512
+	// MiB, at most, and about half that again for the rest), and the process.
+	workerOverhead = 768 << 20
+)
+
+// ephemeralLimits are the admission bounds of the ephemeral workers.
+type ephemeralLimits struct {
+	workers int // --max-ephemeral
+	tokens  int // --max-ephemeral-tokens
+	// basis says how the defaults were reached, for the log.
+	basis string
+}
+
+// defaultEphemeralLimits fills the bounds a flag left at 0 from the machine: half
+// the available memory (avail, or fallbackMemory when unknown) is the ephemeral
+// workers'; each costs workerOverhead plus kvPerToken per token of its input. The
+// worker count is what that memory holds for inputs of maxInput tokens, and at most
+// one per 8 CPUs (each worker decodes with every CPU, so more at once only take
+// turns), at least 1. The token bound is what the memory left after the workers'
+// overhead holds, and never less than one input of maxInput tokens, which could
+// otherwise never be admitted.
+func defaultEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int64, cpus int) ephemeralLimits {
+	known := avail > 0
+	if !known {
+		avail = fallbackMemory
+	}
+	budget := avail / ephemeralShare
+	maxCtx := int64(backends.EphemeralContextSize(maxInput))
+	l := ephemeralLimits{workers: workers, tokens: tokens}
+	if l.workers == 0 {
+		perWorker := workerOverhead + kvPerToken*maxCtx
+		l.workers = int(max(1, min(budget/perWorker, int64(max(1, cpus/8)))))
+	}
+	if l.tokens == 0 {
+		fit := (budget - int64(l.workers)*workerOverhead) / max(kvPerToken, 1)
+		l.tokens = int(max(maxCtx, min(fit, 1<<30)))
+	}
+	src := fmt.Sprintf("%d MiB available", avail>>20)
+	if !known {
+		src = fmt.Sprintf("available memory unknown, %d MiB assumed", avail>>20)
+	}
+	l.basis = fmt.Sprintf("%s, half of it for ephemeral workers at %d KiB of KV cache per token and %d MiB each besides, %d CPUs",
+		src, kvPerToken>>10, workerOverhead>>20, cpus)
+	return l
+}
+
+// checkEphemeralLimits refuses bounds under which the longest accepted input could
+// never run.
+func checkEphemeralLimits(l ephemeralLimits, maxInput int) error {
+	if l.tokens < maxInput {
+		return fmt.Errorf("--max-ephemeral-tokens (%d) is below --max-input-tokens (%d): the longest inputs would only ever run alone; raise it or lower --max-input-tokens", l.tokens, maxInput)
+	}
+	if l.workers < 1 {
+		return errors.New("--max-ephemeral must be at least 1")
+	}
+	return nil
+}
+
+// ephemeralNice is the CPU priority (nice value) of ephemeral workers' decoding
+// threads: on shared cores the warm worker's threads get about nine tenths of the
+// time while both decode.
+const ephemeralNice = 10
+
+// checkRoutingFlags checks and parses serve's flags for long inputs and batching.
+func checkRoutingFlags(f *serveFlags) error {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--max-ephemeral", f.maxEphemeral}, {"--max-ephemeral-tokens", f.maxEphemeralTokens}, {"--ephemeral-queue", f.ephemeralQueue}} {
+		if c.v < 0 {
+			return fmt.Errorf("%s must not be negative (0 picks the default); got %d", c.name, c.v)
+		}
+	}
+	if f.batchMaxTokens < 1 {
+		return fmt.Errorf("--batch-max-tokens must be at least 1; got %d", f.batchMaxTokens)
+	}
+	if f.batchWindow < 0 {
+		return fmt.Errorf("--batch-window must not be negative (0 turns batching off); got %s", f.batchWindow)
+	}
+	buckets, err := parseLengths(f.warmBuckets)
+	if err != nil {
+		return fmt.Errorf("--warm-buckets: %w; give comma-separated token counts such as 256,1024,8192", err)
+	}
+	for i, b := range buckets {
+		buckets[i] = min(b, f.warmMaxTokens)
+	}
+	f.buckets = slices.Compact(buckets)
+	return nil
+}
+
+// warmStartError words a failed start of the warm worker, naming the flag to change
+// when the worker holds shorter inputs than --warm-max-tokens.
+func warmStartError(err error, warmMax int) error {
+	var ce *backends.CapacityError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("--warm-max-tokens is %d but the warm worker holds inputs of at most %d tokens; lower --warm-max-tokens to %d (longer inputs then go to ephemeral workers): %w",
+			warmMax, ce.MaxTokens, ce.MaxTokens, err)
+	}
+	return fmt.Errorf("warm worker: %w", err)
+}
+
+// ephemeralLimits returns the admission bounds of the ephemeral workers: the flags,
+// with those left at 0 sized to this machine and model (defaultEphemeralLimits).
+func (e *engine) ephemeralLimits(workers, tokens, maxInput int) (ephemeralLimits, error) {
+	kv, err := kvBytesPerToken(e.modelPath)
+	if err != nil {
+		return ephemeralLimits{}, err
+	}
+	avail, _ := memAvailable()
+	l := defaultEphemeralLimits(workers, tokens, maxInput, kv, avail, runtime.NumCPU())
+	return l, checkEphemeralLimits(l, maxInput)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/embed-stack/embed-stack/backends"
+)
+
+func TestParseLengths(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []int
+		wantErr string
+	}{
+		{"256,1024,8192", []int{256, 1024, 8192}, ""},
+		{" 8192, 256 ,256,", []int{256, 8192}, ""},
+		{"", nil, ""},
+		{"256,x", nil, `"x" is not a positive number of tokens`},
+		{"0", nil, `"0" is not a positive number of tokens`},
+	}
+	for _, tt := range tests {
+		got, err := parseLengths(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("parseLengths(%q): err = %v, want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("parseLengths(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseMemAvailable(t *testing.T) {
+	in := "MemTotal:       24557816 kB\nMemFree:        19000000 kB\nMemAvailable:   21474836 kB\n"
+	got, ok := parseMemAvailable(strings.NewReader(in))
+	if !ok || got != 21474836<<10 {
+		t.Errorf("parseMemAvailable = %d, %v; want %d", got, ok, int64(21474836)<<10)
+	}
+	if _, ok := parseMemAvailable(strings.NewReader("MemTotal: 1 kB\n")); ok {
+		t.Error("parseMemAvailable found MemAvailable where there is none")
+	}
+}
+
+// TestKVBytesPerToken: layers x KV heads x (key + value width) x 2 bytes.
+func TestKVBytesPerToken(t *testing.T) {
+	root := findRoot(t)
+	for _, tt := range []struct {
+		model string
+		want  int64
+	}{
+		{"models/tiny.gguf", 2 * 2 * (16 + 16) * 2},
+		{"models/qwen3-0.6b-f16.gguf", 28 * 8 * (128 + 128) * 2}, // 112 KiB
+	} {
+		path := filepath.Join(root, tt.model)
+		if _, err := os.Stat(path); err != nil {
+			t.Logf("%s absent; skipped", tt.model)
+			continue
+		}
+		got, err := kvBytesPerToken(path)
+		if err != nil || got != tt.want {
+			t.Errorf("kvBytesPerToken(%s) = %d, %v; want %d", tt.model, got, err, tt.want)
+		}
+	}
+}
+
+func findRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		if parent := filepath.Dir(dir); parent != dir {
+			dir = parent
+			continue
+		}
+		t.Fatal("no go.mod above the test")
+	}
+	return ""
+}
+
+func TestDefaultEphemeralLimits(t *testing.T) {
+	const kv06 = 114688 // 0.6B
+	const gib = int64(1) << 30
+	tests := []struct {
+		name                  string
+		workers, tokens       int
+		avail                 int64
+		cpus                  int
+		wantWorkers, wantToks int
+	}{
+		// 24 GiB: 12 GiB for ephemeral workers; a 32k input costs 3.5 GiB + 0.75.
+		{"0.6B, 24 GiB, 2 CPUs", 0, 0, 24 * gib, 2, 1, int((12*gib - workerOverhead) / kv06)},
+		{"0.6B, 64 GiB, 16 CPUs", 0, 0, 64 * gib, 16, 2, int((32*gib - 2*workerOverhead) / kv06)},
+		{"0.6B, 128 GiB, 64 CPUs: memory bounds the count", 0, 0, 128 * gib, 64, 8, int((64*gib - 8*workerOverhead) / kv06)},
+		// Too little memory for one longest input: it is still admitted (alone).
+		{"0.6B, 4 GiB", 0, 0, 4 * gib, 8, 1, 32768},
+		{"flags win", 3, 50000, 64 * gib, 16, 3, 50000},
+		{"unknown memory: 8 GiB assumed, too little for more", 0, 0, 0, 4, 1, 32768},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := defaultEphemeralLimits(tt.workers, tt.tokens, 32768, kv06, tt.avail, tt.cpus)
+			if l.workers != tt.wantWorkers || l.tokens != tt.wantToks {
+				t.Errorf("limits %d workers, %d tokens; want %d, %d (%s)", l.workers, l.tokens, tt.wantWorkers, tt.wantToks, l.basis)
+			}
+			if err := checkEphemeralLimits(l, 32768); err != nil {
+				t.Errorf("the defaults fail their own check: %v", err)
+			}
+		})
+	}
+	err := checkEphemeralLimits(ephemeralLimits{workers: 1, tokens: 1000}, 32768)
+	if err == nil || err.Error() != "--max-ephemeral-tokens (1000) is below --max-input-tokens (32768): the longest inputs would only ever run alone; raise it or lower --max-input-tokens" {
+		t.Errorf("checkEphemeralLimits: %v", err)
+	}
+}
+
+func TestCheckRoutingFlags(t *testing.T) {
+	base := func() *serveFlags {
+		return &serveFlags{warmBuckets: "256,1024,8192", warmMaxTokens: 4096, batchMaxTokens: 2048, ephemeralQueue: 8, batchWindow: time.Millisecond}
+	}
+	f := base()
+	if err := checkRoutingFlags(f); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.buckets, []int{256, 1024, 4096}) {
+		t.Errorf("buckets %v, want [256 1024 4096]: capped at --warm-max-tokens", f.buckets)
+	}
+	for _, tt := range []struct {
+		change func(*serveFlags)
+		want   string
+	}{
+		{func(f *serveFlags) { f.warmBuckets = "256,big" }, `--warm-buckets: "big" is not a positive number of tokens; give comma-separated token counts such as 256,1024,8192`},
+		{func(f *serveFlags) { f.maxEphemeral = -1 }, "--max-ephemeral must not be negative (0 picks the default); got -1"},
+		{func(f *serveFlags) { f.batchMaxTokens = 0 }, "--batch-max-tokens must be at least 1; got 0"},
+		{func(f *serveFlags) { f.batchWindow = -time.Second }, "--batch-window must not be negative (0 turns batching off); got -1s"},
+	} {
+		f := base()
+		tt.change(f)
+		if err := checkRoutingFlags(f); err == nil || err.Error() != tt.want {
+			t.Errorf("err = %v\nwant %s", err, tt.want)
+		}
+	}
+}
+
+func TestWarmStartError(t *testing.T) {
+	err := warmStartError(fmt.Errorf("starting the warm worker: %w", &backends.CapacityError{PID: 7, MaxTokens: 4096, Want: 8192}), 8192)
+	const want = "--warm-max-tokens is 8192 but the warm worker holds inputs of at most 4096 tokens; lower --warm-max-tokens to 4096"
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("message %q\nwant it to start %q", err, want)
+	}
+	other := errors.New("boom")
+	if err := warmStartError(other, 8192); !errors.Is(err, other) || err.Error() != "warm worker: boom" {
+		t.Errorf("other failure: %v", err)
+	}
+}
