@@ -498,7 +498,7 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 		if req.parentID != caller {
 			t.Errorf("the request span's parent is %s, want the caller's %s", req.parentID, caller)
 		}
-		tr.expectParents(t, map[string]string{
+		want := map[string]string{
 			"server.decode":     "POST /v1/embeddings",
 			"routing.embed":     "POST /v1/embeddings",
 			"routing.wrap":      "routing.embed",
@@ -512,9 +512,20 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 			"llama.decode":      "llama.embed",
 			"routing.normalize": "routing.embed",
 			"server.encode":     "POST /v1/embeddings",
-		})
-		if n := len(tr.spans); n != 14 {
-			t.Errorf("%d spans in the trace, want 14: %v", n, spanNames(tr.spans))
+		}
+		// With cross-request batching on (--batch-window), the warm call waits in
+		// the batcher and is sent as a batch, alone here.
+		if slices.ContainsFunc(tr.spans, func(s recvSpan) bool { return s.name == "routing.batch" }) {
+			want["routing.queue"] = "routing.warm"
+			want["routing.batch"] = "routing.warm"
+			want["worker.call"] = "routing.batch"
+			if got := tr.one(t, "routing.batch").intAttr("embed_stack.batch.requests"); got != 1 {
+				t.Errorf("routing.batch holds %d requests, want 1", got)
+			}
+		}
+		tr.expectParents(t, want)
+		if n := len(tr.spans); n != len(want)+1 {
+			t.Errorf("%d spans in the trace, want %d: %v", n, len(want)+1, spanNames(tr.spans))
 		}
 		// Which process exported what: the worker's spans come from the warm worker,
 		// a child of serve, whose pid the client span names.
@@ -672,7 +683,9 @@ func scrape(t *testing.T, s *server) metrics {
 
 // TestMetricsMove checks that GET /metrics moves by exactly what each request did.
 func TestMetricsMove(t *testing.T) {
-	s := startServerEnv(t, nil, tracedFlags...)
+	// A batch window, so that the batcher's metric moves too (each request below is
+	// alone in its batch: they are sent one after another).
+	s := startServerEnv(t, nil, append(slices.Clone(tracedFlags), "--batch-window", "5ms")...)
 	counts := tokenCounts(t, s, "alpha beta", "gamma", longText)
 	if counts[2] <= 256 || counts[0] > 256 || counts[1] > 256 {
 		t.Fatalf("token counts %v: want two short inputs and one over 256", counts)
@@ -716,6 +729,8 @@ func TestMetricsMove(t *testing.T) {
 			{seriesKey("embed_stack_batch_sequences_count", "route", "warm"), 2},
 			{seriesKey("embed_stack_batch_sequences_sum", "route", "warm"), 3},
 			{seriesKey("embed_stack_batch_tokens_sum", "route", "ephemeral"), float64(counts[2])},
+			{"embed_stack_batch_requests_count", 2},
+			{"embed_stack_batch_requests_sum", 2},
 			{seriesKey("embed_stack_worker_spawns_total", "role", "ephemeral", "outcome", "ready"), 1},
 			{seriesKey("embed_stack_worker_spawn_duration_seconds_count", "role", "ephemeral"), 1},
 			{stage("server.decode"), 3},

@@ -14,6 +14,10 @@ const (
 	// DefaultMaxEphemeral is one long input at a time: an ephemeral worker decodes
 	// with every CPU, so a second one running alongside mostly takes turns with it.
 	DefaultMaxEphemeral = 1
+	// DefaultEphemeralQueue is how many long inputs may wait for a worker: with
+	// minutes per 32k-token input on a CPU, a longer queue only turns 429s into
+	// timeouts.
+	DefaultEphemeralQueue = 8
 
 	// firstRunGuess is the Retry-After estimate before any ephemeral run has
 	// finished.

@@ -175,6 +175,12 @@ func TestAdmissionRetryAfter(t *testing.T) {
 // wait for them, and a long input beyond the queue gets a *BusyError at once.
 func TestLongInputsAdmitted(t *testing.T) {
 	r, warm, long := newRouter(Config{WarmMaxTokens: 4, MaxEphemeral: 1, EphemeralQueue: 1})
+	if _, _, q := newAdmissionFor(Config{}); q != DefaultEphemeralQueue {
+		t.Errorf("zero EphemeralQueue: %d may wait, want %d", q, DefaultEphemeralQueue)
+	}
+	if _, _, q := newAdmissionFor(Config{EphemeralQueue: -1}); q != 0 {
+		t.Errorf("negative EphemeralQueue: %d may wait, want 0", q)
+	}
 	long.block = make(chan struct{})
 	r.init()
 	ctx := context.Background()
@@ -207,4 +213,11 @@ func TestLongInputsAdmitted(t *testing.T) {
 	if running, _, queued := r.EphemeralState(); running != 0 || queued != 0 {
 		t.Fatalf("after the requests: %d running, %d queued", running, queued)
 	}
+}
+
+// newAdmissionFor returns the bounds a router with cfg admits long inputs under.
+func newAdmissionFor(cfg Config) (workers, tokens, queue int) {
+	r := &Router{Config: cfg}
+	r.init()
+	return r.admit.maxRunning, r.admit.maxTokens, r.admit.maxQueue
 }

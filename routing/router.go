@@ -120,7 +120,8 @@ type Config struct {
 	// MaxEphemeral.
 	MaxEphemeralTokens int
 	// EphemeralQueue is how many long inputs may wait for an ephemeral worker
-	// beyond those running; the next one gets a *BusyError (429). 0 = none wait.
+	// beyond those running; the next one gets a *BusyError (429). 0 =
+	// DefaultEphemeralQueue; negative = none wait.
 	EphemeralQueue int
 	// MaxInstructionBytes bounds a caller's instruction; 0 = 4096.
 	MaxInstructionBytes int
@@ -208,7 +209,11 @@ func (r *Router) init() {
 		if r.Config.BatchWindow > 0 && r.Warm != nil {
 			r.warm = newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens())
 		}
-		r.admit = newAdmission(orDefault(r.Config.MaxEphemeral, DefaultMaxEphemeral), r.Config.MaxEphemeralTokens, r.Config.EphemeralQueue)
+		queue := r.Config.EphemeralQueue
+		if queue == 0 {
+			queue = DefaultEphemeralQueue
+		}
+		r.admit = newAdmission(orDefault(r.Config.MaxEphemeral, DefaultMaxEphemeral), r.Config.MaxEphemeralTokens, queue)
 	})
 }
 

@@ -190,7 +190,14 @@ func (s *Server) logRequests() gin.HandlerFunc {
 			attrs = append(attrs, "error", e)
 		}
 		level := slog.LevelInfo
-		if c.Writer.Status() >= 500 {
+		switch status := c.Writer.Status(); {
+		case status == http.StatusServiceUnavailable:
+			// Expected while the warm worker starts or restarts; probes poll /ready.
+			level = slog.LevelWarn
+			if c.Request.URL.Path == "/ready" {
+				level = slog.LevelDebug
+			}
+		case status >= 500:
 			level = slog.LevelError
 		}
 		s.Config.Logger.Log(c.Request.Context(), level, "request", attrs...)

@@ -4,18 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // otelVars are the variables readEnv and Setup look at; clearEnv blanks them so
@@ -483,5 +489,76 @@ func TestContextFromEnv(t *testing.T) {
 	t.Setenv("TRACEPARENT", "00-zz-00f067aa0ba902b7-01")
 	if sc := trace.SpanContextFromContext(ContextFromEnv(context.Background())); sc.IsValid() {
 		t.Errorf("malformed TRACEPARENT gave %+v", sc)
+	}
+}
+
+func TestOTLPMetricsPush(t *testing.T) {
+	clearEnv(t)
+	var mu sync.Mutex
+	var names []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req colmetricspb.ExportMetricsServiceRequest
+		if r.URL.Path != "/v1/metrics" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "bad export", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rm := range req.GetResourceMetrics() {
+			for _, sm := range rm.GetScopeMetrics() {
+				for _, m := range sm.GetMetrics() {
+					names = append(names, m.GetName())
+				}
+			}
+		}
+		mu.Unlock()
+		out, _ := proto.Marshal(&colmetricspb.ExportMetricsServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	tel, err := Setup(context.Background(), Config{Role: "worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel.Tracing() {
+		t.Error("tracing on with OTEL_TRACES_EXPORTER=none")
+	}
+	c, err := otel.Meter("test").Int64Counter("embed_stack.test.pushed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 1)
+	// Shutdown makes the periodic reader's last export.
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(names, "embed_stack.test.pushed") {
+		t.Errorf("the collector got metrics %v, want embed_stack.test.pushed among them", names)
+	}
+}
+
+func TestSetupGRPC(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	tel, err := Setup(context.Background(), Config{Role: "serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tel.Tracing() {
+		t.Error("tracing off with an OTLP endpoint set")
+	}
+	// Nothing was recorded, so shutting down sends nothing and returns at once,
+	// though nothing listens on the endpoint.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }

@@ -3,10 +3,12 @@ package llama
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,15 +45,31 @@ func TestMeasure(t *testing.T) {
 	if os.Getenv("EMBED_STACK_MEASURE_RUNS") == "" {
 		runs = 2
 	}
+	// llama.cpp logs the sizes of the buffers it reserves at debug level.
+	logs := &recordHandler{level: slog.LevelDebug}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(logs))
 	start := time.Now()
 	e, err := Open(cfg)
+	slog.SetDefault(prev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 	info := e.Info()
-	t.Logf("%s: ctx %d, batch %d, attention %v, opened in %s, peak RSS %d MiB", rel, info.ContextTokens, info.BatchTokens,
-		cfg.attention, time.Since(start).Round(time.Millisecond), peakRSS(t)>>10)
+	var buffers []string
+	logs.mu.Lock()
+	for _, r := range logs.recs {
+		if strings.Contains(r.Message, "buffer size") {
+			buffers = append(buffers, strings.TrimSpace(r.Message))
+		}
+	}
+	logs.mu.Unlock()
+	t.Logf("%s: ctx %d, batch %d, attention %v, opened in %s; RSS %d MiB (peak %d MiB); %s", rel, info.ContextTokens, info.BatchTokens,
+		cfg.attention, time.Since(start).Round(time.Millisecond), statusKiB(t, "VmRSS")>>10, peakRSS(t)>>10, strings.Join(buffers, "; "))
+	if spec == "open" {
+		return
+	}
 	for _, w := range strings.Split(spec, ",") {
 		var n, length int
 		if _, err := fmt.Sscanf(w, "%dx%d", &n, &length); err != nil {
@@ -61,16 +79,18 @@ func TestMeasure(t *testing.T) {
 		for i := range seqs {
 			seqs[i] = randomSeq(uint64(500+i), length, info.NVocab)
 		}
-		best := time.Duration(1<<63 - 1)
+		best, bestCPU := time.Duration(1<<63-1), time.Duration(1<<63-1)
 		for range runs {
-			st := time.Now()
+			st, cpu := time.Now(), cpuTime(t)
 			if _, err := e.Embed(context.Background(), seqs); err != nil {
 				t.Fatal(err)
 			}
 			best = min(best, time.Since(st))
+			bestCPU = min(bestCPU, cpuTime(t)-cpu)
 		}
-		t.Logf("%s: best of %d %s, %.1f tokens/s; peak RSS so far %d MiB", w, runs, best.Round(time.Millisecond),
-			float64(n*length)/best.Seconds(), peakRSS(t)>>10)
+		t.Logf("%s: best of %d %s wall, %s CPU: %.1f tokens/s, %.1f tokens per CPU-second; peak RSS so far %d MiB", w, runs,
+			best.Round(time.Millisecond), bestCPU.Round(time.Millisecond), float64(n*length)/best.Seconds(),
+			float64(n*length)/bestCPU.Seconds(), peakRSS(t)>>10)
 	}
 }
 
@@ -94,15 +114,30 @@ func envInt(t *testing.T, name string) int {
 	return n
 }
 
+// cpuTime is the CPU time this process has used. On a machine shared with other
+// work, CPU time per token (with one thread, where ggml's threads never spin
+// waiting for each other) is the figure that does not depend on the others' load.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // peakRSS is this process's VmHWM in KiB (0 where /proc is absent).
-func peakRSS(t *testing.T) int64 {
+func peakRSS(t *testing.T) int64 { return statusKiB(t, "VmHWM") }
+
+// statusKiB reads a field of /proc/self/status in KiB (0 where /proc is absent).
+func statusKiB(t *testing.T, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return n
 		}
@@ -182,7 +217,7 @@ func TestMeasureBuckets(t *testing.T) {
 				}
 			}
 		}
-		start := time.Now()
+		start, cpu := time.Now(), cpuTime(t)
 		for i, g := range groups {
 			if len(g) == 0 {
 				continue
@@ -191,12 +226,64 @@ func TestMeasureBuckets(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		took := time.Since(start)
-		t.Logf("%-40s %8s  %6.1f tokens/s", name, took.Round(time.Millisecond), float64(tokens)/took.Seconds())
+		took, used := time.Since(start), cpuTime(t)-cpu
+		t.Logf("%-42s %8s wall %8s CPU  %6.1f tokens per CPU-second", name, took.Round(time.Millisecond), used.Round(time.Millisecond), float64(tokens)/used.Seconds())
 	}
 	t.Logf("%s: %d sequences, %d tokens (%s), buckets %v", rel, len(seqs), tokens, mix, buckets)
 	run("per-bucket contexts, 1 sequence a round", 1, true)
 	run("per-bucket contexts, packed", DefaultMaxSeqs, true)
 	run("one context, 1 sequence a round", 1, false)
 	run("one context, packed", DefaultMaxSeqs, false)
+}
+
+// TestMeasureWarmUp prints, for a fresh engine without and with WarmUp of the
+// buckets in EMBED_STACK_MEASURE_BUCKETS (default 256,1024,8192), the CPU time of
+// the first and the second input of each length in EMBED_STACK_MEASURE_WARMUP
+// (comma-separated). Model, context and threads are as for TestMeasure.
+func TestMeasureWarmUp(t *testing.T) {
+	spec := os.Getenv("EMBED_STACK_MEASURE_WARMUP")
+	if spec == "" {
+		t.Skip("set EMBED_STACK_MEASURE_WARMUP to measure (see the doc comment)")
+	}
+	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	if rel == "" {
+		rel = tinyModel
+	}
+	var lengths []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lengths = append(lengths, n)
+	}
+	buckets := []int{256, 1024, 8192}
+	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: envInt(t, "EMBED_STACK_MEASURE_CTX"), Threads: envInt(t, "EMBED_STACK_BENCH_THREADS")}
+	for _, warm := range []bool{false, true} {
+		e, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm {
+			start := time.Now()
+			if err := e.WarmUp(context.Background(), buckets); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("WarmUp(%v) took %s", buckets, time.Since(start).Round(time.Millisecond))
+		}
+		for _, n := range lengths {
+			seq := randomSeq(uint64(n), n, e.Info().NVocab)
+			var cpu [2]time.Duration
+			for i := range cpu {
+				c := cpuTime(t)
+				if _, err := e.Embed(context.Background(), [][]int32{seq}); err != nil {
+					t.Fatal(err)
+				}
+				cpu[i] = cpuTime(t) - c
+			}
+			t.Logf("warm-up %-5v %5d tokens: first %s CPU, second %s CPU (first/second %.2f)", warm, n,
+				cpu[0].Round(time.Millisecond), cpu[1].Round(time.Millisecond), cpu[0].Seconds()/cpu[1].Seconds())
+		}
+		e.Close()
+	}
 }

@@ -176,20 +176,18 @@ func checkEphemeralLimits(l ephemeralLimits, maxInput int) error {
 	return nil
 }
 
-// ephemeralNice is the CPU priority (nice value) of ephemeral workers' decoding
-// threads: on shared cores the warm worker's threads get about nine tenths of the
-// time while both decode.
-const ephemeralNice = 10
-
 // checkRoutingFlags checks and parses serve's flags for long inputs and batching.
 func checkRoutingFlags(f *serveFlags) error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--max-ephemeral", f.maxEphemeral}, {"--max-ephemeral-tokens", f.maxEphemeralTokens}, {"--ephemeral-queue", f.ephemeralQueue}} {
+	}{{"--max-ephemeral", f.maxEphemeral}, {"--max-ephemeral-tokens", f.maxEphemeralTokens}, {"--ephemeral-queue", f.ephemeralQueue}, {"--ephemeral-nice", f.ephemeralNice}} {
 		if c.v < 0 {
 			return fmt.Errorf("%s must not be negative (0 picks the default); got %d", c.name, c.v)
 		}
+	}
+	if f.ephemeralNice > 19 {
+		return fmt.Errorf("--ephemeral-nice must be 0 to 19; got %d", f.ephemeralNice)
 	}
 	if f.batchMaxTokens < 1 {
 		return fmt.Errorf("--batch-max-tokens must be at least 1; got %d", f.batchMaxTokens)
@@ -237,4 +235,13 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// ephemeralQueue turns --ephemeral-queue into routing.Config.EphemeralQueue, where
+// 0 means the default and a negative value none.
+func ephemeralQueue(flag int) int {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

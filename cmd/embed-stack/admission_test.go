@@ -82,13 +82,12 @@ func findRoot(t *testing.T) string {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir
 		}
-		if parent := filepath.Dir(dir); parent != dir {
-			dir = parent
-			continue
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test")
 		}
-		t.Fatal("no go.mod above the test")
+		dir = parent
 	}
-	return ""
 }
 
 func TestDefaultEphemeralLimits(t *testing.T) {

@@ -31,7 +31,8 @@ type embedFlags struct {
 	dimensions     int
 	batchSize      int
 	inFlight       int
-	maxBatchTokens int
+	maxEphemeral   int
+	maxEphTokens   int
 	overwrite      bool
 	skipInvalid    bool
 	threads        int
@@ -60,7 +61,8 @@ func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
 	fs.IntVar(&f.dimensions, "dimensions", 0, "output dimensions, 32 up to the model's (Matryoshka truncation, then L2 normalisation); 0 = the model's")
 	fs.IntVar(&f.batchSize, "batch-size", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and lost at most on a kill")
 	fs.IntVar(&f.inFlight, "in-flight", batch.DefaultInFlight, "batches embedded at once (2 keeps the worker busy while the next batch is tokenized)")
-	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 65536, "most tokens embedded at once; larger batches are split. It bounds the memory of ephemeral workers (inputs over --warm-max-tokens) running together")
+	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once; the other long inputs wait (0 = from memory and CPUs, as for serve)")
+	fs.IntVar(&f.maxEphTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "start the output over instead of resuming it")
 	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip (and log) input lines that are not items and texts the model refuses, such as texts over --max-input-tokens, instead of stopping")
 	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
@@ -101,7 +103,7 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--batch-size", f.batchSize}, {"--in-flight", f.inFlight}, {"--max-batch-tokens", f.maxBatchTokens}, {"--warm-max-tokens", f.warmMaxTokens}, {"--max-input-tokens", f.maxInputTokens}} {
+	}{{"--batch-size", f.batchSize}, {"--in-flight", f.inFlight}, {"--warm-max-tokens", f.warmMaxTokens}, {"--max-input-tokens", f.maxInputTokens}} {
 		if c.v < 1 {
 			return nil, fmt.Errorf("%s must be at least 1; got %d", c.name, c.v)
 		}
@@ -109,11 +111,8 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if f.warmMaxTokens > f.maxInputTokens {
 		return nil, fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", f.warmMaxTokens, f.maxInputTokens)
 	}
-	if f.maxBatchTokens < f.maxInputTokens {
-		return nil, fmt.Errorf("--max-batch-tokens (%d) is smaller than --max-input-tokens (%d): the longest input would not fit; raise it", f.maxBatchTokens, f.maxInputTokens)
-	}
-	if f.dimensions < 0 || f.threads < 0 || f.batchTokens < 0 {
-		return nil, errors.New("--dimensions, --threads and --batch-tokens must not be negative")
+	if f.dimensions < 0 || f.threads < 0 || f.batchTokens < 0 || f.maxEphemeral < 0 || f.maxEphTokens < 0 {
+		return nil, errors.New("--dimensions, --threads, --batch-tokens, --max-ephemeral and --max-ephemeral-tokens must not be negative")
 	}
 	if _, err := routing.ParseInputType(f.inputType); err != nil {
 		return nil, fmt.Errorf("--input-type: %w", err)
@@ -207,13 +206,23 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		dim = f.dimensions
 	}
 	typ, _ := routing.ParseInputType(f.inputType)
+	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphTokens, f.maxInputTokens)
+	if err != nil {
+		return err
+	}
 	router := eng.router(routing.Config{
-		MaxInputs:          f.batchSize,
-		MaxTotalTokens:     f.maxBatchTokens,
+		MaxInputs: f.batchSize,
+		// A batch is never refused for its total: every input fits alone.
+		MaxTotalTokens:     f.batchSize * f.maxInputTokens,
 		MaxInputTokens:     f.maxInputTokens,
 		WarmMaxTokens:      f.warmMaxTokens,
 		DefaultInputType:   typ,
 		DefaultInstruction: f.instruction,
+		MaxEphemeral:       lim.workers,
+		MaxEphemeralTokens: lim.tokens,
+		// Every long input of the batches in flight may wait for an ephemeral worker:
+		// a batch job queues, where a server refuses.
+		EphemeralQueue: f.batchSize * f.inFlight,
 	})
 
 	start := time.Now()
@@ -266,9 +275,8 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
-// routerEmbedder adapts the router to batch.Embedder: a refused text becomes a
-// batch.ItemError with its position, and a batch over the token budget is split in
-// halves until it fits.
+// routerEmbedder adapts the router to batch.Embedder: a text the router refuses
+// becomes a batch.ItemError with its position in the batch.
 type routerEmbedder struct {
 	router     *routing.Router
 	dimensions int
@@ -280,40 +288,24 @@ func (e *routerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 		return res.Vectors, nil
 	}
 	var ie *routing.InputError
-	if !errors.As(err, &ie) {
-		return nil, err
-	}
-	if ie.Code == routing.CodeTooManyTokens && len(texts) > 1 {
-		h := len(texts) / 2
-		a, err := e.Embed(ctx, texts[:h])
-		if err != nil {
-			return nil, err
-		}
-		b, err := e.Embed(ctx, texts[h:])
-		var be *batch.ItemError
-		if errors.As(err, &be) {
-			return nil, &batch.ItemError{Index: be.Index + h, Err: be.Err}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return append(a, b...), nil
-	}
-	if ie.Index >= 0 && ie.Index < len(texts) {
+	if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(texts) {
 		return nil, &batch.ItemError{Index: ie.Index, Err: err}
 	}
 	return nil, err
 }
 
-// retryable says a failure is the warm worker restarting (it died, perhaps of this
-// very batch): worth another try after the hint.
+// retryable says a failure is transient: the warm worker restarting (it died,
+// perhaps of this very batch), or every ephemeral slot and queue place taken.
 func retryable(err error) (time.Duration, bool) {
 	var ue *routing.UnavailableError
-	if errors.As(err, &ue) {
+	var be *routing.BusyError
+	switch {
+	case errors.As(err, &ue):
 		return max(ue.RetryAfter, 100*time.Millisecond), true
-	}
-	if errors.Is(err, routing.ErrUnavailable) {
+	case errors.Is(err, routing.ErrUnavailable):
 		return time.Second, true
+	case errors.As(err, &be):
+		return max(be.RetryAfter, 100*time.Millisecond), true
 	}
 	return 0, false
 }

@@ -32,6 +32,9 @@ type engineConfig struct {
 	// WarmBuckets are the input lengths the warm worker is warmed with before it
 	// reports ready (its --buckets).
 	WarmBuckets []int
+	// EphemeralNice lowers the CPU priority of ephemeral workers' decoding threads
+	// (their --nice), so that the warm worker's short requests go first.
+	EphemeralNice int
 	// MaxInputTokens is the longest input at all; it must fit the model's training
 	// context.
 	MaxInputTokens int
@@ -109,9 +112,10 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if len(cfg.WarmBuckets) > 0 {
 		warmArgs = append(warmArgs, "--buckets", joinInts(cfg.WarmBuckets))
 	}
-	// Ephemeral workers decode at a lower CPU priority than the warm one, so that
-	// short requests stay fast while a long input is being embedded.
-	longArgs := append(append([]string(nil), workerArgs...), "--nice", strconv.Itoa(ephemeralNice))
+	longArgs := workerArgs
+	if cfg.EphemeralNice > 0 {
+		longArgs = append(append([]string(nil), workerArgs...), "--nice", strconv.Itoa(cfg.EphemeralNice))
+	}
 	return &engine{
 		modelPath: modelPath,
 		facts:     facts,

@@ -74,6 +74,7 @@ type serveFlags struct {
 	maxEphemeral       int
 	maxEphemeralTokens int
 	ephemeralQueue     int
+	ephemeralNice      int
 }
 
 // stringList is a repeatable flag.
@@ -124,6 +125,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once (0 = from memory and CPUs: see docs/routing.md)")
 	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token)")
 	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
+	fs.IntVar(&f.ephemeralNice, "ephemeral-nice", 0, "lower the CPU priority of ephemeral workers' decoding by `n` (0-19), so the warm worker's short requests go first on shared cores; 10 suits a host that runs nothing else (docs/routing.md has the measurements)")
 	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
@@ -315,6 +317,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		BatchTokens:          f.batchTokens,
 		WarmMaxTokens:        f.warmMaxTokens,
 		WarmBuckets:          f.buckets,
+		EphemeralNice:        f.ephemeralNice,
 		MaxInputTokens:       f.maxInputTokens,
 		ReadyTimeout:         f.readyTimeout,
 		LogFormat:            f.logFormat,
@@ -353,7 +356,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		BatchMaxTokens:     f.batchMaxTokens,
 		MaxEphemeral:       lim.workers,
 		MaxEphemeralTokens: lim.tokens,
-		EphemeralQueue:     f.ephemeralQueue,
+		EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
 		DefaultInputType:   defaultType,
 		DefaultInstruction: f.defaultInstr,
 		TokenIDs:           idMode,

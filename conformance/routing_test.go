@@ -1,0 +1,490 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Routing of long inputs (docs/routing.md): the warm/ephemeral split at its exact
+// boundaries, ephemeral workers sized to their input and gone afterwards, mixed
+// requests, admission with 429, and vectors that do not depend on the path or the
+// company an input had.
+
+// routingFlags restate defaults, so that these tests get a server of their own.
+var routingFlags = []string{"--ephemeral-queue", "8"}
+
+// smallWarmFlags send inputs over 256 tokens to ephemeral workers, two at a time,
+// so that long inputs are cheap on the tiny model.
+var smallWarmFlags = []string{"--warm-max-tokens", "256", "--max-ephemeral", "2"}
+
+// workerWatch records every worker child of a server other than its warm worker
+// while it runs: an ephemeral worker lives for a model load at least, hundreds of
+// polls.
+type workerWatch struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex // guards seen
+	seen []procInfo
+}
+
+func watchWorkers(t *testing.T, s *server, warm int) *workerWatch {
+	t.Helper()
+	w := &workerWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			ws, err := childWorkers(s.cmd.Process.Pid)
+			if err == nil {
+				w.mu.Lock()
+				for _, p := range ws {
+					if p.pid != warm && !slices.Contains(w.seen, p) {
+						w.seen = append(w.seen, p)
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// end stops the watch and returns the ephemeral workers seen.
+func (w *workerWatch) end() []procInfo {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
+}
+
+// ctxArg returns the --ctx value on a worker's command line.
+func ctxArg(t *testing.T, p procInfo) int {
+	t.Helper()
+	f := strings.Fields(p.cmdline)
+	i := slices.Index(f, "--ctx")
+	if i < 0 || i+1 >= len(f) {
+		t.Fatalf("worker %d has no --ctx: %s", p.pid, p.cmdline)
+	}
+	n, err := strconv.Atoi(f[i+1])
+	if err != nil {
+		t.Fatalf("worker %d: --ctx %q", p.pid, f[i+1])
+	}
+	return n
+}
+
+// TestRoutingBoundaries: inputs of 8192 tokens (wrapping and <|endoftext|>
+// included) stay on the warm worker, 8193 get an ephemeral worker with a context of
+// 8256 (rounded up to 64), 32768 one of 32768, and 32769 are refused before any
+// work starts. The 32768-token request is abandoned once its worker is seen: the
+// worker must then be killed at once.
+func TestRoutingBoundaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: embeds 16k tokens")
+	}
+	requireLinux(t)
+	s := serverWith(t, routingFlags...)
+	warm := s.warmPID(t)
+
+	for _, tt := range []struct {
+		tokens  int // with EOS
+		wantCtx int // 0: no ephemeral worker
+	}{{8192, 0}, {8193, 8256}} {
+		t.Run(strconv.Itoa(tt.tokens), func(t *testing.T) {
+			text := repeatedText(t, tt.tokens-1)
+			w := watchWorkers(t, s, warm)
+			got := s.rawEmbed(t, map[string]any{"input": text}, nil)
+			seen := w.end()
+			if got.Usage.PromptTokens != tt.tokens {
+				t.Errorf("prompt_tokens %d, want %d", got.Usage.PromptTokens, tt.tokens)
+			}
+			switch {
+			case tt.wantCtx == 0 && len(seen) != 0:
+				t.Errorf("%d tokens: ephemeral workers %v started; want the warm worker only", tt.tokens, seen)
+			case tt.wantCtx > 0 && len(seen) != 1:
+				t.Errorf("%d tokens: ephemeral workers %v; want exactly one", tt.tokens, seen)
+			case tt.wantCtx > 0:
+				if c := ctxArg(t, seen[0]); c != tt.wantCtx {
+					t.Errorf("%d tokens: the ephemeral worker got --ctx %d, want %d", tt.tokens, c, tt.wantCtx)
+				}
+				if err := waitGone(seen[0], orphanTimeout); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+
+	t.Run("32769", func(t *testing.T) {
+		w := watchWorkers(t, s, warm)
+		r := s.do(t, http.MethodPost, "/v1/embeddings", map[string]any{"input": repeatedText(t, 32768)}, nil)
+		seen := w.end()
+		env := requireErrorEnvelope(t, r, http.StatusBadRequest)
+		const msg = "This model's maximum context length is 32768 tokens, however you requested 32769 tokens (32769 in your prompt; 0 for the completion) in input 0. Please reduce your prompt; or completion length."
+		if env.Error.Message != msg || strPtr(env.Error.Code) != `"context_length_exceeded"` {
+			t.Errorf("400 %q code %s\nwant %q code context_length_exceeded", env.Error.Message, strPtr(env.Error.Code), msg)
+		}
+		if len(seen) != 0 {
+			t.Errorf("a refused input started workers %v", seen)
+		}
+	})
+
+	t.Run("32768, abandoned", func(t *testing.T) {
+		text := repeatedText(t, 32767)
+		c, cancel := context.WithCancel(ctx(t))
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.post(c, "/v1/embeddings", map[string]any{"input": text}, nil)
+			errc <- err
+		}()
+		eph := otherWorker(t, s, warm, 60*time.Second)
+		if got := ctxArg(t, eph); got != 32768 {
+			t.Errorf("the ephemeral worker got --ctx %d, want 32768", got)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the abandoned request returned %v", err)
+		}
+		start := time.Now()
+		if err := waitGone(eph, 5*time.Second); err != nil {
+			t.Fatalf("after the client left: %v", err)
+		}
+		t.Logf("the 32768-token worker was gone %s after the client left", time.Since(start).Round(time.Millisecond))
+		waitWorkers(t, s, 1, orphanTimeout)
+	})
+}
+
+// TestCrossPathAgreement: one text embedded alone on the warm worker, packed into a
+// request of 64 inputs of mixed lengths, among concurrent requests that the batch
+// window packs together, and alone on an ephemeral worker (a server whose warm
+// limit is below its length) gives the same vector: cosine ≥ 0.99999, and
+// bit-identical where the text starts the engine's KV cache (alone, either path).
+func TestCrossPathAgreement(t *testing.T) {
+	requireLinux(t)
+	warmSrv := serverWith(t, routingFlags...)
+	longSrv := serverWith(t, smallWarmFlags...)
+	text := variedText(t, 700) // > 256: ephemeral on longSrv
+	alone := warmSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
+	requireReference(t, "alone, warm", alone, expectDocument(t, text))
+
+	mixed := make([]string, 64)
+	for i := range mixed {
+		mixed[i] = variedText(t, 1+(i*37)%300)
+	}
+	mixed[41] = text
+	packed := warmSrv.rawEmbed(t, map[string]any{"input": mixed}, nil).Data[41].Embedding
+
+	// Concurrent single-input requests: the batch window packs them into shared
+	// warm calls, the text among them.
+	var wg sync.WaitGroup
+	batched := make([][]float64, 8)
+	errs := make([]error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			in := mixed[i*5]
+			if i == 3 {
+				in = text
+			}
+			r, err := warmSrv.post(ctx(t), "/v1/embeddings", map[string]any{"input": in}, nil)
+			if err == nil && r.status != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", r.status, truncate(r.body))
+			}
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			var out rawEmbeddings
+			if err := json.Unmarshal(r.body, &out); err != nil {
+				errs[i] = err
+				return
+			}
+			batched[i] = out.Data[0].Embedding
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	warm := longSrv.warmPID(t)
+	w := watchWorkers(t, longSrv, warm)
+	ephemeral := longSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
+	if seen := w.end(); len(seen) != 1 {
+		t.Fatalf("ephemeral workers %v; want one for the %d-token text", seen, len(encode(t, text))+1)
+	}
+
+	worst := 1.0
+	for _, c := range []struct {
+		name  string
+		v     []float64
+		exact bool
+	}{
+		{"packed among 64 inputs", packed, false},
+		{"batched with concurrent requests", batched[3], false},
+		{"alone on an ephemeral worker", ephemeral, true},
+	} {
+		cos := cosine(alone, c.v)
+		worst = min(worst, cos)
+		same := maxAbsDiff(alone, c.v) == 0
+		t.Logf("%s: cosine to alone on the warm worker %.12f, bit-identical %v", c.name, cos, same)
+		if !(cos >= 0.99999) {
+			t.Errorf("%s: cosine %.12f, want ≥ 0.99999", c.name, cos)
+		}
+		if c.exact && !same {
+			t.Errorf("%s: max abs diff %.3g; want bit-identical (both start the KV cache)", c.name, maxAbsDiff(alone, c.v))
+		}
+	}
+	t.Logf("cross-path worst cosine: %.12f", worst)
+}
+
+// TestMixedRequestOrder: a request whose inputs go to the warm worker and to two
+// ephemeral workers at once comes back in input order, each vector its own input's,
+// and leaves no ephemeral worker behind.
+func TestMixedRequestOrder(t *testing.T) {
+	requireLinux(t)
+	s := serverWith(t, smallWarmFlags...)
+	warm := s.warmPID(t)
+	inputs := []string{"first short", variedText(t, 300), "middle short", variedText(t, 420), "last short"}
+	w := watchWorkers(t, s, warm)
+	got := s.rawEmbed(t, map[string]any{"input": inputs}, nil)
+	if seen := w.end(); len(seen) != 2 {
+		t.Errorf("ephemeral workers %v; want two, one per long input", seen)
+	}
+	if len(got.Data) != len(inputs) {
+		t.Fatalf("%d vectors for %d inputs", len(got.Data), len(inputs))
+	}
+	for i, in := range inputs {
+		if got.Data[i].Index != i {
+			t.Errorf("data[%d].index = %d", i, got.Data[i].Index)
+		}
+		requireReference(t, fmt.Sprintf("input %d", i), got.Data[i].Embedding, expectDocument(t, in))
+	}
+	waitWorkers(t, s, 1, orphanTimeout)
+}
+
+// TestFailedPathKillsTheOthers: when one of a request's ephemeral workers dies, the
+// request fails and its other ephemeral worker is killed too: no orphan survives.
+func TestFailedPathKillsTheOthers(t *testing.T) {
+	requireLinux(t)
+	s := serverWith(t, smallWarmFlags...)
+	warm := s.warmPID(t)
+	inputs := []string{"short", variedText(t, 3000), variedText(t, 3100)}
+	done := make(chan httpResult, 1)
+	go func() {
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": inputs}, nil)
+		if err != nil {
+			r = httpResult{status: -1, body: []byte(err.Error())}
+		}
+		done <- r
+	}()
+	var eph []procInfo
+	deadline := time.Now().Add(60 * time.Second)
+	for len(eph) < 2 {
+		ws, err := childWorkers(s.cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eph = slices.DeleteFunc(ws, func(p procInfo) bool { return p.pid == warm })
+		if time.Now().After(deadline) {
+			t.Fatalf("ephemeral workers %v after 60s; want two", eph)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := syscall.Kill(eph[0].pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	requireExactError(t, r, http.StatusInternalServerError, bodyInternal)
+	for _, p := range eph {
+		if err := waitGone(p, orphanTimeout); err != nil {
+			t.Error(err)
+		}
+	}
+	waitWorkers(t, s, 1, orphanTimeout)
+	if now := s.warmPID(t); now != warm {
+		t.Errorf("the warm worker changed from %d to %d", warm, now)
+	}
+}
+
+// TestEphemeralAdmission: with one ephemeral worker allowed and no queue, a second
+// long input while the first runs gets 429 with Retry-After in OpenAI's envelope,
+// a short request meanwhile is served without waiting for the long one, and the
+// refused input succeeds once the worker is free.
+func TestEphemeralAdmission(t *testing.T) {
+	requireLinux(t)
+	s := serverWith(t, "--warm-max-tokens", "256", "--max-ephemeral", "1", "--ephemeral-queue", "0")
+	warm := s.warmPID(t)
+	first, second := variedText(t, 2000), variedText(t, 300)
+
+	done := make(chan httpResult, 1)
+	go func() {
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": first}, nil)
+		if err != nil {
+			r = httpResult{status: -1, body: []byte(err.Error())}
+		}
+		done <- r
+	}()
+	eph := otherWorker(t, s, warm, 60*time.Second)
+
+	r := s.do(t, http.MethodPost, "/v1/embeddings", map[string]any{"input": second}, nil)
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("second long input while the first runs: status %d %s, want 429", r.status, truncate(r.body))
+	}
+	var env errorEnvelope
+	r.decode(t, &env)
+	if env.Error.Type != "rate_limit_error" || strPtr(env.Error.Code) != `"rate_limit_exceeded"` ||
+		!strings.HasPrefix(env.Error.Message, "Too many long inputs are in progress (1 being embedded by their own worker, 0 waiting); retry after ") {
+		t.Errorf("429 envelope %+v", env.Error)
+	}
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q, want a positive number of seconds", r.header.Get("Retry-After"))
+	}
+
+	short := s.rawEmbed(t, map[string]any{"input": "not behind the long one"}, nil)
+	select {
+	case <-done:
+		t.Log("the long request finished before the short one was answered; the ordering check is void on a machine this fast")
+	default:
+		if _, err := procState(eph.pid); err != nil {
+			t.Log("the ephemeral worker exited before the short answer; the ordering check is void")
+		}
+	}
+	requireReference(t, "short while long", short.Data[0].Embedding, expectDocument(t, "not behind the long one"))
+
+	if r := <-done; r.status != http.StatusOK {
+		t.Fatalf("the first long input: %d %s", r.status, truncate(r.body))
+	}
+	requireReference(t, "the refused input, retried", s.rawEmbed(t, map[string]any{"input": second}, nil).Data[0].Embedding, expectDocument(t, second))
+	waitWorkers(t, s, 1, orphanTimeout)
+}
+
+// TestWarmLimitBeyondTheWorker: a warm worker that holds fewer tokens than
+// --warm-max-tokens (here a worker program capped at 1024, standing in for any that
+// caps its context) makes serve refuse to start, naming the flag and the value to
+// give it.
+func TestWarmLimitBeyondTheWorker(t *testing.T) {
+	requireLinux(t)
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	dir := t.TempDir()
+	snapshot := filepath.Join(dir, "snapshot")
+	if err := os.Mkdir(snapshot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(snapshot, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The last --model and --ctx win: the llama.cpp worker on the GGUF, capped.
+	script := filepath.Join(dir, "capped-worker")
+	body := fmt.Sprintf("#!/bin/sh\nexec %q worker \"$@\" --model %q --ctx 1024\n", binPath, modelPath)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "serve", "--model", modelPath, "--addr", "127.0.0.1:"+strconv.Itoa(port),
+		"--warm-backend", "mlx", "--mlx-server", script, "--mlx-model", snapshot)
+	out := &tailBuffer{max: stderrTail}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = pipeDelay
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("serve exited with %v, want status 1", err)
+		}
+	case <-time.After(readyTimeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("serve still running %s after its warm worker reported 1024 tokens\n%s", readyTimeout, out)
+	}
+	const want = "--warm-max-tokens is 8192 but the warm worker holds inputs of at most 1024 tokens; lower --warm-max-tokens to 1024"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("serve's output lacks %q:\n%s", want, out)
+	}
+}
+
+// TestMeasureShortLatency prints the p50 and p90 latency of one short query on a
+// server of EMBED_STACK_MEASURE_SHORT_MODEL (the 0.6B shape, say) alone, and while a
+// server of the test model embeds an input of EMBED_STACK_MEASURE_LONG tokens on an
+// ephemeral worker on the same CPUs. It runs only when both variables are set.
+func TestMeasureShortLatency(t *testing.T) {
+	shortModel, longTokens := os.Getenv("EMBED_STACK_MEASURE_SHORT_MODEL"), os.Getenv("EMBED_STACK_MEASURE_LONG")
+	if shortModel == "" || longTokens == "" {
+		t.Skip("set EMBED_STACK_MEASURE_SHORT_MODEL and EMBED_STACK_MEASURE_LONG to measure")
+	}
+	requireLinux(t)
+	n, err := strconv.Atoi(longTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(shortModel) {
+		shortModel = filepath.Join(repoRoot, shortModel)
+	}
+	shortSrv := ownServer(t, "--model", shortModel, "--batch-window", "0")
+	longSrv := serverWith(t, "--warm-max-tokens", "256")
+	long := variedText(t, n)
+	query := map[string]any{"input": "how do I embed a short query?", "input_type": "query"}
+	measure := func(stop <-chan struct{}, max int) []time.Duration {
+		var ds []time.Duration
+		for len(ds) < max {
+			select {
+			case <-stop:
+				return ds
+			default:
+			}
+			start := time.Now()
+			if r := shortSrv.do(t, http.MethodPost, "/v1/embeddings", query, nil); r.status != http.StatusOK {
+				t.Fatalf("short query: %d %s", r.status, truncate(r.body))
+			}
+			ds = append(ds, time.Since(start))
+		}
+		return ds
+	}
+	measure(nil, 3) // warm-up
+	idle := measure(nil, 20)
+	stop := make(chan struct{})
+	done := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		if r, err := longSrv.post(ctx(t), "/v1/embeddings", map[string]any{"input": long}, nil); err != nil || r.status != http.StatusOK {
+			t.Errorf("long input: %v %d", err, r.status)
+		}
+		done <- time.Since(start)
+		close(stop)
+	}()
+	otherWorker(t, longSrv, longSrv.warmPID(t), 60*time.Second)
+	busy := measure(stop, math.MaxInt)
+	took := <-done
+	t.Logf("short query on %s: p50 %s p90 %s alone (%d queries); p50 %s p90 %s while a %d-token input was embedded on an ephemeral worker (%d queries in its %s)",
+		filepath.Base(shortModel), percentile(idle, 50).Round(time.Millisecond), percentile(idle, 90).Round(time.Millisecond), len(idle),
+		percentile(busy, 50).Round(time.Millisecond), percentile(busy, 90).Round(time.Millisecond), n+1, len(busy), took.Round(time.Millisecond))
+}
