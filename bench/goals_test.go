@@ -22,7 +22,7 @@ func sampleReport() *Report {
 		Host:  Host{CPUs: 2, CPU: "test CPU", LoadStart: [3]float64{1.5, 1, 1}, LoadEnd: [3]float64{2, 1, 1}, LoadMax1: 2.5},
 		Model: &Model{Path: "m.gguf", FileBytes: 1_200_000_000, Arch: "qwen3", Layers: 28, Embd: 1024, Heads: 16, KVHeads: 8, HeadDim: 128, LinearParams: 440_401_920},
 		Contenders: []*ContenderReport{
-			{Name: "floor", Role: RoleFloor},
+			{Name: "floor", Role: RoleFloor, About: "in-process engine"},
 			{Name: "embed-stack", Role: RoleOurs, ColdStartMS: 1200,
 				Check: &CheckResult{Pass: true, MinCosine: 1, Separation: 0.5},
 				Idle:  &TreeSnapshot{Procs: []Proc{{PID: 10, RSS: 45e6}, {PID: 11, RSS: 1500 * mib, HWM: 1600 * mib}}, RSS: 45e6 + 1500*mib},
@@ -37,8 +37,8 @@ func sampleReport() *Report {
 			{Shape: ShapeShort, Contender: "floor", LatencyMS: lat(100, 110), TokensPerSec: tps(1000)},
 			{Shape: ShapeShort, Contender: "embed-stack", LatencyMS: lat(101, 112), TokensPerSec: tps(990)},
 			{Shape: ShapeShort, Contender: "ollama", LatencyMS: lat(300, 320), TokensPerSec: tps(333)},
-			{Shape: GridShape(32, 512), Contender: "floor", LatencyMS: lat(80000, 80000), TokensPerSec: tps(200)},
-			{Shape: GridShape(32, 512), Contender: "embed-stack", LatencyMS: lat(81000, 81000), TokensPerSec: tps(196)},
+			{Shape: GridShape(32, 512), Contender: "floor", LatencyMS: lat(80000, 80000), TokensPerSec: tps(200), GFLOPS: 180, TokensPerCPUSec: 100},
+			{Shape: GridShape(32, 512), Contender: "embed-stack", LatencyMS: lat(81000, 81000), TokensPerSec: tps(196), TokensPerCPUSec: 98},
 			{Shape: GridShape(32, 512), Contender: "ollama", LatencyMS: lat(100000, 100000), TokensPerSec: tps(150)},
 			{Shape: ClientsShape(1), Contender: "embed-stack", LatencyMS: lat(100, 100), TokensPerSec: tps(100)},
 			{Shape: ClientsShape(16), Contender: "embed-stack", LatencyMS: lat(800, 900), TokensPerSec: tps(180)},
@@ -131,15 +131,17 @@ func TestTable(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"load average 1.50 at the start, 2.00 at the end, 2.50 at most",
-		"| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread | tok/s ÷ floor | tok/s ÷ ollama | GFLOP/s | load |",
+		"| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread | tok/s ÷ floor | tok/s ÷ ollama | tok/CPU-s (÷ floor) | GFLOP/s | load |",
 		// 196 / 200 and 196 / 150; spread (1.1-0.9)/1 / 2 = ±10%.
-		"| grid/32x512 | embed-stack | 0 | 0 | 81000.0 | 81000.0 | 81000.0 | 196.0 | ±10% | 0.98× | 1.31× |",
-		"| grid/32x512 | ollama | 0 | 0 | 100000.0 | 100000.0 | 100000.0 | 150.0 | ±10% | 0.75× | 1.00× |",
+		"| grid/32x512 | embed-stack | 0 | 0 | 81000.0 | 81000.0 | 81000.0 | 196.0 | ±10% | 0.98× | 1.31× | 98.0 (0.98×) | – |",
+		"| grid/32x512 | ollama | 0 | 0 | 100000.0 | 100000.0 | 100000.0 | 150.0 | ±10% | 0.75× | 1.00× | – | – |",
 		"| embed-stack | 100.0 | 150.0 | 250.0 | 40 | 2.50 | cancelled after 15.0 s |",
 		"| embed-stack | ours | min cos 1.000000 (separation 0.500) | 1.20 s |",
 		"Negative control: no EOS agree with the right vectors to cosine 0.6100 at best",
 		"| idle memory: serve alone | < 40 MB RSS | 45.0 MB | no |",
 		"Skipped: in-flight on floor (not applicable to the in-process engine).",
+		"- floor: in-process engine\n",
+		"the floor reached 180.0 GFLOP/s (llama.cpp's F16 kernels, tokens/s × FLOPs per token) on grid/32x512",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

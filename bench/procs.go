@@ -40,22 +40,12 @@ type TreeSnapshot struct {
 
 // Snapshot reads the process tree under root (root included) from /proc.
 func Snapshot(root int) (TreeSnapshot, error) {
-	if runtime.GOOS != "linux" {
-		return TreeSnapshot{}, ErrNoProc
-	}
-	parents, err := readParents()
+	pids, parents, err := treePIDs(root)
 	if err != nil {
 		return TreeSnapshot{}, err
 	}
-	children := map[int][]int{}
-	for pid, ppid := range parents {
-		children[ppid] = append(children[ppid], pid)
-	}
 	var snap TreeSnapshot
-	queue := []int{root}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
+	for _, pid := range pids {
 		p, err := readProc(pid)
 		if err != nil {
 			if pid == root {
@@ -66,11 +56,87 @@ func Snapshot(root int) (TreeSnapshot, error) {
 		p.PPID = parents[pid]
 		snap.Procs = append(snap.Procs, p)
 		snap.RSS += p.RSS
+	}
+	return snap, nil
+}
+
+// treePIDs lists root and its descendants, breadth first, and every process's parent.
+func treePIDs(root int) ([]int, map[int]int, error) {
+	if runtime.GOOS != "linux" {
+		return nil, nil, ErrNoProc
+	}
+	parents, err := readParents()
+	if err != nil {
+		return nil, nil, err
+	}
+	children := map[int][]int{}
+	for pid, ppid := range parents {
+		children[ppid] = append(children[ppid], pid)
+	}
+	var pids []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		pids = append(pids, pid)
 		kids := children[pid]
 		slices.Sort(kids)
 		queue = append(queue, kids...)
 	}
-	return snap, nil
+	return pids, parents, nil
+}
+
+// userHZ is the unit of the CPU times in /proc/*/stat: USER_HZ, 100 on every Linux
+// architecture's user-space ABI whatever the kernel's own tick.
+const userHZ = 100
+
+// TreeCPU is the CPU time the tree under root has used so far: user and system time
+// of every live process in it, plus that of the children each has waited for (so an
+// ephemeral worker's time stays counted after it exits). On a shared machine it
+// moves far less with the neighbours' load than wall time does, though ggml's
+// threads spinning at a barrier for a descheduled partner still count.
+func TreeCPU(root int) (time.Duration, error) {
+	pids, _, err := treePIDs(root)
+	if err != nil {
+		return 0, err
+	}
+	return cpuOf(root, pids)
+}
+
+// ProcCPU is TreeCPU of one process alone (its threads included), without the scan
+// of /proc that finding a tree takes: what the in-process floor is measured with.
+func ProcCPU(pid int) (time.Duration, error) {
+	if runtime.GOOS != "linux" {
+		return 0, ErrNoProc
+	}
+	return cpuOf(pid, []int{pid})
+}
+
+func cpuOf(root int, pids []int) (time.Duration, error) {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			if pid == root {
+				return 0, fmt.Errorf("bench: process %d: %w", pid, err)
+			}
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// Fields 14 to 17 of stat (utime, stime, cutime, cstime); f[0] is field 3.
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		for _, s := range f[11:15] {
+			n, _ := strconv.ParseInt(s, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // readParents maps every process's pid to its parent's, from /proc/*/stat.

@@ -88,3 +88,54 @@ func TestSnapshotMissing(t *testing.T) {
 		t.Error("a sampler of no process: no error")
 	}
 }
+
+// TestCPU burns CPU in a child and sees it in the tree's CPU time, and in the
+// parent's once the child has been waited for.
+func TestCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		if _, err := TreeCPU(os.Getpid()); err != ErrNoProc {
+			t.Fatalf("TreeCPU on %s: err %v, want ErrNoProc", runtime.GOOS, err)
+		}
+		t.Skip("CPU times are read from /proc")
+	}
+	// sh runs a busy loop of about 0.3 CPU-seconds in a child, waits for it, then
+	// sleeps: afterwards the time is in sh's cutime.
+	cmd := exec.Command("sh", "-c", `sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done' ; sleep 30`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		snap, err := Snapshot(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Procs) == 2 && strings.HasPrefix(snap.Procs[1].Cmd, "sleep") {
+			break // the busy child is done and waited for
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the busy loop did not finish: %+v", snap.Procs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tree, err := TreeCPU(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := ProcCPU(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The busy loop's time moved into sh's cutime, which both count.
+	if tree < 50*time.Millisecond || own < 50*time.Millisecond || own > tree {
+		t.Errorf("tree CPU %s, sh's own (with waited-for children) %s; want both >= 50ms, own <= tree", tree, own)
+	}
+	if _, err := ProcCPU(0); err == nil {
+		t.Error("ProcCPU(0): no error")
+	}
+}

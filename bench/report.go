@@ -99,6 +99,12 @@ type Result struct {
 	LatencyMS      Summary `json:"latency_ms"`
 	TokensPerSec   Summary `json:"tokens_per_sec"`
 	RequestsPerSec Summary `json:"requests_per_sec"`
+	// CPUSeconds is the CPU time the contender used for the timed work (its
+	// process tree; this process for the floor), and TokensPerCPUSec the tokens
+	// embedded per CPU-second: a figure the neighbours' load moves much less than
+	// tokens/s. Absent where it is not measured.
+	CPUSeconds      float64 `json:"cpu_seconds,omitempty"`
+	TokensPerCPUSec float64 `json:"tokens_per_cpu_sec,omitempty"`
 	// GFLOPS is the median tokens/s times the model's FLOPs per token, for shapes
 	// whose inputs share one length.
 	GFLOPS float64 `json:"gflops,omitempty"`
@@ -199,6 +205,15 @@ func (rep *Report) Table(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, c.Role, check, cold, idle, peak, procs)
 	}
+	b.WriteString("\n")
+	for _, c := range rep.Contenders {
+		if c.About != "" {
+			fmt.Fprintf(&b, "- %s: %s\n", c.Name, c.About)
+		}
+	}
+	if best, shape := bestFloorGFLOPS(rep); best > 0 {
+		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (llama.cpp's F16 kernels, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, shape)
+	}
 	if c := rep.CheckControl; c != nil {
 		switch {
 		case c.Error != "":
@@ -218,8 +233,8 @@ func (rep *Report) Table(w io.Writer) error {
 	if peer != nil {
 		ratioHead += fmt.Sprintf(" tok/s ÷ %s |", peer.Name)
 	}
-	fmt.Fprintf(&b, "| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread |%s GFLOP/s | load |\n", ratioHead)
-	b.WriteString("|---|---|---|---|---|---|---|---|---|" + strings.Repeat("---|", strings.Count(ratioHead, "|")) + "---|---|\n")
+	fmt.Fprintf(&b, "| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread |%s tok/CPU-s (÷ floor) | GFLOP/s | load |\n", ratioHead)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|" + strings.Repeat("---|", strings.Count(ratioHead, "|")) + "---|---|---|\n")
 	for _, s := range rep.Shapes {
 		for _, c := range rep.Contenders {
 			r := rep.Result(s.ID, c.Name)
@@ -253,8 +268,17 @@ func (rep *Report) Table(w io.Writer) error {
 			if r.Errors > 0 || r.TokenMismatches > 0 {
 				errs = fmt.Sprintf("**%d** (%s)", r.Errors+r.TokenMismatches, firstNonEmpty(r.FirstError, r.FirstMismatch))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %s |%s %s | %.1f |\n",
-				s.ID, c.Name, r.Requests, errs, lat.Median, lat.P95, lat.P99, tps, spread, ratios, gflops, r.LoadAvg1)
+			cpu := "–"
+			if r.TokensPerCPUSec > 0 {
+				cpu = fmt.Sprintf("%.1f", r.TokensPerCPUSec)
+				if floor != nil {
+					if f := rep.Result(s.ID, floor.Name); f != nil && f.TokensPerCPUSec > 0 {
+						cpu += fmt.Sprintf(" (%.2f×)", r.TokensPerCPUSec/f.TokensPerCPUSec)
+					}
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %s |%s %s | %s | %.1f |\n",
+				s.ID, c.Name, r.Requests, errs, lat.Median, lat.P95, lat.P99, tps, spread, ratios, cpu, gflops, r.LoadAvg1)
 		}
 	}
 	for _, s := range rep.Shapes {
@@ -327,4 +351,19 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// bestFloorGFLOPS is the floor's highest achieved FLOP rate and its shape.
+func bestFloorGFLOPS(rep *Report) (float64, string) {
+	floor := rep.ByRole(RoleFloor)
+	if floor == nil {
+		return 0, ""
+	}
+	best, shape := 0.0, ""
+	for _, r := range rep.Results {
+		if r.Contender == floor.Name && r.GFLOPS > best {
+			best, shape = r.GFLOPS, r.Shape
+		}
+	}
+	return best, shape
 }

@@ -41,6 +41,21 @@ type Contender struct {
 	ColdStart time.Duration
 }
 
+// cpuClock returns how to read the CPU time c uses: its process tree when it runs
+// locally, this process for the in-process floor; nil when it cannot be read.
+func (c *Contender) cpuClock() func() (time.Duration, error) {
+	switch {
+	case c.PID > 0:
+		return func() (time.Duration, error) { return TreeCPU(c.PID) }
+	case c.Role == RoleFloor:
+		if _, ok := c.Target.(*Floor); ok {
+			self := os.Getpid()
+			return func() (time.Duration, error) { return ProcCPU(self) }
+		}
+	}
+	return nil
+}
+
 // Runner runs shapes against contenders. Its fields are set before Run.
 type Runner struct {
 	// Contenders; the first is the reference every other one's vectors are checked
@@ -265,6 +280,16 @@ type record struct {
 	latencies []float64
 	tokPerSec []float64
 	reqPerSec []float64
+	cpu       time.Duration // CPU time of the timed work, where measured
+	cpuTokens int           // tokens embedded in it
+}
+
+// addCPU records CPU time spent embedding tokens.
+func (rc *record) addCPU(d time.Duration, tokens int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.cpu += d
+	rc.cpuTokens += tokens
 }
 
 func newRecord(s *Shape) *record {
@@ -312,7 +337,27 @@ func (rc *record) finish() *Result {
 	rc.res.LatencyMS = Summarize(rc.latencies)
 	rc.res.TokensPerSec = Summarize(rc.tokPerSec)
 	rc.res.RequestsPerSec = Summarize(rc.reqPerSec)
+	if rc.cpu > 0 && rc.cpuTokens > 0 {
+		rc.res.CPUSeconds = rc.cpu.Seconds()
+		rc.res.TokensPerCPUSec = float64(rc.cpuTokens) / rc.cpu.Seconds()
+	}
 	return &rc.res
+}
+
+// measureCPU runs fn and returns the CPU time clock saw it take (0 without a clock
+// or when a reading fails).
+func measureCPU(clock func() (time.Duration, error), fn func()) time.Duration {
+	if clock == nil {
+		fn()
+		return 0
+	}
+	before, err := clock()
+	fn()
+	after, err2 := clock()
+	if err != nil || err2 != nil || after < before {
+		return 0
+	}
+	return after - before
 }
 
 func (r *Runner) embed(ctx context.Context, t Target, in []Input) Outcome {
@@ -325,9 +370,11 @@ func (r *Runner) embed(ctx context.Context, t Target, in []Input) Outcome {
 // (starting with a different one each repetition) before the next.
 func (r *Runner) runRequests(ctx context.Context, s *Shape, active []int) map[int]*Result {
 	recs := map[int]*record{}
+	clocks := map[int]func() (time.Duration, error){}
 	for _, i := range active {
 		recs[i] = newRecord(s)
 		recs[i].res.Tokens = s.Tokens()
+		clocks[i] = r.Contenders[i].cpuClock()
 	}
 	for k, req := range s.Requests {
 		tokens := 0
@@ -336,7 +383,8 @@ func (r *Runner) runRequests(ctx context.Context, s *Shape, active []int) map[in
 		}
 		for j := range active {
 			i := active[(j+k)%len(active)]
-			o := r.embed(ctx, r.Contenders[i].Target, req)
+			var o Outcome
+			cpu := measureCPU(clocks[i], func() { o = r.embed(ctx, r.Contenders[i].Target, req) })
 			if k < s.Warmup {
 				if o.Status != recs[i].expect {
 					recs[i].res.WarmupErrors++
@@ -347,6 +395,7 @@ func (r *Runner) runRequests(ctx context.Context, s *Shape, active []int) map[in
 				sec := o.Elapsed.Seconds()
 				recs[i].tokPerSec = append(recs[i].tokPerSec, float64(tokens)/sec)
 				recs[i].reqPerSec = append(recs[i].reqPerSec, 1/sec)
+				recs[i].addCPU(cpu, tokens)
 			}
 		}
 	}
@@ -367,11 +416,15 @@ func (r *Runner) runClients(ctx context.Context, s *Shape, active []int) map[int
 		for j := range active {
 			i := active[(j+k)%len(active)]
 			c := r.Contenders[i]
-			if c.Role == RoleFloor {
-				r.floorClients(ctx, s, c.Target, recs[i])
-			} else {
-				r.serverClients(ctx, s, c.Target, recs[i])
-			}
+			var tokens int
+			cpu := measureCPU(c.cpuClock(), func() {
+				if c.Role == RoleFloor {
+					tokens = r.floorClients(ctx, s, c.Target, recs[i])
+				} else {
+					tokens = r.serverClients(ctx, s, c.Target, recs[i])
+				}
+			})
+			recs[i].addCPU(cpu, tokens)
 		}
 	}
 	out := map[int]*Result{}
@@ -382,7 +435,9 @@ func (r *Runner) runClients(ctx context.Context, s *Shape, active []int) map[int
 	return out
 }
 
-func (r *Runner) serverClients(ctx context.Context, s *Shape, t Target, rc *record) {
+// serverClients runs s.Clients clients for s.Duration; it returns the tokens
+// embedded.
+func (r *Runner) serverClients(ctx context.Context, s *Shape, t Target, rc *record) int {
 	var next atomic.Int64
 	var tokens atomic.Int64
 	var done atomic.Int64
@@ -407,11 +462,13 @@ func (r *Runner) serverClients(ctx context.Context, s *Shape, t Target, rc *reco
 	rc.tokPerSec = append(rc.tokPerSec, float64(tokens.Load())/elapsed)
 	rc.reqPerSec = append(rc.reqPerSec, float64(done.Load())/elapsed)
 	rc.mu.Unlock()
+	return int(tokens.Load())
 }
 
 // floorClients embeds the pool's queries s.Clients at a time, one call after
-// another, for s.Duration: each query's latency is its call's.
-func (r *Runner) floorClients(ctx context.Context, s *Shape, t Target, rc *record) {
+// another, for s.Duration: each query's latency is its call's. It returns the
+// tokens embedded.
+func (r *Runner) floorClients(ctx context.Context, s *Shape, t Target, rc *record) int {
 	start := time.Now()
 	deadline := start.Add(s.Duration)
 	next, tokens, done := 0, 0, 0
@@ -438,6 +495,7 @@ func (r *Runner) floorClients(ctx context.Context, s *Shape, t Target, rc *recor
 	rc.tokPerSec = append(rc.tokPerSec, float64(tokens)/elapsed)
 	rc.reqPerSec = append(rc.reqPerSec, float64(done)/elapsed)
 	rc.mu.Unlock()
+	return tokens
 }
 
 // runInFlight measures each contender alone: idle queries, then queries beside the

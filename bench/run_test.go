@@ -120,6 +120,12 @@ func TestRunner(t *testing.T) {
 		}
 	}
 
+	// CPU time: the fake servers have no pid, so theirs is not measured (the
+	// in-process floor's is, but the fake engine uses too little to show).
+	if o := rep.Result("req", "ours"); o.CPUSeconds != 0 || o.TokensPerCPUSec != 0 {
+		t.Errorf("CPU of a server without a pid: %v s (%v tok/CPU-s); want none", o.CPUSeconds, o.TokensPerCPUSec)
+	}
+
 	// Clients: servers get single-query requests; the floor embeds 3 at a time.
 	for _, name := range []string{"floor", "ours", "good"} {
 		res := rep.Result(ClientsShape(3), name)

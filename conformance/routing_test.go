@@ -435,7 +435,9 @@ func TestWarmLimitBeyondTheWorker(t *testing.T) {
 // TestMeasureShortLatency prints the p50 and p90 latency of one short query on a
 // server of EMBED_STACK_MEASURE_SHORT_MODEL (the 0.6B shape, say) alone, and while a
 // server of the test model embeds an input of EMBED_STACK_MEASURE_LONG tokens on an
-// ephemeral worker on the same CPUs. It runs only when both variables are set.
+// ephemeral worker on the same CPUs (with the serve flags in
+// EMBED_STACK_MEASURE_LONG_FLAGS, space-separated, such as --ephemeral-nice 10). It
+// runs only when the first two variables are set.
 func TestMeasureShortLatency(t *testing.T) {
 	shortModel, longTokens := os.Getenv("EMBED_STACK_MEASURE_SHORT_MODEL"), os.Getenv("EMBED_STACK_MEASURE_LONG")
 	if shortModel == "" || longTokens == "" {
@@ -450,7 +452,7 @@ func TestMeasureShortLatency(t *testing.T) {
 		shortModel = filepath.Join(repoRoot, shortModel)
 	}
 	shortSrv := ownServer(t, "--model", shortModel, "--batch-window", "0")
-	longSrv := serverWith(t, "--warm-max-tokens", "256")
+	longSrv := ownServer(t, append([]string{"--warm-max-tokens", "256"}, strings.Fields(os.Getenv("EMBED_STACK_MEASURE_LONG_FLAGS"))...)...)
 	long := variedText(t, n)
 	query := map[string]any{"input": "how do I embed a short query?", "input_type": "query"}
 	measure := func(stop <-chan struct{}, max int) []time.Duration {

@@ -153,9 +153,8 @@ func TestEmbedMatchesServer(t *testing.T) {
 	bin, model := e2e.Paths(t)
 	// A low warm limit sends the long text to ephemeral workers on both sides.
 	const warmMax = "160"
-	// One llama.cpp thread: on a loaded machine, threads that wait for each other at
-	// every graph node cost far more than they bring (docs/scaling.md).
-	srv := e2e.Serve(t, "--warm-max-tokens", warmMax, "--threads", "1")
+	// One llama.cpp thread on both sides, as e2e.Serve uses (see there).
+	srv := e2e.Serve(t, "--warm-max-tokens", warmMax)
 	dir := t.TempDir()
 
 	texts := corpusLines(t, 40)
@@ -283,7 +282,7 @@ console.log(JSON.stringify({ rows, dim, descr: header.match(/'descr': '([^']+)'/
 func TestEmbedResume(t *testing.T) {
 	bin, model := e2e.Paths(t)
 	dir := t.TempDir()
-	texts := corpusLines(t, 2000)
+	texts := corpusLines(t, 1200)
 	in := filepath.Join(dir, "in.txt")
 	writeLines(t, in, texts)
 
@@ -316,7 +315,7 @@ func TestEmbedResume(t *testing.T) {
 				return fi.Size() / 1000 // about 1 KB per record of 64 floats
 			}
 			deadline := time.Now().Add(2 * time.Minute)
-			for rowsOf() < 200 {
+			for rowsOf() < 150 {
 				select {
 				case <-p.Done():
 					t.Fatalf("the job ended before it could be interrupted: %v\n%s", p.Err(), p.Out)

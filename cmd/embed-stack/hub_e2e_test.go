@@ -48,12 +48,13 @@ func hubEnv(h *hubtest.Hub, cache string) []string {
 		switch k {
 		case "HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE",
 			// A `make test` above us must not hand its jobserver or flags to our make.
-			"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MODEL", "ADDR":
+			"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MODEL", "ADDR", "EMBED_STACK_THREADS":
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, "HF_ENDPOINT="+h.URL, "HF_HUB_CACHE="+cache)
+	// One llama.cpp thread, as e2e.Serve uses (see there).
+	return append(env, "HF_ENDPOINT="+h.URL, "HF_HUB_CACHE="+cache, "EMBED_STACK_THREADS=1")
 }
 
 // TestMakeRunDefaultsToTheHub: `make run` with no arguments serves the official GGUF by
@@ -156,9 +157,9 @@ func TestMakeRunDownloadsFromHub(t *testing.T) {
 	}
 }
 
-// TestEmbedHubProgressBar: on a terminal the download draws a progress bar redrawn in
-// place (the embed command, run under script(1) for a pseudo-terminal), and the cached
-// file is reused by a second run without any download.
+// TestEmbedHubProgressBar: on a terminal the download and then the embedding each draw a
+// progress bar redrawn in place (the embed command, run under script(1) for a
+// pseudo-terminal), and the cached file is reused by a second run without any download.
 func TestEmbedHubProgressBar(t *testing.T) {
 	script, err := exec.LookPath("script")
 	if err != nil {
@@ -183,6 +184,10 @@ func TestEmbedHubProgressBar(t *testing.T) {
 	bar := regexp.MustCompile(`\r` + regexp.QuoteMeta(officialFile) + ` 100% \[=+\] [0-9.]+/[0-9.]+ MB .* done`)
 	if !bar.MatchString(first) {
 		t.Errorf("no finished progress bar on the terminal:\n%q", first)
+	}
+	// The job's own bar, after the download's.
+	if !regexp.MustCompile(`\r100% \[=+\] 2 items +[0-9.]+ items/s +done`).MatchString(first) {
+		t.Errorf("no finished embedding progress bar on the terminal:\n%q", first)
 	}
 	if n := len(readJSONL(t, filepath.Join(dir, "a.jsonl"))); n != 2 {
 		t.Errorf("%d records, want 2", n)

@@ -280,7 +280,7 @@ func TestManifestsAreConsistent(t *testing.T) {
 
 		// The same settings on loopback with the test model: the probed paths answer,
 		// and after one request /metrics holds the series the adapter reads.
-		s := e2e.Serve(t, "--threads", envOf(c, "EMBED_STACK_THREADS"))
+		s := e2e.Serve(t)
 		for _, path := range []string{"/health", "/ready"} {
 			if code, _ := get(t, s.URL+path); code != http.StatusOK {
 				t.Errorf("GET %s: %d, want 200", path, code)

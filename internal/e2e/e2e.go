@@ -205,13 +205,17 @@ type Server struct {
 	URL string
 }
 
-// Serve starts `embed-stack serve --model MODEL --addr ADDR extra...` with the test
-// model and waits until it is ready.
+// Serve starts `embed-stack serve --model MODEL --addr ADDR --threads 1 extra...` with
+// the test model and waits until it is ready. One llama.cpp thread, because test
+// machines are shared: threads that meet at a barrier after every graph node wait for
+// each other's time slices on an oversubscribed machine, which made a tiny model ten
+// times slower than one thread. extra may override it.
 func Serve(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin, model := Paths(t)
 	addr := FreeAddr(t)
-	cmd := exec.Command(bin, append([]string{"serve", "--model", model, "--addr", addr}, extra...)...)
+	args := append([]string{"serve", "--model", model, "--addr", addr, "--threads", "1"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = RepoRoot(t)
 	s := &Server{Process: Start(t, cmd), URL: "http://" + addr}
 	s.WaitReady(t, s.URL, ReadyTimeout)
