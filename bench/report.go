@@ -111,7 +111,8 @@ type Result struct {
 	// LoadAvg1 is the 1-minute load average when the shape started.
 	LoadAvg1 float64 `json:"load_avg_1m"`
 
-	// The in-flight shape: the same queries idle and beside the long input, how
+	// The in-flight shape: the same queries idle and beside the long input (those
+	// beside it include any given up on after twice the window, at that time), how
 	// long the long input ran, whether it was cancelled at the end of the window,
 	// and how long the server took to be idle again.
 	IdleMS        *Summary `json:"idle_ms,omitempty"`

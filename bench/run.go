@@ -540,9 +540,10 @@ func (r *Runner) inFlight(ctx context.Context, s *Shape, t Target) *Result {
 		qctx, cancel := context.WithDeadline(ctx, time.Now().Add(2*s.Window))
 		o, in := query(qctx)
 		cancel()
-		if rc.add(o, len(in.Tokens)) {
-			during = append(during, ms(o.Elapsed))
-		}
+		rc.add(o, len(in.Tokens))
+		// A query given up on counts at the time it was given up: a lower bound
+		// of its latency, and the head-of-line blocking this shape is after.
+		during = append(during, ms(o.Elapsed))
 		select {
 		case lo := <-longDone:
 			longOut = &lo

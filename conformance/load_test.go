@@ -133,7 +133,7 @@ func (v *vectorCheck) check(texts []string, got [][]float64) {
 		return
 	}
 	for i, text := range texts {
-		if d := maxAbsDiff(got[i], v.want[text]); d > sameTol {
+		if d := maxAbsDiff(got[i], v.want[text]); d > batchTol {
 			v.fail(fmt.Sprintf("input %d (%q): max |Δ| %.3g from the text embedded alone", i, abbreviate(text), d))
 		}
 	}

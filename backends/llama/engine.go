@@ -167,6 +167,7 @@ type attentionKind int
 const (
 	attnPlain attentionKind = iota // KQ matrix, f32 softmax and accumulation: what Open uses
 	attnFlash                      // ggml's flash attention: f16 accumulation (see Open)
+	attnFlashBF16V                 // flash attention over a bf16 V cache: f32 accumulation
 )
 
 // Info describes a loaded engine.
@@ -341,8 +342,12 @@ func Open(cfg Config) (*Engine, error) {
 	// stays at 0.9999998 at 8192 and is faster on the CPU; its cost is the KQ
 	// matrix, which AttentionBytes bounds. docs/engine.md has the measurements.
 	cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-	if cfg.attention == attnFlash {
+	switch cfg.attention {
+	case attnFlash:
 		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	case attnFlashBF16V:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+		cp.type_v = C.GGML_TYPE_BF16
 	}
 	// Lets a cancelled or closing call stop inside a decode call, which can take tens
 	// of seconds for a full batch of a large model on a small CPU.

@@ -38,6 +38,8 @@ func TestMeasure(t *testing.T) {
 	case "", "plain":
 	case "flash":
 		cfg.attention = attnFlash
+	case "flash-bf16v":
+		cfg.attention = attnFlashBF16V
 	default:
 		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want plain or flash", a)
 	}
@@ -95,8 +97,11 @@ func TestMeasure(t *testing.T) {
 }
 
 func (a attentionKind) String() string {
-	if a == attnFlash {
+	switch a {
+	case attnFlash:
 		return "flash"
+	case attnFlashBF16V:
+		return "flash-bf16v"
 	}
 	return "plain"
 }

@@ -136,7 +136,7 @@ func TestServeWarmBackendMLX(t *testing.T) {
 	}
 	args := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
 	t.Logf("the stand-in was started with %q", args)
-	want := []string{"--model", snapshot, "--threads", "1", "--log-format", "text", "--log-level", "info", "--ctx", "8192", "--socket"}
+	want := []string{"--model", snapshot, "--threads", "1", "--log-format", "text", "--log-level", "info", "--ctx", "8192", "--buckets", "256,1024,8192", "--socket"}
 	if len(args) != len(want)+1 || !slices.Equal(args[:len(want)], want) || !strings.HasSuffix(args[len(want)], ".sock") {
 		t.Errorf("mlx worker arguments %q\nwant %q followed by the socket path", args, want)
 	}
