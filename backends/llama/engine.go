@@ -165,9 +165,9 @@ type Config struct {
 type attentionKind int
 
 const (
-	attnPlain attentionKind = iota // KQ matrix, f32 softmax and accumulation: what Open uses
-	attnFlash                      // ggml's flash attention: f16 accumulation (see Open)
-	attnFlashBF16V                 // flash attention over a bf16 V cache: f32 accumulation
+	attnPlain      attentionKind = iota // KQ matrix, f32 softmax and accumulation: what Open uses
+	attnFlash                           // ggml's flash attention: f16 accumulation (see Open)
+	attnFlashBF16V                      // flash attention over a bf16 V cache: f32 accumulation
 )
 
 // Info describes a loaded engine.
