@@ -45,6 +45,9 @@ type Ephemeral struct {
 
 	// Logger receives one debug line per worker. nil means slog.Default().
 	Logger *slog.Logger
+
+	// NEmbd is the model's embedding width; see Warm.NEmbd. 0 accepts any.
+	NEmbd int
 }
 
 // Embed starts a worker with --ctx EphemeralContextSize(len(seq)), waits until it is
@@ -126,6 +129,9 @@ func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int, s
 	}
 	if h.MaxTokens < len(seq) {
 		return nil, fmt.Errorf("started with --ctx %d it reports max_tokens %d, fewer than the %d tokens to embed", nCtx, h.MaxTokens, len(seq))
+	}
+	if e.NEmbd > 0 && h.NEmbd != e.NEmbd {
+		return nil, &DimensionError{PID: p.pid, NEmbd: h.NEmbd, Want: e.NEmbd}
 	}
 	vecs, err := p.client.Embed(ctx, [][]int32{seq})
 	if err != nil {

@@ -71,6 +71,7 @@ func TestEphemeralFailures(t *testing.T) {
 		env   []string
 		seq   []int32
 		ctx   time.Duration
+		nEmbd int // Ephemeral.NEmbd
 		check func(t *testing.T, err error)
 	}{
 		{name: "input error", seq: []int32{1, 2, fakeVocab + 1},
@@ -117,6 +118,15 @@ func TestEphemeralFailures(t *testing.T) {
 					t.Errorf("err = %v, want DeadlineExceeded", err)
 				}
 			}},
+		{name: "another model's width", seq: seqOf(10), nEmbd: fakeNEmbd + 1,
+			check: func(t *testing.T, err error) {
+				var de *DimensionError
+				if !errors.As(err, &de) || de.NEmbd != fakeNEmbd || de.Want != fakeNEmbd+1 ||
+					!strings.HasPrefix(err.Error(), "ephemeral worker (--ctx 64): the worker (pid ") ||
+					!strings.HasSuffix(err.Error(), "computes 8-dimensional vectors, but the model has 9: is it running another model?") {
+					t.Errorf("err = %v, want a *DimensionError", err)
+				}
+			}},
 		{name: "empty sequence starts nothing", seq: []int32{},
 			check: func(t *testing.T, err error) {
 				var ie *WorkerInputError
@@ -128,6 +138,7 @@ func TestEphemeralFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, socketParent, records := newEphemeral(t, tt.env...)
+			e.NEmbd = tt.nEmbd
 			ctx := context.Background()
 			if tt.ctx > 0 {
 				var cancel context.CancelFunc

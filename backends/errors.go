@@ -135,6 +135,20 @@ func (e *ExitError) Error() string {
 // Unwrap returns the wait error.
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// DimensionError is a worker whose vectors are not the width the caller expects
+// ([Warm.NEmbd], [Ephemeral.NEmbd]): it runs another model than the one whose
+// header the server read (a --mlx-model that does not match --model, say), and its
+// vectors would be truncated or refused one request at a time.
+type DimensionError struct {
+	PID   int
+	NEmbd int // what the worker reports in /health
+	Want  int
+}
+
+func (e *DimensionError) Error() string {
+	return fmt.Sprintf("the worker (pid %d) computes %d-dimensional vectors, but the model has %d: is it running another model?", e.PID, e.NEmbd, e.Want)
+}
+
 // CapacityError is a worker that holds shorter sequences than its caller needs
 // ([Warm.MinTokens]): started with a context its engine capped (a model trained on
 // a shorter context, a worker program with its own limit), it would refuse every

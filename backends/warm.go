@@ -65,6 +65,10 @@ type Warm struct {
 	// any worker.
 	MinTokens int
 
+	// NEmbd is the model's embedding width: a worker whose /health reports another
+	// is refused (killed, and Start fails with a *DimensionError). 0 accepts any.
+	NEmbd int
+
 	wg sync.WaitGroup // the supervisor goroutine
 
 	mu        sync.Mutex // guards the fields below
@@ -159,6 +163,9 @@ func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
 	h, err := p.waitReady(waitCtx, w.readyTimeout())
 	if err == nil && h.MaxTokens < w.MinTokens {
 		err = &CapacityError{PID: p.pid, MaxTokens: h.MaxTokens, Want: w.MinTokens}
+	}
+	if err == nil && w.NEmbd > 0 && h.NEmbd != w.NEmbd {
+		err = &DimensionError{PID: p.pid, NEmbd: h.NEmbd, Want: w.NEmbd}
 	}
 	endSpawn(spawn, roleWarm, p.pid, started, err)
 	if err != nil {

@@ -420,6 +420,33 @@ func TestWarmSocketDirTooLong(t *testing.T) {
 	assertEmptyDir(t, parent)
 }
 
+// TestWarmRefusesAnotherModel: a worker whose n_embd is not NEmbd fails Start with a
+// *DimensionError and leaves no process or socket behind; the right width starts.
+func TestWarmRefusesAnotherModel(t *testing.T) {
+	for _, want := range []int{fakeNEmbd + 1, fakeNEmbd} {
+		t.Run(fmt.Sprintf("NEmbd %d", want), func(t *testing.T) {
+			w, socketParent, records := newWarm(t)
+			w.NEmbd = want
+			err := w.Start(context.Background())
+			if want == fakeNEmbd {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var de *DimensionError
+			if !errors.As(err, &de) || de.NEmbd != fakeNEmbd || de.Want != want {
+				t.Fatalf("Start: err = %v; want a *DimensionError for n_embd %d, not %d", err, fakeNEmbd, want)
+			}
+			if !strings.HasSuffix(err.Error(), fmt.Sprintf("computes %d-dimensional vectors, but the model has %d: is it running another model?", fakeNEmbd, want)) {
+				t.Errorf("message %q", err)
+			}
+			assertNoWorkersLeft(t, records)
+			assertEmptyDir(t, socketParent)
+		})
+	}
+}
+
 // TestWarmRefusesASmallWorker: a worker whose max_tokens is below MinTokens fails
 // Start with a *CapacityError and leaves no process or socket behind.
 func TestWarmRefusesASmallWorker(t *testing.T) {

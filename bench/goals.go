@@ -103,9 +103,14 @@ func Goals(rep *Report, spec GoalSpec) []Goal {
 			add(name, "tokens/s above the peer's", fmt.Sprintf("%.2f × (%.1f against %.1f tok/s)", q, o.TokensPerSec.Median, pr.TokensPerSec.Median), ptr(q > 1))
 		}
 		if ours.Memory != nil && p.Memory != nil {
-			a, b := ours.Memory.Peak.RSS, p.Memory.Peak.RSS
-			add(fmt.Sprintf("peak memory below %s's", p.Name), "peak RSS of the process tree below the peer's",
-				fmt.Sprintf("%s against %s", mib(a), mib(b)), ptr(a < b))
+			// PSS where both have it: embed-stack's workers map the same model
+			// file, which RSS would count once per worker.
+			a, b, what := ours.Memory.Peak.RSS, p.Memory.Peak.RSS, "RSS"
+			if ours.Memory.Peak.PSS > 0 && p.Memory.Peak.PSS > 0 {
+				a, b, what = ours.Memory.Peak.PSS, p.Memory.Peak.PSS, "PSS"
+			}
+			add(fmt.Sprintf("peak memory below %s's", p.Name), "process tree's memory at its peak below the peer's",
+				fmt.Sprintf("%s against %s (%s)", mib(a), mib(b), what), ptr(a < b))
 		}
 	}
 

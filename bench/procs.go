@@ -28,6 +28,9 @@ type Proc struct {
 	// RSS is the resident set size in bytes; HWM its peak so far (VmHWM).
 	RSS int64 `json:"rss_bytes"`
 	HWM int64 `json:"hwm_bytes"`
+	// PSS is the proportional set size (pages shared with other processes, such
+	// as the model file several workers map, divided among them); 0 where not read.
+	PSS int64 `json:"pss_bytes,omitempty"`
 }
 
 // TreeSnapshot lists the processes of a tree at one moment, root first.
@@ -36,6 +39,29 @@ type TreeSnapshot struct {
 	// RSS is the sum over Procs. Pages of the model file that several processes map
 	// count once per process, as RSS does.
 	RSS int64 `json:"rss_bytes"`
+	// PSS is the sum of Procs' PSS, once ReadPSS has run: what the tree costs the
+	// machine, shared pages counted once.
+	PSS int64 `json:"pss_bytes,omitempty"`
+}
+
+// ReadPSS fills in the PSS of every process from /proc/PID/smaps_rollup. The kernel
+// walks each process's page tables for it (milliseconds for a model-sized process),
+// so samplers read it only for the snapshots they keep.
+func (s *TreeSnapshot) ReadPSS() {
+	s.PSS = 0
+	for i := range s.Procs {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.Procs[i].PID), "smaps_rollup"))
+		if err != nil {
+			continue // exited, or a kernel without smaps_rollup
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "Pss:") {
+				s.Procs[i].PSS = kB(line)
+				s.PSS += s.Procs[i].PSS
+				break
+			}
+		}
+	}
 }
 
 // Snapshot reads the process tree under root (root included) from /proc.
@@ -261,6 +287,7 @@ func (t *Tree) sample() {
 	}
 	t.samples++
 	if s.RSS > t.peak.RSS {
+		s.ReadPSS()
 		t.peak = s
 	}
 	for _, p := range s.Procs {

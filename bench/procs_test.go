@@ -63,6 +63,19 @@ func TestSnapshotTree(t *testing.T) {
 	if snap.RSS != sum {
 		t.Errorf("tree RSS %d, want the sum %d", snap.RSS, sum)
 	}
+	// PSS divides shared pages (sh and sleep share libc) among the processes that
+	// map them, so it is positive and at most RSS for each.
+	snap.ReadPSS()
+	var pss int64
+	for _, p := range snap.Procs {
+		if p.PSS <= 0 || p.PSS > p.RSS {
+			t.Errorf("%+v: want 0 < PSS <= RSS", p)
+		}
+		pss += p.PSS
+	}
+	if snap.PSS != pss {
+		t.Errorf("tree PSS %d, want the sum %d", snap.PSS, pss)
+	}
 
 	// The sampler sees the same tree, and its peak is at least one sample's sum.
 	tr := WatchTree(cmd.Process.Pid, 5*time.Millisecond)

@@ -87,14 +87,16 @@ type Result struct {
 	Contender string `json:"contender"`
 	Skipped   string `json:"skipped,omitempty"`
 
-	Requests        int            `json:"requests,omitempty"`
-	Tokens          int            `json:"tokens_per_request,omitempty"`
-	Statuses        map[string]int `json:"statuses,omitempty"`
-	Errors          int            `json:"errors,omitempty"`
-	FirstError      string         `json:"first_error,omitempty"`
-	WarmupErrors    int            `json:"warmup_errors,omitempty"`
-	TokenMismatches int            `json:"token_mismatches,omitempty"`
-	FirstMismatch   string         `json:"first_mismatch,omitempty"`
+	Requests     int            `json:"requests,omitempty"`
+	Tokens       int            `json:"tokens_per_request,omitempty"`
+	Statuses     map[string]int `json:"statuses,omitempty"`
+	Errors       int            `json:"errors,omitempty"`
+	FirstError   string         `json:"first_error,omitempty"`
+	WarmupErrors int            `json:"warmup_errors,omitempty"`
+	// TokenMismatches counts 200s (warm-ups included) whose usage.prompt_tokens
+	// is not the count sent: the server embedded other tokens than the floor.
+	TokenMismatches int    `json:"token_mismatches,omitempty"`
+	FirstMismatch   string `json:"first_mismatch,omitempty"`
 
 	LatencyMS      Summary `json:"latency_ms"`
 	TokensPerSec   Summary `json:"tokens_per_sec"`
@@ -182,7 +184,7 @@ func (rep *Report) Table(w io.Writer) error {
 	floor := rep.ByRole(RoleFloor)
 	peer := rep.ByRole(RolePeer)
 
-	b.WriteString("| contender | role | vector check | cold start | idle RSS (tree) | peak RSS (tree) | processes idle → after |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| contender | role | vector check | cold start | idle RSS (PSS) | peak RSS (PSS) | processes idle → after |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range rep.Contenders {
 		check := "reference"
 		if c.Check != nil {
@@ -196,10 +198,10 @@ func (rep *Report) Table(w io.Writer) error {
 			cold = fmt.Sprintf("%.2f s", c.ColdStartMS/1000)
 		}
 		if c.Idle != nil {
-			idle = mib(c.Idle.RSS)
+			idle = memPair(c.Idle)
 		}
 		if c.Memory != nil {
-			peak = mib(c.Memory.Peak.RSS)
+			peak = memPair(&c.Memory.Peak)
 		}
 		if c.Idle != nil && c.After != nil {
 			procs = fmt.Sprintf("%d → %d", len(c.Idle.Procs), len(c.After.Procs))
@@ -367,4 +369,12 @@ func bestFloorGFLOPS(rep *Report) (float64, string) {
 		}
 	}
 	return best, shape
+}
+
+// memPair is a tree's RSS and, when read, its PSS.
+func memPair(s *TreeSnapshot) string {
+	if s.PSS > 0 {
+		return fmt.Sprintf("%s (%s)", mib(s.RSS), mib(s.PSS))
+	}
+	return mib(s.RSS)
 }

@@ -144,6 +144,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			continue
 		}
 		if s, err := Snapshot(c.PID); err == nil {
+			s.ReadPSS()
 			cr[i].Idle = &s
 			trees[i] = WatchTree(c.PID, r.SampleEvery)
 		} else {
@@ -226,6 +227,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 				cr[i].MemoryError = err.Error()
 				break
 			}
+			s.ReadPSS()
 			cr[i].After = &s
 			if cr[i].Idle == nil || len(s.Procs) <= len(cr[i].Idle.Procs) || time.Now().After(deadline) {
 				break
@@ -324,13 +326,31 @@ func (rc *record) add(o Outcome, tokens int) bool {
 		}
 		return false
 	}
+	rc.mismatch(o, tokens)
+	return true
+}
+
+// warmup records an untimed outcome: a failure, or a token count other than the
+// one sent, is reported all the same.
+func (rc *record) warmup(o Outcome, tokens int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if o.Status != rc.expect {
+		rc.res.WarmupErrors++
+		return
+	}
+	rc.mismatch(o, tokens)
+}
+
+// mismatch counts a 200 whose reported token count is not the count sent; rc.mu
+// is held.
+func (rc *record) mismatch(o Outcome, tokens int) {
 	if o.Status == http.StatusOK && o.Tokens != 0 && tokens != 0 && o.Tokens != tokens {
 		rc.res.TokenMismatches++
 		if rc.res.FirstMismatch == "" {
 			rc.res.FirstMismatch = fmt.Sprintf("reported %d tokens, %d were sent", o.Tokens, tokens)
 		}
 	}
-	return true
 }
 
 func (rc *record) finish() *Result {
@@ -386,9 +406,7 @@ func (r *Runner) runRequests(ctx context.Context, s *Shape, active []int) map[in
 			var o Outcome
 			cpu := measureCPU(clocks[i], func() { o = r.embed(ctx, r.Contenders[i].Target, req) })
 			if k < s.Warmup {
-				if o.Status != recs[i].expect {
-					recs[i].res.WarmupErrors++
-				}
+				recs[i].warmup(o, tokens)
 				continue
 			}
 			if recs[i].add(o, tokens) && o.Status == http.StatusOK && o.Elapsed > 0 {

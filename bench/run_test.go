@@ -262,3 +262,21 @@ func TestPlanShapes(t *testing.T) {
 		t.Errorf("Only: %d shapes, err %v", len(only), err)
 	}
 }
+
+// TestWarmupMismatch: a token count other than the one sent is reported even when it
+// comes back from an untimed warm-up request.
+func TestWarmupMismatch(t *testing.T) {
+	srv := &fakeServer{vec: rightVec, tokens: func(in []string) int {
+		n := byteTokens(in)
+		if strings.HasPrefix(in[0], "warm") {
+			n++ // as a server whose tokenizer splits one word differently
+		}
+		return n
+	}}
+	r := &Runner{Contenders: []*Contender{{Name: "peer", Role: RolePeer, Target: newTestServer(t, srv)}}, RequestTimeout: time.Minute}
+	s := &Shape{ID: "req", Kind: KindRequest, Warmup: 1, Reps: 1, Requests: [][]Input{byteInputs("warm up"), byteInputs("timed a")}}
+	res := r.runRequests(context.Background(), s, []int{0})[0]
+	if res.Requests != 1 || res.Errors != 0 || res.TokenMismatches != 1 || res.FirstMismatch != "reported 9 tokens, 8 were sent" {
+		t.Errorf("%d requests, %d errors, %d mismatches (%q); want 1, 0, 1", res.Requests, res.Errors, res.TokenMismatches, res.FirstMismatch)
+	}
+}

@@ -172,87 +172,92 @@ func TestRoutingBoundaries(t *testing.T) {
 	})
 }
 
-// TestCrossPathAgreement: one text embedded alone on the warm worker, packed into a
+// TestCrossPathAgreement: a text embedded alone on the warm worker, packed into a
 // request of 64 inputs of mixed lengths, among concurrent requests that the batch
 // window packs together, and alone on an ephemeral worker (a server whose warm
-// limit is below its length) gives the same vector: cosine ≥ 0.99999, and
-// bit-identical where the text starts the engine's KV cache (alone, either path).
+// limit is below its length) gives the same vector bit for bit. Issue 3 asks for
+// cosine ≥ 0.99999; the engine keeps a sequence's vector independent of its
+// company (docs/routing.md), so anything but bit-identity is a regression. Two
+// texts, one for each of the engine's attention kernels: 300 tokens (flash
+// attention, packed) and 700 (plain attention, decoded alone).
 func TestCrossPathAgreement(t *testing.T) {
 	requireLinux(t)
 	warmSrv := serverWith(t, routingFlags...)
-	longSrv := serverWith(t, smallWarmFlags...)
-	text := variedText(t, 700) // > 256: ephemeral on longSrv
-	alone := warmSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
-	requireReference(t, "alone, warm", alone, expectDocument(t, text))
-
-	mixed := make([]string, 64)
-	for i := range mixed {
-		mixed[i] = variedText(t, 1+(i*37)%300)
-	}
-	mixed[41] = text
-	packed := warmSrv.rawEmbed(t, map[string]any{"input": mixed}, nil).Data[41].Embedding
-
-	// Concurrent single-input requests: the batch window packs them into shared
-	// warm calls, the text among them.
-	var wg sync.WaitGroup
-	batched := make([][]float64, 8)
-	errs := make([]error, 8)
-	for i := range 8 {
-		wg.Go(func() {
-			in := mixed[i*5]
-			if i == 3 {
-				in = text
-			}
-			r, err := warmSrv.post(ctx(t), "/v1/embeddings", map[string]any{"input": in}, nil)
-			if err == nil && r.status != http.StatusOK {
-				err = fmt.Errorf("status %d: %s", r.status, truncate(r.body))
-			}
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			var out rawEmbeddings
-			if err := json.Unmarshal(r.body, &out); err != nil {
-				errs[i] = err
-				return
-			}
-			batched[i] = out.Data[0].Embedding
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	warm := longSrv.warmPID(t)
-	w := watchWorkers(t, longSrv, warm)
-	ephemeral := longSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
-	if seen := w.end(); len(seen) != 1 {
-		t.Fatalf("ephemeral workers %v; want one for the %d-token text", seen, len(encode(t, text))+1)
-	}
-
+	longSrv := serverWith(t, smallWarmFlags...) // > 256 tokens: ephemeral
 	worst := 1.0
-	for _, c := range []struct {
-		name  string
-		v     []float64
-		exact bool
-	}{
-		{"packed among 64 inputs", packed, false},
-		{"batched with concurrent requests", batched[3], false},
-		{"alone on an ephemeral worker", ephemeral, true},
-	} {
-		cos := cosine(alone, c.v)
-		worst = min(worst, cos)
-		same := maxAbsDiff(alone, c.v) == 0
-		t.Logf("%s: cosine to alone on the warm worker %.12f, bit-identical %v", c.name, cos, same)
-		if !(cos >= 0.99999) {
-			t.Errorf("%s: cosine %.12f, want ≥ 0.99999", c.name, cos)
-		}
-		if c.exact && !same {
-			t.Errorf("%s: max abs diff %.3g; want bit-identical (both start the KV cache)", c.name, maxAbsDiff(alone, c.v))
-		}
+	for _, n := range []int{300, 700} {
+		t.Run(fmt.Sprintf("%d tokens", n), func(t *testing.T) {
+			text := variedText(t, n)
+			alone := warmSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
+			requireReference(t, "alone, warm", alone, expectDocument(t, text))
+
+			mixed := make([]string, 64)
+			for i := range mixed {
+				mixed[i] = variedText(t, 1+(i*37)%300)
+			}
+			mixed[41] = text
+			packed := warmSrv.rawEmbed(t, map[string]any{"input": mixed}, nil).Data[41].Embedding
+
+			// Concurrent single-input requests: the batch window packs them into
+			// shared warm calls, the text among them.
+			var wg sync.WaitGroup
+			batched := make([][]float64, 8)
+			errs := make([]error, 8)
+			for i := range 8 {
+				wg.Go(func() {
+					in := mixed[i*5]
+					if i == 3 {
+						in = text
+					}
+					r, err := warmSrv.post(ctx(t), "/v1/embeddings", map[string]any{"input": in}, nil)
+					if err == nil && r.status != http.StatusOK {
+						err = fmt.Errorf("status %d: %s", r.status, truncate(r.body))
+					}
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					var out rawEmbeddings
+					if err := json.Unmarshal(r.body, &out); err != nil {
+						errs[i] = err
+						return
+					}
+					batched[i] = out.Data[0].Embedding
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			warm := longSrv.warmPID(t)
+			w := watchWorkers(t, longSrv, warm)
+			ephemeral := longSrv.rawEmbed(t, map[string]any{"input": text}, nil).Data[0].Embedding
+			if seen := w.end(); len(seen) != 1 {
+				t.Fatalf("ephemeral workers %v; want one for the %d-token text", seen, len(encode(t, text))+1)
+			}
+
+			for _, c := range []struct {
+				name string
+				v    []float64
+			}{
+				{"packed among 64 inputs", packed},
+				{"batched with concurrent requests", batched[3]},
+				{"alone on an ephemeral worker", ephemeral},
+			} {
+				cos, d := cosine(alone, c.v), maxAbsDiff(alone, c.v)
+				worst = min(worst, cos)
+				t.Logf("%s: cosine to alone on the warm worker %.12f, max abs diff %.3g", c.name, cos, d)
+				if !(cos >= 0.99999) {
+					t.Errorf("%s: cosine %.12f, want ≥ 0.99999", c.name, cos)
+				}
+				if d > batchTol {
+					t.Errorf("%s: max abs diff %.3g; want ≤ %g (the same vector whatever the company)", c.name, d, batchTol)
+				}
+			}
+		})
 	}
 	t.Logf("cross-path worst cosine: %.12f", worst)
 }

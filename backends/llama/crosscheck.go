@@ -28,7 +28,8 @@ import (
 // pooledLast embeds one sequence the slow, obvious way: a fresh context with
 // llama.cpp's own LAST pooling and every token an output. It exists so tests can
 // hold the engine-mode vector (pooling NONE, last token only) against llama.cpp's
-// definition; it runs on the owner goroutine because it shares the model.
+// definition, with the attention kernel the engine uses for that length; it runs on
+// the owner goroutine because it shares the model.
 func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error) {
 	if err := e.validate([][]int32{seq}); err != nil {
 		return nil, err
@@ -40,13 +41,13 @@ func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error)
 		cp.n_batch = C.uint32_t(n)
 		cp.n_ubatch = C.uint32_t(n)
 		cp.n_seq_max = 1
-		cp.n_threads = C.llama_n_threads(e.lctx)
-		cp.n_threads_batch = C.llama_n_threads_batch(e.lctx)
+		cp.n_threads = C.int32_t(e.threads)
+		cp.n_threads_batch = C.int32_t(e.threads)
 		cp.pooling_type = C.LLAMA_POOLING_TYPE_LAST
 		cp.embeddings = true
 		cp.no_perf = true
-		// The same attention kernel as the engine's context (see Open).
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+		// The same attention kernel as the engine's context for this length (see Open).
+		setKernel(&cp, e.contextFor(n).kernel)
 		lctx := C.llama_init_from_model(e.model, cp)
 		if lctx == nil {
 			return nil, fmt.Errorf("llama: creating a LAST-pooling context failed: %s", llamaReason("see the debug log"))

@@ -2,11 +2,13 @@
 //
 // It loads a GGUF model through llama.cpp (linked from github.com/ollama/ollama/llama),
 // takes token ids and returns each sequence's raw, un-normalised last-token hidden
-// state: the vector Qwen3-Embedding's LAST pooling yields. The context is created with
+// state: the vector Qwen3-Embedding's LAST pooling yields. Contexts are created with
 // no pooling and only each sequence's last token marked as an output, which gives the
 // same vector as LAST pooling without running the vocabulary-wide LM head over every
-// token. Sequences are packed into shared decode calls and the KV cache is cleared
-// between rounds.
+// token. Short sequences are packed into shared decode calls of a flash-attention
+// context; each long one is decoded alone in a context without flash attention (see
+// Open for why, and docs/routing.md for the measurements). The KV cache is emptied
+// between rounds, and a sequence's vector never depends on what it was packed with.
 //
 // It knows nothing of text, tokenizers, HTTP, instructions, truncation to
 // `dimensions` or normalisation: token ids in, raw vectors out.
@@ -107,11 +109,17 @@ const (
 	// peak memory; larger calls only make each query scan more KV cells.
 	DefaultBatchTokens = 1024
 	DefaultMaxSeqs     = 64
-	// DefaultAttentionBytes keeps the attention scores of one decode call at 512 MiB:
-	// the 0.6B model (16 heads) then decodes 1024-token calls in an 8192-token
-	// context and 256-token calls in a 32768-token one.
+	// DefaultAttentionBytes keeps the attention scores of a long sequence's decode
+	// call at 512 MiB: the 0.6B model (16 heads) then decodes 1024-token calls in an
+	// 8192-token context and 256-token calls in a 32768-token one.
 	DefaultAttentionBytes = 512 << 20
 )
+
+// FlashMaxTokens is the longest sequence embedded with flash attention; longer ones
+// are decoded alone without it (see Open). It is a constant, not a setting, because
+// the kernel is part of what a vector is: every engine, warm or ephemeral, must pick
+// the same one for the same sequence for their vectors to agree bit for bit.
+const FlashMaxTokens = 512
 
 // Config says which model to load and how to size the context. The zero value of every
 // field but ModelPath picks a documented default.
@@ -142,32 +150,43 @@ type Config struct {
 	// A build without a GPU backend (the default build) ignores it.
 	GPULayers int
 
-	// AttentionBytes bounds the attention scores of one decode call: without flash
-	// attention (see Open) llama.cpp materialises them as an f32 matrix of
-	// cells x tokens x heads per layer, 4 x ContextTokens x BatchTokens x heads
-	// bytes at worst. The default BatchTokens is lowered until that fits; an explicit
-	// one that does not fit is refused. 0 means DefaultAttentionBytes.
+	// AttentionBytes bounds the attention scores of one decode call of a long
+	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
+	// of cells x tokens x heads per layer, 4 x ContextTokens x calls x heads bytes at
+	// worst, so long sequences are decoded in calls of at most BatchTokens tokens
+	// and at most what fits. 0 means DefaultAttentionBytes.
 	AttentionBytes int64
 
 	// Nice lowers the CPU priority of the decoding threads by this much (0 to 19),
 	// so that another engine's work on the same cores goes first: ephemeral workers
-	// run at 10 beside the warm worker, whose short requests then barely slow down.
-	// On Linux only the decoding threads are affected (the owner goroutine's OS
+	// can run at 10 beside the warm worker, whose short requests then barely slow
+	// down. On Linux only the decoding threads are affected (the owner goroutine's OS
 	// thread and the threads ggml starts from it); elsewhere the whole process.
 	// 0 leaves the priority alone.
 	Nice int
 
-	// attention overrides the attention kernel, for measurements only.
+	// attention overrides the kernel choice, for measurements only.
 	attention attentionKind
 }
 
-// attentionKind selects llama.cpp's attention kernel.
+// attentionKind says which kernel a context uses, or (attnHybrid) how sequences are
+// shared between two contexts.
 type attentionKind int
 
 const (
-	attnPlain      attentionKind = iota // KQ matrix, f32 softmax and accumulation: what Open uses
-	attnFlash                           // ggml's flash attention: f16 accumulation (see Open)
-	attnFlashBF16V                      // flash attention over a bf16 V cache: f32 accumulation
+	// attnHybrid is what Open does: flash attention over a bf16 V cache for
+	// sequences of up to FlashMaxTokens tokens, packed; plain attention for longer
+	// ones, alone.
+	attnHybrid attentionKind = iota
+	// attnPlain: no flash attention. llama.cpp materialises the KQ matrix; softmax
+	// and softmax·V run in f32 through matrix kernels.
+	attnPlain
+	// attnFlash: ggml's flash attention over the default f16 V cache, which
+	// accumulates softmax·V in f16.
+	attnFlash
+	// attnFlashBF16V: flash attention over a bf16 V cache, which ggml accumulates in
+	// f32.
+	attnFlashBF16V
 )
 
 // Info describes a loaded engine.
@@ -180,13 +199,30 @@ type Info struct {
 	ModelName     string // general.name from the GGUF, else the file name
 }
 
-// Engine embeds token sequences with one llama.cpp context. It is safe for concurrent
-// use: a single goroutine owns the context (llama.cpp contexts are not thread safe) and
+// kctx is one llama.cpp context, with its kernel and sizes, and the batch its decode
+// calls are built in. lctx is nil until the context is first needed.
+type kctx struct {
+	kernel      attentionKind // attnPlain, attnFlash or attnFlashBF16V
+	ctxTokens   int           // longest sequence, and the token budget of a round
+	batchTokens int           // tokens per decode call
+	maxSeqs     int           // sequences per round; seq id maxSeqs is the padding token's
+
+	lctx  *C.struct_llama_context
+	batch C.struct_llama_batch
+}
+
+// Engine embeds token sequences with llama.cpp. It is safe for concurrent use: a
+// single goroutine owns the contexts (llama.cpp contexts are not thread safe) and
 // Embed calls queue for it.
 type Engine struct {
 	info    Info
-	maxSeqs int
+	threads int
 	nice    int
+
+	// short takes the sequences of up to shortMax tokens, long the others (nil when
+	// no sequence can be longer). Both may be the same context.
+	short, long *kctx
+	shortMax    int
 
 	jobs chan func()   // work for the owner goroutine
 	quit chan struct{} // closed by Close
@@ -198,11 +234,9 @@ type Engine struct {
 	// abort is C memory (llama.cpp reads it from its threads); written with atomics.
 	abort *C.es_abort
 
-	// Owned by the owner goroutine after Open returns; freed by Close once the owner
-	// has returned.
+	// Owned by the owner goroutine after Open returns (and the contexts' lctx and
+	// batch with it); freed by Close once the owner has returned.
 	model *C.struct_llama_model
-	lctx  *C.struct_llama_context
-	batch C.struct_llama_batch
 
 	// Test hooks, set before the first Embed and called on the owner goroutine:
 	// beforeDecode just before each llama_decode, decodeHook after each successful
@@ -222,8 +256,31 @@ var backendInit = sync.OnceValue(func() error {
 	return nil
 })
 
-// Open loads the model and creates the context. Errors name the Config field to
+// Open loads the model and creates the contexts. Errors name the Config field to
 // change.
+//
+// Two attention kernels, chosen by length. Measured against the float64 reference
+// and on the 0.6B shape (docs/routing.md):
+//
+//   - ggml's CPU flash attention accumulates softmax·V in f16 whenever the V cache
+//     is f16, and llama.cpp casts an f32 V cache back to f16 for it, so its error
+//     grows with the cells attended: cosine 0.9991 at 2048 tokens and 0.979 at 8192
+//     on a repeated token. Over a bf16 V cache the kernel accumulates in f32 instead:
+//     0.999996 at any length, the one rounding of V to bf16. It skips the cells a
+//     sequence may not see, so a sequence's vector does not depend on what else
+//     shares the round, bit for bit; and on packed short sequences it is the faster
+//     kernel (77 against 68 tokens per CPU-second for 32 x 256 tokens).
+//   - Without flash attention llama.cpp multiplies the KQ matrix out: cosine
+//     0.9999998 at 8192 tokens, and 2.7 times as fast as flash attention on one 4096-
+//     token sequence (46.7 against 17.3 tokens per CPU-second), but its sums run over
+//     every cell of the round in 16-lane chunks, so a sequence's vector moves (by
+//     about 1e-8 in cosine) with its offset in the KV cache.
+//
+// So sequences of up to FlashMaxTokens tokens are packed into rounds of a flash-
+// attention context over a bf16 V cache, and longer ones are decoded each alone,
+// from KV cell 0, in a plain context whose decode calls keep the attention scores
+// within AttentionBytes. Either way a sequence's vector is a function of the
+// sequence alone, whatever it was sent with and whichever worker embeds it.
 func Open(cfg Config) (*Engine, error) {
 	if cfg.ModelPath == "" {
 		return nil, errors.New("llama: Config.ModelPath is empty; give the path of a GGUF model")
@@ -239,14 +296,14 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("llama: Config.%s is %d; it must be 0 (default) or positive", f.name, f.v)
 		}
 	}
+	if cfg.Nice < 0 || cfg.Nice > 19 {
+		return nil, fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
+	}
 	maxSeqs := cfg.MaxSeqs
 	if maxSeqs == 0 {
 		maxSeqs = DefaultMaxSeqs
 	}
 	// One sequence id is reserved for the padding token (see embed).
-	if cfg.Nice < 0 || cfg.Nice > 19 {
-		return nil, fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
-	}
 	if limit := int(C.llama_max_parallel_sequences()) - 1; maxSeqs > limit {
 		return nil, fmt.Errorf("llama: Config.MaxSeqs is %d; at most %d (llama.cpp's LLAMA_MAX_SEQ less one this engine reserves)", maxSeqs, limit)
 	}
@@ -301,70 +358,18 @@ func Open(cfg Config) (*Engine, error) {
 	if trainCtx > 0 && ctxTokens > trainCtx {
 		return nil, fmt.Errorf("llama: Config.ContextTokens is %d but the model was trained on at most %d tokens; positions beyond that give degraded vectors, lower ContextTokens", ctxTokens, trainCtx)
 	}
+	batchTokens := cfg.BatchTokens
+	switch {
+	case batchTokens == 0:
+		batchTokens = min(ctxTokens, DefaultBatchTokens)
+	case batchTokens > ctxTokens:
+		return nil, fmt.Errorf("llama: Config.BatchTokens is %d, more than ContextTokens %d; a decode call cannot hold more tokens than the context, lower BatchTokens", batchTokens, ctxTokens)
+	}
 	attnBytes := cfg.AttentionBytes
 	if attnBytes == 0 {
 		attnBytes = DefaultAttentionBytes
 	}
-	nHead := int(C.llama_model_n_head(model))
-	fit := attentionFit(attnBytes, ctxTokens, nHead)
-	batchTokens := cfg.BatchTokens
-	switch {
-	case batchTokens == 0:
-		batchTokens = min(ctxTokens, DefaultBatchTokens, fit)
-	case batchTokens > ctxTokens:
-		return nil, fmt.Errorf("llama: Config.BatchTokens is %d, more than ContextTokens %d; a decode call cannot hold more tokens than the context, lower BatchTokens", batchTokens, ctxTokens)
-	case batchTokens > fit && cfg.attention == attnPlain:
-		return nil, fmt.Errorf("llama: Config.BatchTokens is %d, but the attention scores of %d tokens over a %d-token context with %d heads take %d MiB, more than AttentionBytes (%d MiB); lower BatchTokens to %d or raise AttentionBytes",
-			batchTokens, batchTokens, ctxTokens, nHead, attentionBytes(batchTokens, ctxTokens, nHead)>>20, attnBytes>>20, fit)
-	}
-
-	// Room for the padding token (see embed): one more KV cell, one more sequence, and
-	// decode calls of at least two tokens.
-	callTokens := max(batchTokens, 2)
-	cp := C.llama_context_default_params()
-	cp.n_ctx = C.uint32_t(ctxTokens + 1)
-	cp.n_batch = C.uint32_t(callTokens)
-	cp.n_ubatch = C.uint32_t(callTokens)
-	cp.n_seq_max = C.uint32_t(maxSeqs + 1)
-	cp.n_threads = C.int32_t(threads)
-	cp.n_threads_batch = C.int32_t(threads)
-	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
-	cp.embeddings = true
-	// One KV buffer shared by all sequences of a round: with per-sequence streams each
-	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
-	cp.kv_unified = true
-	cp.no_perf = true
-	// No flash attention. ggml's CPU kernel accumulates softmax(KQ)·V in f16
-	// whenever the V cache is f16, and llama.cpp casts an f32 V cache back to f16
-	// for it, so its error grows with the number of cells attended: against the
-	// float64 reference, cosine 0.9991 at 2048 tokens and 0.979 at 8192 on a
-	// repeated token. The plain path (KQ matrix, f32 softmax and accumulation)
-	// stays at 0.9999998 at 8192 and is faster on the CPU; its cost is the KQ
-	// matrix, which AttentionBytes bounds. docs/engine.md has the measurements.
-	cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-	switch cfg.attention {
-	case attnFlash:
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
-	case attnFlashBF16V:
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
-		cp.type_v = C.GGML_TYPE_BF16
-	}
-	// Lets a cancelled or closing call stop inside a decode call, which can take tens
-	// of seconds for a full batch of a large model on a small CPU.
-	abort := (*C.es_abort)(C.calloc(1, C.sizeof_es_abort))
-	abort.cancelled = -1 // jobs are numbered from 1; job 0 is the idle state
-	cp.abort_callback = C.es_abort_callback()
-	cp.abort_callback_data = unsafe.Pointer(abort)
-	lctx := C.llama_init_from_model(model, cp)
-	if lctx == nil {
-		C.free(unsafe.Pointer(abort))
-		return nil, fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", ctxTokens, batchTokens, maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
-	}
-	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
-		C.llama_free(lctx)
-		C.free(unsafe.Pointer(abort))
-		return nil, errors.New("llama: the context did not accept pooling_type NONE")
-	}
+	plainBatch := min(batchTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
 
 	e := &Engine{
 		info: Info{
@@ -375,20 +380,108 @@ func Open(cfg Config) (*Engine, error) {
 			TrainContext:  trainCtx,
 			ModelName:     modelName(model, cfg.ModelPath),
 		},
-		maxSeqs: maxSeqs,
+		threads: threads,
 		nice:    cfg.Nice,
 		jobs:    make(chan func()),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 		model:   model,
-		lctx:    lctx,
-		abort:   abort,
-		// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
-		batch: C.llama_batch_init(C.int32_t(callTokens), 0, 1),
+		// Lets a cancelled or closing call stop inside a decode call, which can take
+		// tens of seconds for a full batch of a large model on a small CPU.
+		abort: (*C.es_abort)(C.calloc(1, C.sizeof_es_abort)),
+	}
+	e.abort.cancelled = -1 // jobs are numbered from 1; job 0 is the idle state
+	switch cfg.attention {
+	case attnHybrid:
+		// A round of short sequences holds at most a decode call's worth, or one
+		// sequence of FlashMaxTokens split over several calls (see plan).
+		shortCtx := min(ctxTokens, max(batchTokens, FlashMaxTokens))
+		e.short = &kctx{kernel: attnFlashBF16V, ctxTokens: shortCtx, batchTokens: min(batchTokens, shortCtx), maxSeqs: maxSeqs}
+		e.shortMax = min(ctxTokens, FlashMaxTokens)
+		if ctxTokens > FlashMaxTokens {
+			// One sequence a round, so that each starts at KV cell 0.
+			e.long = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: 1}
+		}
+	case attnPlain:
+		e.short = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: maxSeqs}
+		e.shortMax = ctxTokens
+	default:
+		e.short = &kctx{kernel: cfg.attention, ctxTokens: ctxTokens, batchTokens: batchTokens, maxSeqs: maxSeqs}
+		e.shortMax = ctxTokens
+	}
+	// Create now the context every engine needs, so that a context too large for
+	// the memory fails Open rather than the first request: the long one where there
+	// is one (an ephemeral worker never needs the other), else the short one. The
+	// other is created on first use (WarmUp, for the warm worker).
+	first := e.short
+	if e.long != nil {
+		first = e.long
+	}
+	if err := e.create(first); err != nil {
+		C.free(unsafe.Pointer(e.abort))
+		return nil, err
 	}
 	ok = true
 	go e.own()
 	return e, nil
+}
+
+// create makes k's llama.cpp context if it has none yet.
+func (e *Engine) create(k *kctx) error {
+	if k.lctx != nil {
+		return nil
+	}
+	// Room for the padding token (see embed): one more KV cell, one more sequence, and
+	// decode calls of at least two tokens.
+	callTokens := max(k.batchTokens, 2)
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(k.ctxTokens + 1)
+	cp.n_batch = C.uint32_t(callTokens)
+	cp.n_ubatch = C.uint32_t(callTokens)
+	cp.n_seq_max = C.uint32_t(k.maxSeqs + 1)
+	cp.n_threads = C.int32_t(e.threads)
+	cp.n_threads_batch = C.int32_t(e.threads)
+	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
+	cp.embeddings = true
+	// One KV buffer shared by all sequences of a round: with per-sequence streams each
+	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
+	cp.kv_unified = true
+	cp.no_perf = true
+	setKernel(&cp, k.kernel)
+	cp.abort_callback = C.es_abort_callback()
+	cp.abort_callback_data = unsafe.Pointer(e.abort)
+	lctx := C.llama_init_from_model(e.model, cp)
+	if lctx == nil {
+		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
+	}
+	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
+		C.llama_free(lctx)
+		return errors.New("llama: the context did not accept pooling_type NONE")
+	}
+	k.lctx = lctx
+	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
+	k.batch = C.llama_batch_init(C.int32_t(callTokens), 0, 1)
+	return nil
+}
+
+// setKernel sets the attention kernel and V cache type of context parameters.
+func setKernel(cp *C.struct_llama_context_params, k attentionKind) {
+	cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+	switch k {
+	case attnFlash:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	case attnFlashBF16V:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+		cp.type_v = C.GGML_TYPE_BF16
+	}
+}
+
+// contextFor returns the context that embeds a sequence of n tokens.
+func (e *Engine) contextFor(n int) *kctx {
+	if n <= e.shortMax || e.long == nil {
+		return e.short
+	}
+	return e.long
 }
 
 // attentionBytes is the size of the f32 attention scores of one decode call of
@@ -546,54 +639,82 @@ func (e *Engine) validate(seqs [][]int32) error {
 	return nil
 }
 
-// embed runs on the owner goroutine.
+// embed runs on the owner goroutine: each context embeds the sequences it takes.
 func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
-	lengths := make([]int, len(seqs))
-	for i, s := range seqs {
-		lengths[i] = len(s)
-	}
 	nEmbd := e.info.NEmbd
 	flat := make([]float32, len(seqs)*nEmbd)
 	out := make([][]float32, len(seqs))
 	for i := range out {
 		out[i] = flat[i*nEmbd : (i+1)*nEmbd : (i+1)*nEmbd]
 	}
-	mem := C.llama_get_memory(e.lctx)
+	decodes := 0
+	for _, k := range []*kctx{e.short, e.long} {
+		if k == nil || k == e.long && e.long == e.short {
+			continue
+		}
+		var idx []int
+		for i, s := range seqs {
+			if e.contextFor(len(s)) == k {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		if err := e.create(k); err != nil {
+			return nil, err
+		}
+		if err := e.decodeAll(ctx, k, seqs, idx, out, &decodes); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decodeAll embeds the sequences seqs[idx...] in context k, writing each vector to
+// out at the sequence's index.
+func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []int, out [][]float32, decodes *int) error {
+	lengths := make([]int, len(idx))
+	for j, i := range idx {
+		lengths[j] = len(seqs[i])
+	}
+	nEmbd := e.info.NEmbd
+	mem := C.llama_get_memory(k.lctx)
 	// Whatever happens, leave an empty cache for the next round or call. Emptying
 	// it only marks the cells free: zeroing the buffer too (data = true) would write
 	// the whole KV cache, 950 MB for the 0.6B model at 8192 tokens, after every round.
 	// Stale cells are harmless as long as they are finite: a sequence's attention
-	// gives every cell that is not its own a weight of exactly 0. A NaN or infinity
-	// would not be (0 x NaN is NaN), so the buffer is zeroed after a round that
-	// produced one (any non-finite KV value reaches the round's outputs: every row
-	// of a decode call reads every cell of the round) and after a round cut short.
+	// skips (flash) or gives a weight of exactly 0 (plain) to every cell that is not
+	// its own. A NaN or infinity would not be harmless to the plain kernel (0 x NaN is
+	// NaN), so the buffer is zeroed after a round that produced one (any non-finite
+	// KV value reaches the round's outputs: every row of a decode call reads every
+	// cell of the round) and after a round cut short.
 	clean := false
 	defer func() { C.llama_memory_clear(mem, C.bool(!clean)) }()
 
-	padSeq := C.llama_seq_id(e.maxSeqs) // the slot no input sequence uses
-	decodes := 0
-	outIdx := make([]C.int32_t, 0, e.maxSeqs)
-	outInput := make([]int, 0, e.maxSeqs)
-	for _, r := range plan(lengths, e.info.ContextTokens, e.info.BatchTokens, e.maxSeqs) {
+	padSeq := C.llama_seq_id(k.maxSeqs) // the slot no input sequence uses
+	outIdx := make([]C.int32_t, 0, k.maxSeqs)
+	outInput := make([]int, 0, k.maxSeqs)
+	for _, r := range plan(lengths, k.ctxTokens, k.batchTokens, k.maxSeqs) {
 		finite := true
 		for _, d := range r.decodes {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return err
 			}
 			select {
 			case <-e.quit:
-				return nil, ErrClosed
+				return ErrClosed
 			default:
 			}
-			e.batch.n_tokens = 0
+			k.batch.n_tokens = 0
 			outIdx, outInput = outIdx[:0], outInput[:0]
 			for _, sp := range d {
-				toks := seqs[sp.input][sp.from:sp.to]
-				last := C.es_batch_add(&e.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
+				toks := seqs[idx[sp.input]][sp.from:sp.to]
+				last := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
 					C.llama_seq_id(sp.slot), C.llama_pos(sp.from), C.bool(sp.last))
 				if sp.last {
 					outIdx = append(outIdx, last)
-					outInput = append(outInput, sp.input)
+					outInput = append(outInput, idx[sp.input])
 				}
 			}
 			// Two rows, always. ggml multiplies a single row through its matrix-vector
@@ -605,53 +726,53 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 			// kernels, so the result is bit-identical however sequences were packed.
 			padded := false
 			switch {
-			case e.batch.n_tokens == 1:
+			case k.batch.n_tokens == 1:
 				// A lone token: add a throwaway token of another sequence as a second
 				// row and second output; its cell is removed after the call.
-				C.es_batch_add(&e.batch, e.batch.token, 1, padSeq, 0, true)
+				C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, true)
 				padded = true
 			case len(outIdx) == 1:
 				other := C.int32_t(0)
 				if outIdx[0] == 0 {
 					other = 1
 				}
-				C.es_batch_mark_output(&e.batch, other)
+				C.es_batch_mark_output(&k.batch, other)
 			}
 			if e.beforeDecode != nil {
 				e.beforeDecode()
 			}
-			rc := C.llama_decode(e.lctx, e.batch)
+			rc := C.llama_decode(k.lctx, k.batch)
 			if padded {
 				C.llama_memory_seq_rm(mem, padSeq, -1, -1)
 			}
 			if rc == 2 { // aborted through es_should_abort
 				if err := ctx.Err(); err != nil {
-					return nil, err
+					return err
 				}
-				return nil, ErrClosed
+				return ErrClosed
 			}
 			if rc != 0 {
-				return nil, fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(e.batch.n_tokens), int(rc), llamaReason("see the debug log"))
+				return fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(k.batch.n_tokens), int(rc), llamaReason("see the debug log"))
 			}
-			decodes++
+			*decodes++
 			// Outputs live only until the next decode call, so read them now.
-			for k, idx := range outIdx {
-				p := C.llama_get_embeddings_ith(e.lctx, idx)
+			for j, bi := range outIdx {
+				p := C.llama_get_embeddings_ith(k.lctx, bi)
 				if p == nil {
-					return nil, fmt.Errorf("llama: no embedding for batch index %d: %s", int(idx), llamaReason("see the debug log"))
+					return fmt.Errorf("llama: no embedding for batch index %d: %s", int(bi), llamaReason("see the debug log"))
 				}
-				v := out[outInput[k]]
+				v := out[outInput[j]]
 				copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), nEmbd))
 				finite = finite && allFinite(v)
 			}
 			if e.decodeHook != nil {
-				e.decodeHook(decodes)
+				e.decodeHook(*decodes)
 			}
 		}
 		C.llama_memory_clear(mem, C.bool(!finite))
 	}
 	clean = true
-	return out, nil
+	return nil
 }
 
 func allFinite(v []float32) bool {
@@ -663,28 +784,41 @@ func allFinite(v []float32) bool {
 	return true
 }
 
+// warmUpTokens is the length of WarmUp's throwaway sequences.
+const warmUpTokens = 32
+
 // WarmUp readies the engine for inputs of the given lengths, so that the first real
-// one does not pay first-use costs: it decodes, for each length, one throwaway
-// sequence of that length cut to one decode call (BatchTokens). That pages the
-// memory-mapped weights in and runs every decode shape an input of that length
-// uses. An input longer than one call adds only attention over more cells, through
-// the same kernels; decoding all of it would cost as much as the input itself
-// (about a minute for 8192 tokens of the 0.6B model on two cores) for what
-// docs/engine.md measures as a few percent of its first run.
+// one is as fast as later ones: for each context that would embed such an input it
+// creates the context if it is not yet there and decodes one short throwaway
+// sequence in it. That is all a first input pays for on the CPU. Measured on the
+// 0.6B shape, without WarmUp the first 20-token input took 1.25 times as long as the
+// second (the short context's creation and first decode); after WarmUp, and after
+// any first input for the sizes that came next, the first and second inputs of 20,
+// 256 and 1024 tokens were within 1% (docs/routing.md). Decoding a whole input of
+// each length would cost what the input costs (8192 tokens of the 0.6B model: about
+// a minute on two cores) for nothing measurable.
 func (e *Engine) WarmUp(ctx context.Context, lengths []int) error {
-	done := map[int]bool{}
+	done := map[*kctx]bool{}
 	for _, n := range lengths {
-		n = min(max(n, 1), e.info.BatchTokens)
-		if done[n] {
+		n = min(max(n, 1), e.info.ContextTokens)
+		k := e.contextFor(n)
+		if done[k] {
 			continue
 		}
-		done[n] = true
-		seq := make([]int32, n)
+		done[k] = true
+		seq := make([]int32, min(n, warmUpTokens))
 		for i := range seq {
 			seq[i] = int32(i % e.info.NVocab)
 		}
-		if _, err := e.Embed(ctx, [][]int32{seq}); err != nil {
-			return fmt.Errorf("llama: warming up with a %d-token sequence: %w", n, err)
+		_, err := do(ctx, e, func() (struct{}, error) {
+			if err := e.create(k); err != nil {
+				return struct{}{}, err
+			}
+			decodes := 0
+			return struct{}{}, e.decodeAll(ctx, k, [][]int32{seq}, []int{0}, [][]float32{make([]float32, e.info.NEmbd)}, &decodes)
+		})
+		if err != nil {
+			return fmt.Errorf("llama: warming up the context for %d-token inputs: %w", n, err)
 		}
 	}
 	return nil
@@ -697,17 +831,23 @@ func (e *Engine) abortRequested() bool {
 }
 
 // Close stops the owner goroutine, aborting a decode call in flight, and frees the
-// context and the model. Embed calls after Close return ErrClosed. Close is idempotent.
+// contexts and the model. Embed calls after Close return ErrClosed. Close is
+// idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.quit)
 		atomic.StoreInt64((*int64)(unsafe.Pointer(&e.abort.closed)), 1)
 		<-e.done
-		C.llama_batch_free(e.batch)
-		C.llama_free(e.lctx)
+		for _, k := range []*kctx{e.short, e.long} {
+			if k != nil && k.lctx != nil {
+				C.llama_batch_free(k.batch)
+				C.llama_free(k.lctx)
+				k.lctx = nil
+			}
+		}
 		C.llama_model_free(e.model)
 		C.free(unsafe.Pointer(e.abort))
-		e.lctx, e.model, e.abort = nil, nil, nil
+		e.model, e.abort = nil, nil
 	})
 	return nil
 }

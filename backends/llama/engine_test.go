@@ -223,17 +223,14 @@ func TestAgainstReference(t *testing.T) {
 }
 
 // TestPackingInvariance embeds the same sequences alone, packed 20 to a call, split
-// over many small decode calls, and spread over several rounds.
-//
-// The vectors agree to cosine 1 - 3e-8 rather than bit for bit: without flash
-// attention (see Open) a sequence's softmax sum and softmax·V dot products run over
-// its KV cells in 16-lane chunks (AVX-512), and a sequence packed behind others
-// starts at another cell offset, so its terms are grouped differently. Alone, or at
-// an offset that is a multiple of 16, it is bit-identical.
+// over many small decode calls, and spread over several rounds: the vectors are
+// bit-identical. Short sequences are packed in a flash-attention context, whose
+// kernel skips the cells of other sequences; the two long ones are decoded alone,
+// from KV cell 0, whatever they came with.
 func TestPackingInvariance(t *testing.T) {
 	alone := openTiny(t, Config{ContextTokens: 1024, MaxSeqs: 1})
 	vocab := alone.Info().NVocab
-	lengths := []int{3, 250, 1, 40, 77, 128, 9, 300, 2, 64, 33, 5, 190, 12, 100, 7, 256, 50, 1, 20}
+	lengths := []int{3, 250, 1, 40, 77, 128, 9, 300, 2, 700, 64, 33, 5, 190, 12, 100, 7, 256, 50, 1, 900, 20}
 	seqs := make([][]int32, len(lengths))
 	want := make([][]float32, len(lengths))
 	for i, n := range lengths {
@@ -248,12 +245,15 @@ func TestPackingInvariance(t *testing.T) {
 		{"16-token calls", Config{ContextTokens: 2048, BatchTokens: 16, MaxSeqs: 32}},
 		{"61-token calls", Config{ContextTokens: 2048, BatchTokens: 61, MaxSeqs: 32}},
 		{"4 sequences a round", Config{ContextTokens: 2048, BatchTokens: 256, MaxSeqs: 4}},
-		{"512-token context, 100-token calls", Config{ContextTokens: 512, BatchTokens: 100, MaxSeqs: 64}},
+		{"1024-token context, 100-token calls", Config{ContextTokens: 1024, BatchTokens: 100, MaxSeqs: 64}},
 	}
-	// routing promises 1 - 1e-5 across batch compositions; the engine keeps 10x
-	// inside that.
-	const minCosine = 1 - 1e-6
-	overall := 1.0
+	// Bit-identical where ggml multiplies every row count ≥ 2 with one kernel
+	// (tinyBLAS on x86); elsewhere (ARM switches kernels at 8 rows) within 1e-5.
+	tol := 1e-5
+	if runtime.GOARCH == "amd64" {
+		tol = 0
+	}
+	overall := 0.0
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			e := openTiny(t, c.cfg)
@@ -261,79 +261,94 @@ func TestPackingInvariance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			worst, exact := 1.0, 0
+			worst := 0.0
 			for i := range seqs {
-				c := cosine(got[i], f64(want[i]))
-				if maxAbsDiff(got[i], want[i]) == 0 {
-					exact++
+				if d := maxAbsDiff(got[i], want[i]); d != 0 {
+					t.Logf("input %d (%d tokens): max abs diff %.3g", i, len(seqs[i]), d)
 				}
-				worst = min(worst, c)
-				if !(c >= minCosine) {
-					t.Errorf("input %d (%d tokens): cosine to the sequence embedded alone %.12f, want ≥ %.6f", i, len(seqs[i]), c, minCosine)
-				}
+				worst = max(worst, maxAbsDiff(got[i], want[i]))
 			}
-			overall = min(overall, worst)
-			t.Logf("%d of %d bit-identical to the sequence embedded alone; worst cosine %.12f", exact, len(seqs), worst)
+			overall = max(overall, worst)
+			t.Logf("max abs diff against the sequence embedded alone: %.3g", worst)
+			if worst > tol {
+				t.Errorf("max abs diff %.3g, want ≤ %g", worst, tol)
+			}
 		})
 	}
-	t.Logf("packing invariance over %d configurations: worst cosine %.12f", len(configs), overall)
+	t.Logf("packing invariance over %d configurations: max abs diff %.3g", len(configs), overall)
 }
 
-// TestCellOffsetInvariance pins down why packing is not bit-exact: a sequence placed
-// behind a filler of k tokens is bit-identical to itself alone whenever k is a
-// multiple of 16 (AVX-512) and within cosine 1 - 1e-6 otherwise.
+// TestCellOffsetInvariance pins down why long sequences are decoded alone. A
+// sequence placed behind a filler of k tokens: with flash attention (short
+// sequences) it is bit-identical to itself alone at every offset; without it (the
+// kernel long sequences get) only where k is a multiple of 16, the AVX-512 lane
+// count of its sums over KV cells (8 with AVX2), and within cosine 1 - 1e-6
+// elsewhere.
 func TestCellOffsetInvariance(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("the 16-cell period is that of x86 AVX-512 kernels")
+		t.Skip("the 16-cell period is that of x86 SIMD kernels")
 	}
-	e := openTiny(t, Config{ContextTokens: 512, BatchTokens: 256, MaxSeqs: 2})
-	vocab := e.Info().NVocab
-	x := randomSeq(1234, 100, vocab)
-	want := embedOne(t, e, x)
-	for _, k := range []int{1, 3, 16, 32} {
-		got, err := e.Embed(context.Background(), [][]int32{randomSeq(99, k, vocab), x})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, c := maxAbsDiff(got[1], want), cosine(got[1], f64(want))
-		t.Logf("behind %d tokens: max abs diff %.3g, cosine %.12f", k, d, c)
-		if k%16 == 0 && d != 0 {
-			t.Errorf("behind %d tokens: max abs diff %.3g; want bit-identical", k, d)
-		}
-		if !(c >= 1-1e-6) {
-			t.Errorf("behind %d tokens: cosine %.12f, want ≥ 1 - 1e-6", k, c)
-		}
+	for _, tt := range []struct {
+		name  string
+		attn  attentionKind
+		exact func(k int) bool
+	}{
+		{"flash attention, bf16 V", attnFlashBF16V, func(int) bool { return true }},
+		{"plain attention", attnPlain, func(k int) bool { return k%16 == 0 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := openTiny(t, Config{ContextTokens: 512, BatchTokens: 256, MaxSeqs: 2, attention: tt.attn})
+			vocab := e.Info().NVocab
+			x := randomSeq(1234, 100, vocab)
+			want := embedOne(t, e, x)
+			for _, k := range []int{1, 3, 16, 32} {
+				got, err := e.Embed(context.Background(), [][]int32{randomSeq(99, k, vocab), x})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, c := maxAbsDiff(got[1], want), cosine(got[1], f64(want))
+				t.Logf("behind %d tokens: max abs diff %.3g, cosine %.12f", k, d, c)
+				if tt.exact(k) && d != 0 {
+					t.Errorf("behind %d tokens: max abs diff %.3g; want bit-identical", k, d)
+				}
+				if !(c >= 1-1e-6) {
+					t.Errorf("behind %d tokens: cosine %.12f, want ≥ 1 - 1e-6", k, c)
+				}
+			}
+		})
 	}
 }
 
-// TestLongSequenceAgainstReference guards the attention precision of long inputs: a
-// 4096-token run of one repeated token (the input most sensitive to the attention
-// accumulator, since every cell gets the same weight) against the float64 reference.
-// ggml's flash attention, which accumulates in f16, scored cosine 0.9991 at 2048
-// tokens and 0.979 at 8192; the plain path 0.9999998.
+// TestLongSequenceAgainstReference guards the attention precision of both kernels
+// with runs of one repeated token (the input most sensitive to the attention
+// accumulator, since every cell gets the same weight) against the float64
+// reference: FlashMaxTokens of them through flash attention over a bf16 V cache,
+// and 4096 without flash attention. ggml's flash attention over an f16 V cache,
+// which accumulates in f16, scored cosine 0.9991 at 2048 tokens and 0.979 at 8192.
 func TestLongSequenceAgainstReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the float64 reference of 4096 tokens takes seconds")
 	}
-	const n = 4096
-	e := openTiny(t, Config{ContextTokens: n})
+	e := openTiny(t, Config{ContextTokens: 4096})
 	ref, err := reference.Load(modelFile(t, tinyModel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := make([]int32, n)
-	for i := range seq {
-		seq[i] = 264 // " a"
-	}
-	seq[n-1] = endOfText
-	want, err := ref.LastToken(seq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cosine(embedOne(t, e, seq), want)
-	t.Logf("%d tokens of one repeated token: cosine to the float64 reference %.9f", n, c)
-	if !(c >= 0.9999) {
-		t.Errorf("cosine %.9f, want ≥ 0.9999", c)
+	for _, n := range []int{FlashMaxTokens, 4096} {
+		seq := make([]int32, n)
+		for i := range seq {
+			seq[i] = 264 // " a"
+		}
+		seq[n-1] = endOfText
+		want, err := ref.LastToken(seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cosine(embedOne(t, e, seq), want)
+		t.Logf("%d tokens of one repeated token (%v): cosine to the float64 reference %.9f", n, e.contextFor(n).kernel, c)
+		if !(c >= 0.9999) {
+			t.Errorf("%d tokens: cosine %.9f, want ≥ 0.9999", n, c)
+		}
 	}
 }
 
@@ -636,5 +651,42 @@ func BenchmarkEmbed(b *testing.B) {
 			}
 			b.ReportMetric(float64(shape.n*shape.length*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
+	}
+}
+
+// TestWarmUp: WarmUp creates and runs every context the given lengths would use,
+// and changes no vector.
+func TestWarmUp(t *testing.T) {
+	e := openTiny(t, Config{ContextTokens: 2048})
+	if e.long == nil || e.long.lctx == nil || e.short.lctx != nil {
+		t.Fatalf("after Open: long context %v, short created %v; want the long one only", e.long, e.short.lctx != nil)
+	}
+	seqs := [][]int32{randomSeq(5, 20, e.Info().NVocab), randomSeq(6, 900, e.Info().NVocab)}
+	cold, err := e.Embed(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decodes atomic.Int64
+	w := openTiny(t, Config{ContextTokens: 2048})
+	w.decodeHook = func(int) { decodes.Add(1) }
+	if err := w.WarmUp(context.Background(), []int{256, 1024, 2048, 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if w.short.lctx == nil {
+		t.Error("WarmUp(256, ...) did not create the short context")
+	}
+	// One decode call per context: 256 goes to the short one; 1024, 2048 and 4096
+	// (capped at the context) to the long one.
+	if n := decodes.Load(); n != 2 {
+		t.Errorf("WarmUp made %d decode calls, want 2", n)
+	}
+	warm, err := w.Embed(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range seqs {
+		if d := maxAbsDiff(cold[i], warm[i]); d != 0 {
+			t.Errorf("sequence %d differs by %.3g after WarmUp", i, d)
+		}
 	}
 }

@@ -11,13 +11,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/reference"
 )
 
 // TestMeasure prints the figures docs/engine.md records; it runs only when
 // EMBED_STACK_MEASURE names workloads, comma-separated, each NxLEN (N sequences of
 // LEN tokens, embedded in one call, best of EMBED_STACK_MEASURE_RUNS runs, default 2).
 // EMBED_STACK_BENCH_MODEL picks the model (default the tiny one),
-// EMBED_STACK_MEASURE_ATTN the kernel (plain or flash), EMBED_STACK_MEASURE_CTX and
+// EMBED_STACK_MEASURE_ATTN the kernel (hybrid, what Open does; or plain, flash or
+// flash-bf16v for every sequence), EMBED_STACK_MEASURE_CTX and
 // EMBED_STACK_BENCH_BATCH the context and decode-call sizes, EMBED_STACK_BENCH_THREADS
 // the threads. Peak RSS is the whole test process's, so measure one setting per run:
 //
@@ -35,13 +38,15 @@ func TestMeasure(t *testing.T) {
 	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: envInt(t, "EMBED_STACK_MEASURE_CTX"),
 		BatchTokens: envInt(t, "EMBED_STACK_BENCH_BATCH"), Threads: envInt(t, "EMBED_STACK_BENCH_THREADS")}
 	switch a := os.Getenv("EMBED_STACK_MEASURE_ATTN"); a {
-	case "", "plain":
+	case "", "hybrid":
+	case "plain":
+		cfg.attention = attnPlain
 	case "flash":
 		cfg.attention = attnFlash
 	case "flash-bf16v":
 		cfg.attention = attnFlashBF16V
 	default:
-		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want plain or flash", a)
+		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want hybrid, plain, flash or flash-bf16v", a)
 	}
 	runs := max(1, envInt(t, "EMBED_STACK_MEASURE_RUNS"))
 	if os.Getenv("EMBED_STACK_MEASURE_RUNS") == "" {
@@ -98,12 +103,14 @@ func TestMeasure(t *testing.T) {
 
 func (a attentionKind) String() string {
 	switch a {
+	case attnPlain:
+		return "plain"
 	case attnFlash:
 		return "flash"
 	case attnFlashBF16V:
 		return "flash-bf16v"
 	}
-	return "plain"
+	return "hybrid"
 }
 
 func envInt(t *testing.T, name string) int {
@@ -290,5 +297,62 @@ func TestMeasureWarmUp(t *testing.T) {
 				cpu[0].Round(time.Millisecond), cpu[1].Round(time.Millisecond), cpu[0].Seconds()/cpu[1].Seconds())
 		}
 		e.Close()
+	}
+}
+
+// TestMeasurePrecision prints the cosine to the float64 reference, on the tiny model,
+// of a run of one repeated token and of random tokens of each length in
+// EMBED_STACK_MEASURE_PRECISION (comma-separated), embedded the way Open does and,
+// for comparison, with every kernel named in EMBED_STACK_MEASURE_ATTN (plain,
+// flash, flash-bf16v; comma-separated). The reference of 32768 tokens takes minutes.
+func TestMeasurePrecision(t *testing.T) {
+	spec := os.Getenv("EMBED_STACK_MEASURE_PRECISION")
+	if spec == "" {
+		t.Skip("set EMBED_STACK_MEASURE_PRECISION to measure (see the doc comment)")
+	}
+	kinds := []attentionKind{attnHybrid}
+	for _, a := range strings.Split(os.Getenv("EMBED_STACK_MEASURE_ATTN"), ",") {
+		switch a {
+		case "plain":
+			kinds = append(kinds, attnPlain)
+		case "flash":
+			kinds = append(kinds, attnFlash)
+		case "flash-bf16v":
+			kinds = append(kinds, attnFlashBF16V)
+		}
+	}
+	ref, err := reference.Load(modelFile(t, tinyModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := make([]int32, n)
+		for i := range rep {
+			rep[i] = 264 // " a"
+		}
+		rep[n-1] = endOfText
+		for _, in := range []struct {
+			name string
+			seq  []int32
+		}{{"repeated token", rep}, {"random tokens", randomSeq(77, n, 151669)}} {
+			start := time.Now()
+			want, err := ref.LastToken(in.seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			for _, k := range kinds {
+				e := openTiny(t, Config{ContextTokens: (n + 63) / 64 * 64, attention: k})
+				start := time.Now()
+				got := embedOne(t, e, in.seq)
+				t.Logf("%6d %-14s %-12v cosine %.9f (engine %s, reference %s)", n, in.name, k, cosine(got, want),
+					time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond))
+				e.Close()
+			}
+		}
 	}
 }

@@ -214,6 +214,10 @@ func warmStartError(err error, warmMax int) error {
 		return fmt.Errorf("--warm-max-tokens is %d but the warm worker holds inputs of at most %d tokens; lower --warm-max-tokens to %d (longer inputs then go to ephemeral workers): %w",
 			warmMax, ce.MaxTokens, ce.MaxTokens, err)
 	}
+	var de *backends.DimensionError
+	if errors.As(err, &de) {
+		return fmt.Errorf("the warm worker computes %d-dimensional vectors but --model has %d; with --warm-backend mlx, give --mlx-model the same model as --model: %w", de.NEmbd, de.Want, err)
+	}
 	return fmt.Errorf("warm worker: %w", err)
 }
 

@@ -160,6 +160,11 @@ func TestWarmStartError(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("message %q\nwant it to start %q", err, want)
 	}
+	err = warmStartError(fmt.Errorf("starting the warm worker: %w", &backends.DimensionError{PID: 7, NEmbd: 768, Want: 1024}), 8192)
+	const wantDim = "the warm worker computes 768-dimensional vectors but --model has 1024; with --warm-backend mlx, give --mlx-model the same model as --model: starting the warm worker: the worker (pid 7) computes 768-dimensional vectors, but the model has 1024: is it running another model?"
+	if err.Error() != wantDim {
+		t.Errorf("message %q\nwant %q", err, wantDim)
+	}
 	other := errors.New("boom")
 	if err := warmStartError(other, 8192); !errors.Is(err, other) || err.Error() != "warm worker: boom" {
 		t.Errorf("other failure: %v", err)

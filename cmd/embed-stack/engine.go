@@ -125,11 +125,13 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "warm"),
 			MinTokens:    cfg.WarmMaxTokens,
+			NEmbd:        facts.dim,
 		},
 		long: &backends.Ephemeral{
 			Spec:         backends.WorkerSpec{Path: exe, Args: longArgs},
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "ephemeral"),
+			NEmbd:        facts.dim,
 		},
 	}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
@@ -27,7 +28,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		threads     = fs.Int("threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
 		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
 		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
-		buckets     = fs.String("buckets", "", "comma-separated sequence `lengths` warmed at start: one throwaway input of each (at most one --batch decode call of it) is decoded before the worker reports ready, so the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
+		buckets     = fs.String("buckets", "", "comma-separated sequence `lengths` warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length is created and decodes one short throwaway input, so that the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
 		nice        = fs.Int("nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
 		ignoreStdin = fs.Bool("ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
 		logFormat   = fs.String("log-format", "text", "log `format`: text or json")
@@ -74,9 +75,17 @@ func runWorker(args []string, stderr io.Writer) int {
 		if err != nil {
 			return nil, backends.EngineInfo{}, err
 		}
-		if err := e.WarmUp(context.Background(), warmUpLengths); err != nil {
-			e.Close()
-			return nil, backends.EngineInfo{}, err
+		// Log before and after warming: the serve side's ready timer is a stall
+		// timer that any worker output resets, so a slow warm-up on a loaded
+		// machine is not mistaken for a hang.
+		if len(warmUpLengths) > 0 {
+			start := time.Now()
+			logger.Info("model loaded; warming up", "buckets", warmUpLengths)
+			if err := e.WarmUp(context.Background(), warmUpLengths); err != nil {
+				e.Close()
+				return nil, backends.EngineInfo{}, err
+			}
+			logger.Info("warmed up", "buckets", warmUpLengths, "ms", time.Since(start).Milliseconds())
 		}
 		info := e.Info()
 		name := info.ModelName
