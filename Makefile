@@ -74,8 +74,9 @@ bench-peers:
 	cd bench/peers/ollama && $(GO) build -ldflags "-X github.com/ollama/ollama/version.Version=$(patsubst v%,%,$(OLLAMA_PEER_VERSION))" -o $(CURDIR)/bin/ollama .
 
 # The benchmark of docs/performance.md: embed-stack against the engine floor and Ollama
-# on the 0.6B-shaped model, about 15 minutes on 2 idle cores. BENCH_PLAN sizes it to
-# that (`make bench BENCH_PLAN=` runs the harness's full defaults, about 25 minutes);
+# on the 0.6B-shaped model, about 35 minutes on 2 idle cores. BENCH_PLAN sizes it to
+# that (`make bench BENCH_PLAN=` runs the harness's full defaults, over an hour: the
+# 15000-token document alone takes 5 minutes per contender);
 # BENCH_FLAGS adds flags (`bin/embed-stack bench --help`). The report lands in
 # .cache/bench/.
 BENCH_PLAN  ?= --long-tokens 9000 --skip grid/8x2048 --reps 2

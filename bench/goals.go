@@ -126,7 +126,11 @@ func Goals(rep *Report, spec GoalSpec) []Goal {
 	// Memory.
 	if ours.Idle != nil && len(ours.Idle.Procs) > 0 {
 		serve := ours.Idle.Procs[0]
-		add("idle memory: serve alone", "< 40 MB RSS", fmt.Sprintf("%.1f MB", float64(serve.RSS)/mb), ptr(float64(serve.RSS) < 40*mb))
+		evidence := fmt.Sprintf("%.1f MB", float64(serve.RSS)/mb)
+		if serve.Anon > 0 {
+			evidence += fmt.Sprintf(" (private %.1f MB, file-backed %.1f MB)", float64(serve.Anon)/mb, float64(serve.RSS-serve.Anon)/mb)
+		}
+		add("idle memory: serve alone", "< 40 MB RSS", evidence, ptr(float64(serve.RSS) < 40*mb))
 		if len(ours.Idle.Procs) > 1 && rep.Model != nil {
 			w := ours.Idle.Procs[1]
 			peak := w.HWM

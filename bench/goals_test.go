@@ -25,7 +25,7 @@ func sampleReport() *Report {
 			{Name: "floor", Role: RoleFloor, About: "in-process engine"},
 			{Name: "embed-stack", Role: RoleOurs, ColdStartMS: 1200,
 				Check: &CheckResult{Pass: true, MinCosine: 1, Separation: 0.5},
-				Idle:  &TreeSnapshot{Procs: []Proc{{PID: 10, RSS: 45e6}, {PID: 11, RSS: 1500 * mib, HWM: 1600 * mib}}, RSS: 45e6 + 1500*mib},
+				Idle:  &TreeSnapshot{Procs: []Proc{{PID: 10, RSS: 45e6, Anon: 25e6}, {PID: 11, RSS: 1500 * mib, HWM: 1600 * mib}}, RSS: 45e6 + 1500*mib},
 				After: &TreeSnapshot{Procs: []Proc{{PID: 10}, {PID: 11}}},
 				Memory: &TreeStats{Peak: TreeSnapshot{RSS: 4000 * mib, PSS: 2000 * mib},
 					Procs: []Proc{{PID: 10, HWM: 50e6}, {PID: 11, HWM: 1700 * mib}, {PID: 12, HWM: 2000 * mib}}}},
@@ -72,7 +72,7 @@ func TestGoals(t *testing.T) {
 		// PSS, not RSS (which counts the shared model file once per worker).
 		{"peak memory below ollama's", ptr(true), "2000 MiB against 3000 MiB (PSS)"},
 		{"short query while a long input is in flight", ptr(true), "2.50 ×"},
-		{"idle memory: serve alone", ptr(false), "45.0 MB"},
+		{"idle memory: serve alone", ptr(false), "45.0 MB (private 25.0 MB, file-backed 20.0 MB)"},
 		// (1.2e9 + 8192 × 114688) × 1.1 = 2353 MB; the worker peaked at 1700 MiB.
 		{"warm worker memory", ptr(true), "peak 1783 MB"},
 		{"no long-path process when idle", ptr(true), "2 before, 2 after"},
@@ -139,7 +139,7 @@ func TestTable(t *testing.T) {
 		"| embed-stack | 100.0 | 150.0 | 250.0 | 40 | 2.50 | cancelled after 15.0 s |",
 		"| embed-stack | ours | min cos 1.000000 (separation 0.500) | 1.20 s |",
 		"Negative control: no EOS agree with the right vectors to cosine 0.6100 at best",
-		"| idle memory: serve alone | < 40 MB RSS | 45.0 MB | no |",
+		"| idle memory: serve alone | < 40 MB RSS | 45.0 MB (private 25.0 MB, file-backed 20.0 MB) | no |",
 		"Skipped: in-flight on floor (not applicable to the in-process engine).",
 		"- floor: in-process engine\n",
 		"the floor reached 180.0 GFLOP/s (llama.cpp's F16 kernels, tokens/s × FLOPs per token) on grid/32x512",

@@ -28,6 +28,11 @@ type Proc struct {
 	// RSS is the resident set size in bytes; HWM its peak so far (VmHWM).
 	RSS int64 `json:"rss_bytes"`
 	HWM int64 `json:"hwm_bytes"`
+	// Anon is the private part of RSS (RssAnon: heap, stacks); the rest is pages
+	// of files, mostly the executable's, which the kernel shares with every process
+	// that maps the same file and may map in 2 MiB pages where it caches the file
+	// in large folios.
+	Anon int64 `json:"rss_anon_bytes,omitempty"`
 	// PSS is the proportional set size (pages shared with other processes, such
 	// as the model file several workers map, divided among them); 0 where not read.
 	PSS int64 `json:"pss_bytes,omitempty"`
@@ -215,6 +220,8 @@ func readProc(pid int) (Proc, error) {
 			p.RSS = kB(line)
 		case strings.HasPrefix(line, "VmHWM:"):
 			p.HWM = kB(line)
+		case strings.HasPrefix(line, "RssAnon:"):
+			p.Anon = kB(line)
 		}
 	}
 	if cmd, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {

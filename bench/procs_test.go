@@ -38,7 +38,8 @@ func TestSnapshotTree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(snap.Procs) == 2 || time.Now().After(deadline) {
+		// The child shows sh's command line until it has exec'd sleep.
+		if len(snap.Procs) == 2 && snap.Procs[1].Cmd == "sleep 30" || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -55,8 +56,8 @@ func TestSnapshotTree(t *testing.T) {
 	}
 	var sum int64
 	for _, p := range snap.Procs {
-		if p.RSS <= 0 || p.HWM < p.RSS {
-			t.Errorf("%+v: want 0 < RSS <= HWM", p)
+		if p.RSS <= 0 || p.HWM < p.RSS || p.Anon <= 0 || p.Anon > p.RSS {
+			t.Errorf("%+v: want 0 < RSS <= HWM and 0 < Anon <= RSS", p)
 		}
 		sum += p.RSS
 	}

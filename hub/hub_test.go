@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/hub/hubtest"
 )
 
 const (
@@ -41,16 +43,17 @@ var (
 )
 
 // qwenHub is a fake hub holding a repository shaped like the official one.
-func qwenHub(t *testing.T) (*fakeHub, *fakeRepo) {
-	f := newFakeHub(t)
-	repo := f.addRepo(qwenRepo, map[string][]byte{
+// It returns the hub and the repository's commit.
+func qwenHub(t *testing.T) (*hubtest.Hub, string) {
+	f := hubtest.New(t)
+	commit := f.AddRepo(qwenRepo, map[string][]byte{
 		".gitattributes": []byte("*.gguf filter=lfs diff=lfs merge=lfs -text\n"),
 		"README.md":      []byte("# Qwen3-Embedding-0.6B-GGUF\n"),
 		"LICENSE":        []byte("Apache License 2.0\n"),
 		q8File:           q8Data,
 		f16File:          f16Data,
 	})
-	return f, repo
+	return f, commit
 }
 
 // logBuffer is a concurrency-safe sink for slog's JSON handler.
@@ -86,10 +89,10 @@ func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
 	return out
 }
 
-func testOptions(t *testing.T, f *fakeHub) (Options, *logBuffer) {
+func testOptions(t *testing.T, f *hubtest.Hub) (Options, *logBuffer) {
 	logs := &logBuffer{}
 	return Options{
-		Endpoint: f.hub.URL,
+		Endpoint: f.URL,
 		CacheDir: t.TempDir(),
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, logs
@@ -110,7 +113,7 @@ func readFile(t *testing.T, p string) []byte {
 
 // requestLines renders requests as "server METHOD path [range] [auth]" for exact
 // comparison.
-func requestLines(reqs []fakeRequest) []string {
+func requestLines(reqs []hubtest.Request) []string {
 	var out []string
 	for _, r := range reqs {
 		l := r.Server + " " + r.Method + " " + r.Path
@@ -126,16 +129,16 @@ func requestLines(reqs []fakeRequest) []string {
 }
 
 func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
-	f, repo := qwenHub(t)
+	f, commit := qwenHub(t)
 	opts, _ := testOptions(t, f)
 
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256Hex(q8Data)
+	sum := hubtest.SHA256(q8Data)
 	dir := repoDir(opts)
-	want := filepath.Join(dir, "snapshots", repo.commit, q8File)
+	want := filepath.Join(dir, "snapshots", commit, q8File)
 	if got != want {
 		t.Fatalf("path = %s, want %s", got, want)
 	}
@@ -146,10 +149,10 @@ func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
 		t.Fatalf("symlink target = %q (%v), want ../../blobs/%s", target, err, sum)
 	}
 	if b := readFile(t, filepath.Join(dir, "blobs", sum)); !bytes.Equal(b, q8Data) {
-		t.Fatalf("blob holds %d bytes, sha256 %s; want %d bytes, %s", len(b), sha256Hex(b), len(q8Data), sum)
+		t.Fatalf("blob holds %d bytes, sha256 %s; want %d bytes, %s", len(b), hubtest.SHA256(b), len(q8Data), sum)
 	}
-	if ref := string(readFile(t, filepath.Join(dir, "refs", "main"))); ref != repo.commit {
-		t.Fatalf("refs/main = %q, want %q", ref, repo.commit)
+	if ref := string(readFile(t, filepath.Join(dir, "refs", "main"))); ref != commit {
+		t.Fatalf("refs/main = %q, want %q", ref, commit)
 	}
 	blobs, _ := os.ReadDir(filepath.Join(dir, "blobs"))
 	if len(blobs) != 1 || blobs[0].Name() != sum {
@@ -161,41 +164,42 @@ func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
 
 	// The HEAD and the GET ask for the commit the API named; only the blob travels
 	// from the CDN.
-	base := "/Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + repo.commit + "/" + q8File
+	base := "/Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + q8File
 	wantReqs := []string{
 		"hub GET /api/models/Qwen/Qwen3-Embedding-0.6B-GGUF/revision/main",
 		"hub HEAD " + base,
 		"hub GET " + base,
-		"cdn GET /repos/ab/cd/" + sum,
+		"cdn GET /blobs/" + sum,
 	}
-	if r := requestLines(f.requests()); !slices.Equal(r, wantReqs) {
+	if r := requestLines(f.Requests()); !slices.Equal(r, wantReqs) {
 		t.Fatalf("requests:\n%s\nwant:\n%s", strings.Join(r, "\n"), strings.Join(wantReqs, "\n"))
 	}
 
 	// A second call downloads nothing: one API request says main is still the cached
 	// commit.
-	f.resetRequests()
+	before := len(f.Requests())
 	again, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil || again != want {
 		t.Fatalf("second Resolve = %q, %v; want %q", again, err, want)
 	}
-	if r := requestLines(f.requests()); !slices.Equal(r, wantReqs[:1]) {
+	if r := requestLines(f.Requests()[before:]); !slices.Equal(r, wantReqs[:1]) {
 		t.Fatalf("second Resolve made requests %q, want only %q", r, wantReqs[:1])
 	}
 }
 
 func TestResolveSelectsFile(t *testing.T) {
-	f, repo := qwenHub(t)
-	repo.refs["v1.0"] = repo.commit
-	repo.refs["refs/pr/1"] = repo.commit
-	f.addRepo("acme/only-f16-GGUF", map[string][]byte{"model-f16.gguf": f16Data, "README.md": []byte("x")})
-	f.addRepo("acme/many-GGUF", map[string][]byte{"m-Q4_K_M.gguf": f16Data, "m-F16.gguf": f16Data, "m.Q5_0.gguf": f16Data})
-	f.addRepo("acme/twins-GGUF", map[string][]byte{"a/m-Q8_0.gguf": f16Data, "b/m-Q8_0.gguf": f16Data})
-	f.addRepo("acme/safetensors", map[string][]byte{"model.safetensors": f16Data})
+	f, commit := qwenHub(t)
+	f.AddRef(qwenRepo, "v1.0")
+	f.AddRef(qwenRepo, "refs/pr/1")
+	commits := map[string]string{
+		"acme/only-f16-GGUF": f.AddRepo("acme/only-f16-GGUF", map[string][]byte{"model-f16.gguf": f16Data, "README.md": []byte("x")}),
+		"acme/many-GGUF":     f.AddRepo("acme/many-GGUF", map[string][]byte{"m-Q4_K_M.gguf": f16Data, "m-F16.gguf": f16Data, "m.Q5_0.gguf": f16Data}),
+		"acme/twins-GGUF":    f.AddRepo("acme/twins-GGUF", map[string][]byte{"a/m-Q8_0.gguf": f16Data, "b/m-Q8_0.gguf": f16Data}),
+	}
+	f.AddRepo("acme/safetensors", map[string][]byte{"model.safetensors": f16Data})
 	snap := func(owner, name, commit, file string) string {
 		return filepath.Join("models--"+owner+"--"+name, "snapshots", commit, filepath.FromSlash(file))
 	}
-	commitOf := func(id string) string { return f.repos[id].commit }
 
 	tests := []struct {
 		ref      string
@@ -204,16 +208,16 @@ func TestResolveSelectsFile(t *testing.T) {
 		wantErr  error
 		wantMsg  []string
 	}{
-		{ref: qwenRepo + ":q8_0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, q8File)},
-		{ref: qwenRepo + ":F16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, f16File)},
-		{ref: qwenRepo + "/" + f16File, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, f16File)},
-		{ref: qwenRepo + ":f16@v1.0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, f16File), wantRef: [2]string{"v1.0", repo.commit}},
-		{ref: qwenRepo + "@v1.0:f16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, f16File), wantRef: [2]string{"v1.0", repo.commit}},
-		{ref: qwenRepo + "@refs/pr/1", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, q8File), wantRef: [2]string{"refs/pr/1", repo.commit}},
-		{ref: qwenRepo + "@" + repo.commit, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", repo.commit, q8File)},
-		{ref: "acme/only-f16-GGUF", wantPath: snap("acme", "only-f16-GGUF", commitOf("acme/only-f16-GGUF"), "model-f16.gguf")},
-		{ref: "acme/twins-GGUF/b/m-Q8_0.gguf", wantPath: snap("acme", "twins-GGUF", commitOf("acme/twins-GGUF"), "b/m-Q8_0.gguf")},
-		{ref: "acme/many-GGUF:q5_0", wantPath: snap("acme", "many-GGUF", commitOf("acme/many-GGUF"), "m.Q5_0.gguf")},
+		{ref: qwenRepo + ":q8_0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File)},
+		{ref: qwenRepo + ":F16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File)},
+		{ref: qwenRepo + "/" + f16File, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File)},
+		{ref: qwenRepo + ":f16@v1.0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File), wantRef: [2]string{"v1.0", commit}},
+		{ref: qwenRepo + "@v1.0:f16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File), wantRef: [2]string{"v1.0", commit}},
+		{ref: qwenRepo + "@refs/pr/1", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File), wantRef: [2]string{"refs/pr/1", commit}},
+		{ref: qwenRepo + "@" + commit, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File)},
+		{ref: "acme/only-f16-GGUF", wantPath: snap("acme", "only-f16-GGUF", commits["acme/only-f16-GGUF"], "model-f16.gguf")},
+		{ref: "acme/twins-GGUF/b/m-Q8_0.gguf", wantPath: snap("acme", "twins-GGUF", commits["acme/twins-GGUF"], "b/m-Q8_0.gguf")},
+		{ref: "acme/many-GGUF:q5_0", wantPath: snap("acme", "many-GGUF", commits["acme/many-GGUF"], "m.Q5_0.gguf")},
 		{ref: "acme/many-GGUF", wantErr: ErrAmbiguous, wantMsg: []string{
 			"acme/many-GGUF at revision main has several .gguf files and none is Q8_0: m-F16.gguf, m-Q4_K_M.gguf, m.Q5_0.gguf",
 			"acme/many-GGUF:QUANT", "acme/many-GGUF/FILE.gguf"}},
@@ -225,7 +229,7 @@ func TestResolveSelectsFile(t *testing.T) {
 			`file "Qwen3-Embedding-0.6B-Q4_0.gguf" not found`, "Qwen3-Embedding-0.6B-Q8_0.gguf, Qwen3-Embedding-0.6B-f16.gguf"}},
 		{ref: "acme/safetensors", wantErr: ErrNotFound, wantMsg: []string{"acme/safetensors at revision main has no .gguf files"}},
 		{ref: qwenRepo + "@nope", wantErr: ErrNotFound, wantMsg: []string{`revision "nope" not found in Qwen/Qwen3-Embedding-0.6B-GGUF`}},
-		{ref: "acme/missing", wantErr: ErrNotFound, wantMsg: []string{"repository acme/missing not found at " + f.hub.URL, "set HF_TOKEN"}},
+		{ref: "acme/missing", wantErr: ErrNotFound, wantMsg: []string{"repository acme/missing not found at " + f.URL, "set HF_TOKEN"}},
 	}
 	opts, _ := testOptions(t, f) // one cache for all: later cases reuse earlier blobs
 	for _, tt := range tests {
@@ -253,7 +257,7 @@ func TestResolveSelectsFile(t *testing.T) {
 				wantData = q8Data
 			}
 			if b := readFile(t, got); !bytes.Equal(b, wantData) {
-				t.Fatalf("content sha256 %s, want %s", sha256Hex(b), sha256Hex(wantData))
+				t.Fatalf("content sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(wantData))
 			}
 			if tt.wantRef[0] != "" {
 				p := filepath.Join(repoDir(opts), "refs", filepath.FromSlash(tt.wantRef[0]))
@@ -265,23 +269,23 @@ func TestResolveSelectsFile(t *testing.T) {
 	}
 	// The revision is escaped whole in the API path, as huggingface_hub does.
 	found := false
-	for _, r := range requestLines(f.requests()) {
+	for _, r := range requestLines(f.Requests()) {
 		found = found || r == "hub GET /api/models/Qwen/Qwen3-Embedding-0.6B-GGUF/revision/refs%2Fpr%2F1"
 	}
 	if !found {
 		t.Errorf("no API request with the escaped revision refs%%2Fpr%%2F1")
 	}
 	// A commit revision writes no ref named after the commit.
-	if _, err := os.Stat(filepath.Join(repoDir(opts), "refs", repo.commit)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(repoDir(opts), "refs", commit)); !os.IsNotExist(err) {
 		t.Errorf("refs/<commit> exists (%v); huggingface_hub writes none", err)
 	}
 }
 
 func TestResolveResumesAcrossCalls(t *testing.T) {
-	f, repo := qwenHub(t)
+	f, commit := qwenHub(t)
 	opts, logs := testOptions(t, f)
 	half := int64(q8Size / 2)
-	f.setPlan(cdnStep{cut: half}, cdnStep{status: 503})
+	f.PlanCDN(hubtest.CDNFault{Cut: half}, hubtest.CDNFault{Status: 503})
 
 	_, err := Resolve(context.Background(), qwenRepo, opts)
 	if !errors.Is(err, ErrNetwork) {
@@ -292,7 +296,7 @@ func TestResolveResumesAcrossCalls(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, m)
 		}
 	}
-	sum := sha256Hex(q8Data)
+	sum := hubtest.SHA256(q8Data)
 	incomplete := filepath.Join(repoDir(opts), "blobs", sum+".incomplete")
 	if b := readFile(t, incomplete); int64(len(b)) != half || !bytes.Equal(b, q8Data[:half]) {
 		t.Fatalf(".incomplete holds %d bytes, want the first %d of the file", len(b), half)
@@ -304,27 +308,27 @@ func TestResolveResumesAcrossCalls(t *testing.T) {
 		t.Fatalf("resume warnings = %v, want one at 2.1 MB", w)
 	}
 
-	f.resetRequests()
+	before, served := len(f.Requests()), f.CDNBytes()
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := readFile(t, got); sha256Hex(b) != sum {
-		t.Fatalf("resumed file sha256 %s, want %s", sha256Hex(b), sum)
+	if b := readFile(t, got); hubtest.SHA256(b) != sum {
+		t.Fatalf("resumed file sha256 %s, want %s", hubtest.SHA256(b), sum)
 	}
 	var cdn []string
-	for _, r := range requestLines(f.requests()) {
+	for _, r := range requestLines(f.Requests()[before:]) {
 		if strings.HasPrefix(r, "cdn") || strings.HasPrefix(r, "hub GET /Qwen") {
 			cdn = append(cdn, r)
 		}
 	}
 	range_ := " range=bytes=2097152-"
-	want := []string{"hub GET /Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + repo.commit + "/" + q8File + range_, "cdn GET /repos/ab/cd/" + sum + range_}
+	want := []string{"hub GET /Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + q8File + range_, "cdn GET /blobs/" + sum + range_}
 	if !slices.Equal(cdn, want) {
 		t.Fatalf("download requests %q, want %q", cdn, want)
 	}
-	if f.cdnServed != q8Size-half {
-		t.Fatalf("CDN served %d bytes on resume, want the missing %d", f.cdnServed, q8Size-half)
+	if n := f.CDNBytes() - served; n != q8Size-half {
+		t.Fatalf("CDN served %d bytes on resume, want the missing %d", n, q8Size-half)
 	}
 }
 
@@ -332,17 +336,17 @@ func TestResolveReconnectsWithinOneCall(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
 	third := int64(q8Size / 3)
-	f.setPlan(cdnStep{cut: third}, cdnStep{cut: third})
+	f.PlanCDN(hubtest.CDNFault{Cut: third}, hubtest.CDNFault{Cut: third})
 
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := readFile(t, got); !bytes.Equal(b, q8Data) {
-		t.Fatalf("sha256 %s, want %s", sha256Hex(b), sha256Hex(q8Data))
+		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(q8Data))
 	}
 	var ranges []string
-	for _, r := range f.requests() {
+	for _, r := range f.Requests() {
 		if r.Server == "cdn" {
 			ranges = append(ranges, r.Range)
 		}
@@ -359,28 +363,28 @@ func TestResolveServerIgnoringRangeStartsOver(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
 	half := int64(q8Size / 2)
-	f.setPlan(cdnStep{cut: half}, cdnStep{status: 500})
+	f.PlanCDN(hubtest.CDNFault{Cut: half}, hubtest.CDNFault{Status: 500})
 	if _, err := Resolve(context.Background(), qwenRepo, opts); !errors.Is(err, ErrNetwork) {
 		t.Fatalf("err = %v, want ErrNetwork", err)
 	}
 
-	f.resetRequests()
-	f.setPlan(cdnStep{ignoreRange: true})
+	served := f.CDNBytes()
+	f.PlanCDN(hubtest.CDNFault{IgnoreRange: true})
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := readFile(t, got)
 	if len(b) != q8Size || !bytes.Equal(b, q8Data) {
-		t.Fatalf("file has %d bytes, sha256 %s; want %d, %s (not the half appended to the whole)", len(b), sha256Hex(b), q8Size, sha256Hex(q8Data))
+		t.Fatalf("file has %d bytes, sha256 %s; want %d, %s (not the half appended to the whole)", len(b), hubtest.SHA256(b), q8Size, hubtest.SHA256(q8Data))
 	}
-	reqs := f.requests()
+	reqs := f.Requests()
 	last := reqs[len(reqs)-1]
 	if last.Server != "cdn" || last.Range != "bytes=2097152-" {
 		t.Fatalf("last request %+v, want a CDN GET with Range bytes=2097152-", last)
 	}
-	if f.cdnServed != q8Size {
-		t.Fatalf("CDN served %d bytes, want the whole %d", f.cdnServed, q8Size)
+	if n := f.CDNBytes() - served; n != q8Size {
+		t.Fatalf("CDN served %d bytes, want the whole %d", n, q8Size)
 	}
 	if n := len(logs.records(t, "server ignored the resume request; downloading from the start")); n != 1 {
 		t.Fatalf("%d 'ignored the resume' warnings, want 1", n)
@@ -391,14 +395,14 @@ func TestResolveStalledDownloadResumes(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
 	opts.StallTimeout = 300 * time.Millisecond
-	f.setPlan(cdnStep{cut: q8Size / 4, stall: true})
+	f.PlanCDN(hubtest.CDNFault{Cut: q8Size / 4, Stall: true})
 
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := readFile(t, got); !bytes.Equal(b, q8Data) {
-		t.Fatalf("sha256 %s, want %s", sha256Hex(b), sha256Hex(q8Data))
+		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(q8Data))
 	}
 	w := logs.records(t, "download interrupted; resuming")
 	if len(w) != 1 || w[0]["error"] != "no data received for 300ms" {
@@ -408,7 +412,7 @@ func TestResolveStalledDownloadResumes(t *testing.T) {
 
 func TestResolveRefusesChecksumMismatch(t *testing.T) {
 	f, _ := qwenHub(t)
-	f.corrupt = true
+	f.PlanCDN(hubtest.CDNFault{Corrupt: true})
 	opts, _ := testOptions(t, f)
 
 	_, err := Resolve(context.Background(), qwenRepo, opts)
@@ -417,7 +421,7 @@ func TestResolveRefusesChecksumMismatch(t *testing.T) {
 	}
 	bad := append([]byte(nil), q8Data...)
 	bad[len(bad)/2] ^= 0xff
-	for _, m := range []string{"downloaded " + q8File + " has sha256 " + sha256Hex(bad) + " but the hub says " + sha256Hex(q8Data), "was deleted, run again"} {
+	for _, m := range []string{"downloaded " + q8File + " has sha256 " + hubtest.SHA256(bad) + " but the hub says " + hubtest.SHA256(q8Data), "was deleted, run again"} {
 		if !strings.Contains(err.Error(), m) {
 			t.Errorf("error %q lacks %q", err, m)
 		}
@@ -432,18 +436,18 @@ func TestResolveRefusesChecksumMismatch(t *testing.T) {
 }
 
 func TestResolveWeakETag(t *testing.T) {
-	f, repo := qwenHub(t)
-	f.weakETag = true
+	f, commit := qwenHub(t)
+	f.SetHeader("X-Linked-Etag", `W/"`+hubtest.SHA256(f16Data)+`"`)
 	opts, _ := testOptions(t, f)
 	got, err := Resolve(context.Background(), qwenRepo+":f16", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256Hex(f16Data)
+	sum := hubtest.SHA256(f16Data)
 	if target, _ := os.Readlink(got); target != filepath.Join("..", "..", "blobs", sum) {
 		t.Fatalf("symlink target %q, want ../../blobs/%s (W/ and quotes stripped)", target, sum)
 	}
-	if got != filepath.Join(repoDir(opts), "snapshots", repo.commit, f16File) {
+	if got != filepath.Join(repoDir(opts), "snapshots", commit, f16File) {
 		t.Fatalf("path %s", got)
 	}
 }
@@ -459,7 +463,7 @@ func TestResolveRefusesUnsafeHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.header, func(t *testing.T) {
 			f, _ := qwenHub(t)
-			f.headers = map[string]string{tt.header: tt.value}
+			f.SetHeader(tt.header, tt.value)
 			opts, _ := testOptions(t, f)
 			_, err := Resolve(context.Background(), qwenRepo, opts)
 			if !errors.Is(err, ErrHub) || !strings.Contains(err.Error(), tt.want) {
@@ -474,7 +478,7 @@ func TestResolveRefusesUnsafeHeaders(t *testing.T) {
 
 func TestResolveTokenGoesToHubOnly(t *testing.T) {
 	f, _ := qwenHub(t)
-	f.repos[qwenRepo].token = "hf_secret"
+	f.Gate(qwenRepo, "hf_secret")
 	opts, _ := testOptions(t, f)
 	opts.Token = "hf_secret"
 
@@ -482,7 +486,7 @@ func TestResolveTokenGoesToHubOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hub, cdn int
-	for _, r := range f.requests() {
+	for _, r := range f.Requests() {
 		switch {
 		case r.Server == "hub" && r.Auth != "Bearer hf_secret":
 			t.Errorf("hub request %s %s without the token (Authorization %q)", r.Method, r.Path, r.Auth)
@@ -521,9 +525,9 @@ func TestResolveAccessErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, repo := qwenHub(t)
-			repo.token = "hf_right"
-			f.apiFail = tt.apiFail
+			f, _ := qwenHub(t)
+			f.Gate(qwenRepo, "hf_right")
+			f.FailAPI(tt.apiFail)
 			opts, _ := testOptions(t, f)
 			opts.Token = tt.token
 			_, err := Resolve(context.Background(), tt.ref, opts)
@@ -548,7 +552,7 @@ func deadEndpoint() string {
 }
 
 func TestResolveOfflineAndUnreachable(t *testing.T) {
-	f, repo := qwenHub(t)
+	f, commit := qwenHub(t)
 	opts, _ := testOptions(t, f)
 	primed, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
@@ -568,12 +572,12 @@ func TestResolveOfflineAndUnreachable(t *testing.T) {
 	}{
 		{name: "offline hit", offline: true, ref: qwenRepo, want: primed},
 		{name: "offline hit by tag", offline: true, ref: qwenRepo + ":Q8_0", want: primed},
-		{name: "offline hit by commit", offline: true, ref: qwenRepo + "@" + repo.commit, want: primed},
+		{name: "offline hit by commit", offline: true, ref: qwenRepo + "@" + commit, want: primed},
 		{name: "offline miss", offline: true, cacheDir: empty, ref: qwenRepo, kind: ErrNotCached, msg: []string{
 			"Qwen/Qwen3-Embedding-0.6B-GGUF (revision main) is not in the Hugging Face cache at " + empty,
 			"offline mode is on (HF_HUB_OFFLINE=1): unset HF_HUB_OFFLINE and run once with network access to download it"}},
 		{name: "offline other quant", offline: true, ref: qwenRepo + ":f16", kind: ErrNotCached, msg: []string{
-			"cached .gguf files of commit " + repo.commit + ": " + q8File, "HF_HUB_OFFLINE"}},
+			"cached .gguf files of commit " + commit + ": " + q8File, "HF_HUB_OFFLINE"}},
 		{name: "offline other branch", offline: true, ref: qwenRepo + "@dev", kind: ErrNotCached, msg: []string{"(revision dev) is not in the Hugging Face cache"}},
 		{name: "unreachable falls back", ref: qwenRepo, want: primed, warned: true},
 		{name: "unreachable miss", cacheDir: empty, ref: qwenRepo, kind: ErrNetwork, msg: []string{
@@ -581,7 +585,7 @@ func TestResolveOfflineAndUnreachable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f.resetRequests()
+			before := len(f.Requests())
 			o, logs := testOptions(t, f)
 			o.CacheDir = opts.CacheDir
 			if tt.cacheDir != "" {
@@ -602,7 +606,7 @@ func TestResolveOfflineAndUnreachable(t *testing.T) {
 			} else if err != nil || got != tt.want {
 				t.Fatalf("Resolve = %q, %v; want %q", got, err, tt.want)
 			}
-			if n := len(f.requests()); n != 0 {
+			if n := len(f.Requests()) - before; n != 0 {
 				t.Fatalf("%d requests reached the live fake hub", n)
 			}
 			if w := logs.records(t, "hub unreachable; using the cached model"); (len(w) == 1) != tt.warned || len(w) > 1 {
@@ -652,7 +656,7 @@ func TestResolveLocalPaths(t *testing.T) {
 			}
 		})
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.Requests()); n != 0 {
 		t.Fatalf("local paths made %d hub requests", n)
 	}
 }
@@ -674,7 +678,7 @@ func (g gateLogger) Handle(ctx context.Context, r slog.Record) error {
 func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, _ := testOptions(t, f)
-	f.cdnGate, f.cdnArrived = make(chan struct{}), make(chan struct{}, 2)
+	arrived, release := f.HoldCDN()
 	waiting := make(chan struct{}, 1)
 	opts.Logger = slog.New(gateLogger{Handler: slog.NewTextHandler(io.Discard, nil), msg: "waiting for another download of the same file to finish", ch: waiting})
 
@@ -684,7 +688,7 @@ func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 	run := func(i int) {
 		wg.Go(func() { paths[i], errs[i] = Resolve(context.Background(), qwenRepo, opts) })
 	}
-	await := func(ch chan struct{}, what string) {
+	await := func(ch <-chan struct{}, what string) {
 		select {
 		case <-ch:
 		case <-time.After(20 * time.Second):
@@ -692,10 +696,10 @@ func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 		}
 	}
 	run(0)
-	await(f.cdnArrived, "the first call downloads (holding the lock)")
+	await(arrived, "the first call downloads (holding the lock)")
 	run(1)
 	await(waiting, "the second call waits on the lock")
-	close(f.cdnGate)
+	release()
 	wg.Wait()
 	for i := range 2 {
 		if errs[i] != nil {
@@ -709,7 +713,7 @@ func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 		t.Fatal("content differs")
 	}
 	var cdn int
-	for _, r := range f.requests() {
+	for _, r := range f.Requests() {
 		if r.Server == "cdn" {
 			cdn++
 		}
@@ -721,7 +725,7 @@ func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 
 func TestResolveProgress(t *testing.T) {
 	t.Run("log lines without a terminal", func(t *testing.T) {
-		f, repo := qwenHub(t)
+		f, commit := qwenHub(t)
 		opts, logs := testOptions(t, f)
 		opts.Progress = &bytes.Buffer{} // ignored: not a terminal
 		if _, err := Resolve(context.Background(), qwenRepo, opts); err != nil {
@@ -743,7 +747,7 @@ func TestResolveProgress(t *testing.T) {
 		if s := logs.records(t, "downloading model"); len(s) != 1 || s[0]["size_mb"] != 4.2 {
 			t.Fatalf("start lines %v", s)
 		}
-		if d := logs.records(t, "model downloaded"); len(d) != 1 || d[0]["size_mb"] != 4.2 || d[0]["commit"] != repo.commit {
+		if d := logs.records(t, "model downloaded"); len(d) != 1 || d[0]["size_mb"] != 4.2 || d[0]["commit"] != commit {
 			t.Fatalf("completion lines %v", d)
 		}
 	})

@@ -17,7 +17,7 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // bpe applies the merge list to one pre-token. It is immutable after New and safe for
 // concurrent use.
 type bpe struct {
-	merges  map[uint64]mergeRule
+	merges  mergeTable
 	byteIDs [256]int32 // id of each single-byte token
 	scratch sync.Pool  // *bpeScratch
 }
@@ -65,7 +65,7 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 
 	h := candidateHeap(sc.heap[:0])
 	for i := 0; i+1 < n; i++ {
-		if m, ok := b.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+		if m, ok := b.merges.get(syms[i].id, syms[i+1].id); ok {
 			h.push(candidate{rank: m.rank, pos: int32(i), id: m.id})
 		}
 	}
@@ -77,7 +77,7 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 		}
 		rightPos := s.next
 		right := syms[rightPos]
-		if m, ok := b.merges[pairKey(s.id, right.id)]; !ok || m.id != top.id {
+		if m, ok := b.merges.get(s.id, right.id); !ok || m.id != top.id {
 			continue
 		}
 		s.id = top.id
@@ -87,12 +87,12 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 			syms[right.next].prev = top.pos
 		}
 		if s.prev >= 0 {
-			if m, ok := b.merges[pairKey(syms[s.prev].id, s.id)]; ok {
+			if m, ok := b.merges.get(syms[s.prev].id, s.id); ok {
 				h.push(candidate{rank: m.rank, pos: s.prev, id: m.id})
 			}
 		}
 		if s.next >= 0 {
-			if m, ok := b.merges[pairKey(s.id, syms[s.next].id)]; ok {
+			if m, ok := b.merges.get(s.id, syms[s.next].id); ok {
 				h.push(candidate{rank: m.rank, pos: top.pos, id: m.id})
 			}
 		}

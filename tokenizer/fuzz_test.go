@@ -20,7 +20,7 @@ func FuzzEncode(f *testing.F) {
 	var userDefined []string
 	for id, typ := range tok.types {
 		if typ == TokenUserDefined {
-			userDefined = append(userDefined, tok.tokens[id])
+			userDefined = append(userDefined, tok.tokens.at(int32(id)))
 		}
 	}
 	for _, e := range loadParity(f) {

@@ -30,10 +30,10 @@ type Vocab struct {
 // Tokenizer encodes text to Qwen3 token ids and back. It is immutable after New apart
 // from an internal bounded cache, and safe for concurrent use.
 type Tokenizer struct {
-	tokens []string // as stored in the Vocab, for TokenID
+	tokens strtab // as stored in the Vocab, for TokenID
 	types  []int32
-	pieces []string // the bytes each id decodes to
-	ids    map[string]int32
+	pieces strtab // the bytes each id decodes to ("" for unused ids)
+	ids    tokenIndex
 	bpe    *bpe
 	added  addedMatcher
 	cache  *wordCache // nil disables caching (benchmarks compare both)
@@ -55,32 +55,31 @@ func New(v Vocab) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: the vocabulary has %d tokens but %d token types", n, len(v.Types))
 	}
 	t := &Tokenizer{
-		tokens: slices.Clone(v.Tokens), // the caller keeps v; t must not change under it
-		types:  slices.Clone(v.Types),
-		pieces: make([]string, n),
-		ids:    make(map[string]int32, n),
-		bpe:    &bpe{},
+		tokens: newStrtab(n, func(i int) string { return v.Tokens[i] }),
+		types:  slices.Clone(v.Types), // the caller keeps v; t must not change under it
+		ids:    newTokenIndex(n),
+		bpe:    &bpe{merges: newMergeTable(len(v.Merges))},
 		cache:  newWordCache(cacheCapacity),
 	}
+	pieces := make([]string, n) // until they are packed into t.pieces
 	var added []addedToken
 	for i, tok := range v.Tokens {
 		id := int32(i)
-		if prev, dup := t.ids[tok]; dup {
+		if prev, ok := t.ids.insert(&t.tokens, id); !ok {
 			return nil, fmt.Errorf("tokenizer: token %d %q duplicates token %d", i, tok, prev)
 		}
-		t.ids[tok] = id
 		switch typ := v.Types[i]; typ {
 		case TokenNormal:
 			b, ok := byteLevelDecode(tok)
 			if !ok || len(b) == 0 {
 				return nil, fmt.Errorf("tokenizer: normal token %d %q is not in byte-level form; is this a byte-level BPE (gpt2) vocabulary?", i, tok)
 			}
-			t.pieces[i] = string(b)
+			pieces[i] = string(b)
 		case TokenControl, TokenUserDefined:
 			if tok == "" {
 				return nil, fmt.Errorf("tokenizer: token %d has type %d and is empty", i, typ)
 			}
-			t.pieces[i] = tok
+			pieces[i] = tok
 			added = append(added, addedToken{text: tok, id: id, control: typ == TokenControl})
 		case TokenUnused:
 		default:
@@ -88,17 +87,17 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 	}
 	t.added = newAddedMatcher(added)
+	t.pieces = newStrtab(n, func(i int) string { return pieces[i] })
 
 	for b := 0; b < 256; b++ {
 		s := string(byteToRune[b])
-		id, ok := t.ids[s]
+		id, ok := t.ids.find(&t.tokens, s)
 		if !ok || t.types[id] != TokenNormal {
 			return nil, fmt.Errorf("tokenizer: the vocabulary has no normal token %q for byte 0x%02X, so some text could not be encoded", s, b)
 		}
 		t.bpe.byteIDs[b] = id
 	}
 
-	t.bpe.merges = make(map[uint64]mergeRule, len(v.Merges))
 	for rank, m := range v.Merges {
 		left, right, ok := strings.Cut(m, " ")
 		if !ok || left == "" || right == "" || strings.Contains(right, " ") {
@@ -116,17 +115,15 @@ func New(v Vocab) (*Tokenizer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: merge %d %q: %w", rank, m, err)
 		}
-		key := pairKey(a, b)
-		if prev, dup := t.bpe.merges[key]; dup {
-			return nil, fmt.Errorf("tokenizer: merge %d %q repeats merge %d", rank, m, prev.rank)
+		if prev, ok := t.bpe.merges.add(a, b, merged); !ok {
+			return nil, fmt.Errorf("tokenizer: merge %d %q repeats merge %d", rank, m, prev)
 		}
-		t.bpe.merges[key] = mergeRule{rank: int32(rank), id: merged}
 	}
 	return t, nil
 }
 
 func (t *Tokenizer) normalID(tok string) (int32, error) {
-	id, ok := t.ids[tok]
+	id, ok := t.ids.find(&t.tokens, tok)
 	if !ok {
 		return 0, fmt.Errorf("%q is not in the vocabulary", tok)
 	}
@@ -137,13 +134,12 @@ func (t *Tokenizer) normalID(tok string) (int32, error) {
 }
 
 // VocabSize returns the number of token ids, including added and unused ones.
-func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+func (t *Tokenizer) VocabSize() int { return t.tokens.len() }
 
 // TokenID returns the id of a token as the vocabulary stores it: the literal text of
 // an added token ("<|endoftext|>"), the byte-level form of a normal one ("Ġthe").
 func (t *Tokenizer) TokenID(piece string) (int32, bool) {
-	id, ok := t.ids[piece]
-	return id, ok
+	return t.ids.find(&t.tokens, piece)
 }
 
 // Encode returns the token ids of text, as HF's tokenizer gives them with
@@ -211,13 +207,13 @@ func (t *Tokenizer) appendPiece(ids []int32, piece string) []int32 {
 func (t *Tokenizer) Decode(ids []int32) (string, error) {
 	var b strings.Builder
 	for i, id := range ids {
-		if id < 0 || int(id) >= len(t.tokens) {
-			return "", fmt.Errorf("tokenizer: token %d is id %d, outside the vocabulary (0 to %d)", i, id, len(t.tokens)-1)
+		if id < 0 || int(id) >= t.tokens.len() {
+			return "", fmt.Errorf("tokenizer: token %d is id %d, outside the vocabulary (0 to %d)", i, id, t.tokens.len()-1)
 		}
 		if t.types[id] == TokenUnused {
-			return "", fmt.Errorf("tokenizer: token %d is id %d, an unused (padding) token %q", i, id, t.tokens[id])
+			return "", fmt.Errorf("tokenizer: token %d is id %d, an unused (padding) token %q", i, id, t.tokens.at(id))
 		}
-		b.WriteString(t.pieces[id])
+		b.WriteString(t.pieces.at(id))
 	}
 	return toValidUTF8(b.String()), nil
 }

@@ -104,14 +104,15 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultContextTokens = 8192
-	// DefaultBatchTokens was measured on the 0.6B shape (f16, 2 CPU threads,
-	// 32 x 256 tokens): 1024 gave 148 tokens/s against 143 for 2048, with 70 MB less
-	// peak memory; larger calls only make each query scan more KV cells.
-	DefaultBatchTokens = 1024
+	// DefaultBatchTokens sizes the packed rounds of short sequences. Measured on the
+	// 0.6B shape (f16, one thread, tokens per CPU-second) for 64 x 16, 32 x 64 and
+	// 16 x 128 tokens: 88.7, 91.0 and 87.9 with 512-token calls; 85.6, 86.5 and 82.9
+	// with 1024.
+	DefaultBatchTokens = 512
 	DefaultMaxSeqs     = 64
-	// DefaultAttentionBytes keeps the attention scores of a long sequence's decode
-	// call at 512 MiB: the 0.6B model (16 heads) then decodes 1024-token calls in an
-	// 8192-token context and 256-token calls in a 32768-token one.
+	// DefaultAttentionBytes bounds the attention scores of a long sequence's decode
+	// call at 512 MiB: the 0.6B model (16 heads) keeps LongCallTokens up to a
+	// 32768-token context.
 	DefaultAttentionBytes = 512 << 20
 )
 
@@ -119,7 +120,22 @@ const (
 // are decoded alone without it (see Open). It is a constant, not a setting, because
 // the kernel is part of what a vector is: every engine, warm or ephemeral, must pick
 // the same one for the same sequence for their vectors to agree bit for bit.
-const FlashMaxTokens = 512
+//
+// It is where the kernels cross over on the 0.6B shape (one thread, one sequence
+// alone, tokens per CPU-second): flash attention 86.8 / 84.6 / 78.3 / 66.8 at 64 /
+// 128 / 256 / 512 tokens, the plain kernel 81.1 / 85.1 / 87.0 / 81.0. Flash
+// attention's edge below it is packing: it skips the cells of the other sequences
+// of a round, where the plain kernel would multiply them out and mask them.
+const FlashMaxTokens = 128
+
+// LongCallTokens is the most tokens a long sequence's decode call takes (fewer
+// where AttentionBytes or BatchTokens says so). The plain kernel computes each
+// call's attention over every cell up to the call's last token, so larger calls
+// waste more on the masked, causal half; smaller ones stream the weights more
+// often. On the 0.6B shape, one thread, 1024 and 2048 tokens: 76.7 and 66.2 tokens
+// per CPU-second with 256-token calls, 73.9 and 64.0 with 512, 68.5 and 59.8 with
+// 1024; 128 and 192 within 1% of 256.
+const LongCallTokens = 256
 
 // Config says which model to load and how to size the context. The zero value of every
 // field but ModelPath picks a documented default.
@@ -133,8 +149,9 @@ type Config struct {
 	ContextTokens int
 
 	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call, and
-	// the token budget of one packed round of short sequences (see plan).
-	// 0 means min(ContextTokens, 1024).
+	// the token budget of one packed round of short sequences (see plan); a long
+	// sequence's calls take at most LongCallTokens of it. 0 means
+	// min(ContextTokens, 512).
 	BatchTokens int
 
 	// Threads is llama.cpp's thread count for decoding. 0 means runtime.NumCPU().
@@ -153,8 +170,8 @@ type Config struct {
 	// AttentionBytes bounds the attention scores of one decode call of a long
 	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
 	// of cells x tokens x heads per layer, 4 x ContextTokens x calls x heads bytes at
-	// worst, so long sequences are decoded in calls of at most BatchTokens tokens
-	// and at most what fits. 0 means DefaultAttentionBytes.
+	// worst, so long sequences are decoded in calls of at most LongCallTokens and
+	// BatchTokens tokens and at most what fits. 0 means DefaultAttentionBytes.
 	AttentionBytes int64
 
 	// Nice lowers the CPU priority of the decoding threads by this much (0 to 19),
@@ -269,7 +286,8 @@ var backendInit = sync.OnceValue(func() error {
 //     0.999996 at any length, the one rounding of V to bf16. It skips the cells a
 //     sequence may not see, so a sequence's vector does not depend on what else
 //     shares the round, bit for bit; and on packed short sequences it is the faster
-//     kernel (77 against 68 tokens per CPU-second for 32 x 256 tokens).
+//     kernel, but it slows down with length faster than the plain kernel
+//     (FlashMaxTokens has the crossover).
 //   - Without flash attention llama.cpp multiplies the KQ matrix out: cosine
 //     0.9999998 at 8192 tokens, and 2.7 times as fast as flash attention on one 4096-
 //     token sequence (46.7 against 17.3 tokens per CPU-second), but its sums run over
@@ -369,7 +387,7 @@ func Open(cfg Config) (*Engine, error) {
 	if attnBytes == 0 {
 		attnBytes = DefaultAttentionBytes
 	}
-	plainBatch := min(batchTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
+	plainBatch := min(batchTokens, LongCallTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
 
 	e := &Engine{
 		info: Info{
@@ -797,9 +815,16 @@ const warmUpTokens = 32
 // 256 and 1024 tokens were within 1% (docs/routing.md). Decoding a whole input of
 // each length would cost what the input costs (8192 tokens of the 0.6B model: about
 // a minute on two cores) for nothing measurable.
+//
+// Given any length, WarmUp readies the short-input context as well: queries, the
+// inputs whose latency matters most, go there, whether or not the bucket list names
+// a length under FlashMaxTokens (the seed list, 256, 1024 and 8192, does not).
 func (e *Engine) WarmUp(ctx context.Context, lengths []int) error {
+	if len(lengths) == 0 {
+		return nil
+	}
 	done := map[*kctx]bool{}
-	for _, n := range lengths {
+	for _, n := range append([]int{1}, lengths...) {
 		n = min(max(n, 1), e.info.ContextTokens)
 		k := e.contextFor(n)
 		if done[k] {

@@ -114,10 +114,10 @@ func embedOne(tb testing.TB, e *Engine, seq []int32) []float32 {
 }
 
 func TestInfo(t *testing.T) {
-	e := openTiny(t, Config{ContextTokens: 512, MaxSeqs: 8})
+	e := openTiny(t, Config{ContextTokens: 1024, MaxSeqs: 8})
 	info := e.Info()
-	if info.ContextTokens != 512 || info.BatchTokens != 512 {
-		t.Errorf("ContextTokens, BatchTokens = %d, %d; want 512, 512 (batch defaults to min(ctx, 1024))", info.ContextTokens, info.BatchTokens)
+	if info.ContextTokens != 1024 || info.BatchTokens != 512 {
+		t.Errorf("ContextTokens, BatchTokens = %d, %d; want 1024, 512 (batch defaults to min(ctx, 512))", info.ContextTokens, info.BatchTokens)
 	}
 	if info.NEmbd <= 0 || info.NVocab <= 0 || info.TrainContext < 512 || info.ModelName == "" {
 		t.Errorf("Info = %+v; want positive sizes, a training context ≥ 512 and a name", info)
@@ -673,10 +673,10 @@ func TestWarmUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w.short.lctx == nil {
-		t.Error("WarmUp(256, ...) did not create the short context")
+		t.Error("WarmUp(256, ...) did not create the short context that queries use")
 	}
-	// One decode call per context: 256 goes to the short one; 1024, 2048 and 4096
-	// (capped at the context) to the long one.
+	// One decode call per context: the short one, which WarmUp always readies, and
+	// the long one, which 256, 1024, 2048 and 4096 (capped at the context) go to.
 	if n := decodes.Load(); n != 2 {
 		t.Errorf("WarmUp made %d decode calls, want 2", n)
 	}

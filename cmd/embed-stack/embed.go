@@ -94,22 +94,17 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	}
 	switch {
 	case f.model == "":
-		return nil, errors.New("--model is required: a GGUF file or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0")
+		return nil, errors.New(modelRequired)
 	case f.output == "":
 		return nil, errors.New("--output is required: a .jsonl or .npy file, or - for standard output")
 	case f.input == f.output && f.input != "-":
 		return nil, errors.New("--input and --output are the same file")
 	}
-	for _, c := range []struct {
-		name string
-		v    int
-	}{{"--batch-size", f.batchSize}, {"--in-flight", f.inFlight}, {"--warm-max-tokens", f.warmMaxTokens}, {"--max-input-tokens", f.maxInputTokens}} {
-		if c.v < 1 {
-			return nil, fmt.Errorf("%s must be at least 1; got %d", c.name, c.v)
-		}
+	if err := atLeastOne(intFlag{"--batch-size", f.batchSize}, intFlag{"--in-flight", f.inFlight}); err != nil {
+		return nil, err
 	}
-	if f.warmMaxTokens > f.maxInputTokens {
-		return nil, fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", f.warmMaxTokens, f.maxInputTokens)
+	if err := checkTokenLimits(f.warmMaxTokens, f.maxInputTokens); err != nil {
+		return nil, err
 	}
 	if f.dimensions < 0 || f.threads < 0 || f.batchTokens < 0 || f.maxEphemeral < 0 || f.maxEphTokens < 0 {
 		return nil, errors.New("--dimensions, --threads, --batch-tokens, --max-ephemeral and --max-ephemeral-tokens must not be negative")

@@ -155,3 +155,34 @@ func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// modelRequired is the error of serve and embed without --model.
+const modelRequired = "--model is required: a GGUF file or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0"
+
+// intFlag is an integer flag's name and value, for the checks below.
+type intFlag struct {
+	name string
+	v    int
+}
+
+// atLeastOne refuses the first flag below 1.
+func atLeastOne(flags ...intFlag) error {
+	for _, f := range flags {
+		if f.v < 1 {
+			return fmt.Errorf("%s must be at least 1; got %d", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// checkTokenLimits checks the routing limits serve and embed share: both at least
+// 1, and the warm worker's no larger than the longest input.
+func checkTokenLimits(warmMax, maxInput int) error {
+	if err := atLeastOne(intFlag{"--max-input-tokens", maxInput}, intFlag{"--warm-max-tokens", warmMax}); err != nil {
+		return err
+	}
+	if warmMax > maxInput {
+		return fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", warmMax, maxInput)
+	}
+	return nil
+}

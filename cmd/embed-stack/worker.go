@@ -24,7 +24,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		model       = fs.String("model", "", "GGUF model `path` (required)")
 		socket      = fs.String("socket", "", "Unix socket `path` to serve the worker protocol on (required; its directory should be private)")
 		ctxTokens   = fs.Int("ctx", 0, "context size in `tokens`: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
-		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call (n_batch = n_ubatch; 0 = min(ctx, 1024), lowered until the attention scores fit 512 MiB)")
+		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call of packed short inputs (n_batch = n_ubatch; 0 = min(ctx, 512)); a long input's calls take at most 256 of them, fewer where their attention scores would pass 512 MiB")
 		threads     = fs.Int("threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
 		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
 		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
