@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 // TestMeasureSpawn prints how long an ephemeral worker of the real binary takes
@@ -23,7 +25,7 @@ func TestMeasureSpawn(t *testing.T) {
 	if spec == "" {
 		t.Skip("set EMBED_STACK_MEASURE_SPAWN to measure (see the doc comment)")
 	}
-	root := repoRootDir(t)
+	root := testrepo.RootOf(t)
 	abs := func(env, def string) string {
 		p := os.Getenv(env)
 		if p == "" {
@@ -67,24 +69,6 @@ func TestMeasureSpawn(t *testing.T) {
 		t.Logf("%s, %d tokens (--ctx %d): ready after %s, vector after %s, exited after %s; peak RSS %d MiB",
 			filepath.Base(model), n, nCtx, ready.Round(time.Millisecond), result.Round(time.Millisecond),
 			time.Since(started).Round(time.Millisecond), rss>>10)
-	}
-}
-
-func repoRootDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = parent
 	}
 }
 

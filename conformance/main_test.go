@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 const (
@@ -57,7 +59,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	root, err := findRepoRoot()
+	root, err := testrepo.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		return 1
@@ -95,24 +97,6 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// findRepoRoot walks up from the working directory to the directory holding go.mod.
-func findRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // server is one running `embed-stack serve` process.

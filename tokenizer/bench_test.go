@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 // benchTexts returns the benchmark inputs from testdata/corpus: English prose (the whole
@@ -12,7 +14,7 @@ import (
 // samples, repeated to about 256 KB).
 func benchTexts(b *testing.B) map[string]string {
 	b.Helper()
-	dir := filepath.Join(repoRoot(b), "testdata", "corpus")
+	dir := filepath.Join(testrepo.RootOf(b), "testdata", "corpus")
 	read := func(name string) string {
 		raw, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	tiktoken "github.com/tiktoken-go/tokenizer"
+
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 func TestCl100kKnownIDs(t *testing.T) {
@@ -51,7 +53,7 @@ func TestCl100kRoundTrip(t *testing.T) {
 		"func main() {\n\tfmt.Println(\"hi\")\n}\n",
 	}
 	for _, name := range []string{"gettysburg.txt", "multilingual.txt"} {
-		raw, err := os.ReadFile(filepath.Join(repoRoot(t), "testdata", "corpus", name))
+		raw, err := os.ReadFile(filepath.Join(testrepo.RootOf(t), "testdata", "corpus", name))
 		if err != nil {
 			t.Fatal(err)
 		}

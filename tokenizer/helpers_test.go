@@ -8,31 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// repoRoot walks up from the package directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/embed-stack/embed-stack/internal/testrepo"
+)
 
 // tokenizerJSONPath is where scripts/fetch-tokenizer.sh puts the real Qwen3
 // tokenizer.json (the Makefile runs it before the tests).
 func tokenizerJSONPath(t testing.TB) string {
-	return filepath.Join(repoRoot(t), ".cache", "qwen3", "tokenizer.json")
+	return filepath.Join(testrepo.RootOf(t), ".cache", "qwen3", "tokenizer.json")
 }
 
 // vocabFromTokenizerJSON builds the Vocab a GGUF converter would store from an HF

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/embed-stack/embed-stack/internal/reference"
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 // endOfText is Qwen3's <|endoftext|>, the last token of every sequence routing sends.
@@ -24,31 +25,13 @@ const endOfText = 151643
 // tinyModel is the generated test model, relative to the repository root.
 const tinyModel = "models/tiny.gguf"
 
-func repoRoot(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // modelFile returns the path of a model relative to the repository root, skipping the
 // test only when the file does not exist.
 func modelFile(tb testing.TB, rel string) string {
 	tb.Helper()
 	path := rel
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(repoRoot(tb), rel)
+		path = filepath.Join(testrepo.RootOf(tb), rel)
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		hint := "generate it with `make models`"

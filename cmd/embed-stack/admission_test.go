@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 func TestParseLengths(t *testing.T) {
@@ -52,7 +53,7 @@ func TestParseMemAvailable(t *testing.T) {
 
 // TestKVBytesPerToken: layers x KV heads x (key + value width) x 2 bytes.
 func TestKVBytesPerToken(t *testing.T) {
-	root := findRoot(t)
+	root := testrepo.RootOf(t)
 	for _, tt := range []struct {
 		model string
 		want  int64
@@ -69,24 +70,6 @@ func TestKVBytesPerToken(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("kvBytesPerToken(%s) = %d, %v; want %d", tt.model, got, err, tt.want)
 		}
-	}
-}
-
-func findRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test")
-		}
-		dir = parent
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/reference"
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 const miniTokenizer = "testdata/tokenizer-mini.json"
@@ -355,7 +356,7 @@ func TestRunFlags(t *testing.T) {
 // TestRealTokenizer checks the vocabulary built from the real Qwen3 tokenizer.json,
 // when scripts/fetch-tokenizer.sh has fetched it.
 func TestRealTokenizer(t *testing.T) {
-	path := filepath.Join(repoRoot(t), ".cache", "qwen3", "tokenizer.json")
+	path := filepath.Join(testrepo.RootOf(t), ".cache", "qwen3", "tokenizer.json")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("%s not present; run scripts/fetch-tokenizer.sh", path)
 	}
@@ -383,24 +384,6 @@ func TestRealTokenizer(t *testing.T) {
 	}
 	if v.merges[0] != "Ġ Ġ" {
 		t.Errorf("first merge %q, want %q", v.merges[0], "Ġ Ġ")
-	}
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 const (
@@ -90,7 +91,7 @@ func runMain(m *testing.M) int {
 
 // configure reads the environment into suite.
 func configure() error {
-	root, err := findRepoRoot()
+	root, err := testrepo.Root()
 	if err != nil {
 		return err
 	}
@@ -210,24 +211,6 @@ func fromRoot(p string) string {
 		return p
 	}
 	return filepath.Join(suite.repoRoot, p)
-}
-
-// findRepoRoot walks up from the working directory to the directory holding go.mod.
-func findRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // socketDir creates the private directory for the workers' sockets, as serve does. It
