@@ -237,7 +237,7 @@ type Engine struct {
 	nice    int
 
 	// short takes the sequences of up to shortMax tokens, long the others (nil when
-	// no sequence can be longer). Both may be the same context.
+	// no sequence can be longer).
 	short, long *kctx
 	shortMax    int
 
@@ -667,7 +667,7 @@ func (e *Engine) embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
 	}
 	decodes := 0
 	for _, k := range []*kctx{e.short, e.long} {
-		if k == nil || k == e.long && e.long == e.short {
+		if k == nil {
 			continue
 		}
 		var idx []int
