@@ -5,12 +5,28 @@
 #     carry; the ollama module zip omits that folder), `make deps` installs them;
 #   - our stand-in miniaudio header (backends/llama/include), since audio decoding is
 #     never used;
-#   - llama.h from the ollama module, whose path `go list -m` resolves.
+#   - llama.h from the ollama module. On a fresh machine the module is not in the Go
+#     module cache yet, so it is downloaded (`go mod download`) before `go list -m`
+#     resolves its directory; when that fails the build stops here, naming the fix,
+#     instead of passing include paths rooted at / to the compiler.
 # macOS: `brew install nlohmann-json` and put stb_image.h on the include path (or
 # set EXTRA_CPPFLAGS=-I/path/to/stb-parent); Metal is not enabled by this build.
 
 GO          ?= go
-OLLAMA_DIR  := $(shell $(GO) list -m -f '{{.Dir}}' github.com/ollama/ollama 2>/dev/null)
+OLLAMA_MOD  := github.com/ollama/ollama
+OLLAMA_DIR  := $(shell $(GO) mod download $(OLLAMA_MOD) >/dev/null 2>&1; $(GO) list -m -f '{{.Dir}}' $(OLLAMA_MOD) 2>/dev/null)
+LLAMA_H     := $(OLLAMA_DIR)/llama/llama.cpp/include/llama.h
+
+# Targets that need no llama.cpp headers still work without the module (deps installs
+# the system packages a later build needs; clean removes bin/).
+NO_CGO_GOALS := deps clean
+ifeq ($(wildcard $(LLAMA_H)),)
+ifneq ($(filter-out $(NO_CGO_GOALS),$(or $(MAKECMDGOALS),all)),)
+$(error cannot find llama.h of $(OLLAMA_MOD) (module directory: "$(OLLAMA_DIR)"). \
+`$(GO) mod download $(OLLAMA_MOD)` must succeed first: check the network or GOPROXY \
+(GOPROXY=$(shell $(GO) env GOPROXY), GOFLAGS=$(shell $(GO) env GOFLAGS)), then run make again)
+endif
+endif
 
 # CPU flags: ggml's CPU kernels are compiled by cgo, and without -march they target
 # baseline x86-64 (no AVX), about 4x slower here. `native` suits a binary built and run
