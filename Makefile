@@ -58,8 +58,13 @@ ADDR         ?= 127.0.0.1:8080
 .PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
+# The version `embed-stack --version`, /info and the build_info metric report; the
+# commit comes from the Go toolchain's own VCS stamp (internal/buildinfo).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(VERSION)
+
 build:
-	$(GO) build -o bin/embed-stack ./cmd/embed-stack
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/embed-stack ./cmd/embed-stack
 
 # System packages for the cgo build and the node client tests (Debian; run as root).
 deps:

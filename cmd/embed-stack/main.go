@@ -14,11 +14,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/embed-stack/embed-stack/internal/buildinfo"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
-
-// version is set at link time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embedding.
 
@@ -54,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "embed-stack", version)
+		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)

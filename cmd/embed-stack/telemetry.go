@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/internal/buildinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
@@ -37,7 +38,7 @@ type processTelemetry struct {
 // registry. The workers inherit serve's environment (see backends.WorkerSpec.Env),
 // so they export through the same configuration.
 func startTelemetry(role string, prometheus bool, logger *slog.Logger) (*processTelemetry, error) {
-	t, err := telemetry.Setup(context.Background(), telemetry.Config{Role: role, Version: version, Prometheus: prometheus})
+	t, err := telemetry.Setup(context.Background(), telemetry.Config{Role: role, Version: buildinfo.Version, Prometheus: prometheus})
 	if err != nil {
 		return nil, err
 	}

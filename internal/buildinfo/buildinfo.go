@@ -1,0 +1,58 @@
+// Package buildinfo says which build of embed-stack is running: the version stamped at
+// link time and the commit the Go toolchain recorded. `embed-stack --version`, the
+// service.version of every span, /info and the build_info metric all read it here, so
+// they can never disagree.
+package buildinfo
+
+import (
+	"runtime"
+	"runtime/debug"
+	"sync"
+)
+
+// Version is set at link time: the Makefile passes
+// -ldflags "-X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(git describe)".
+// A plain `go build` leaves "dev".
+var Version = "dev"
+
+// Info is what a build knows about itself. Safe for concurrent use (it is a value).
+type Info struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`     // full revision, "" when built outside git
+	Modified  bool   `json:"modified"`   // the work tree had uncommitted changes
+	GoVersion string `json:"go_version"` // toolchain that built the binary
+}
+
+var read = sync.OnceValue(func() Info {
+	info := Info{Version: Version, GoVersion: runtime.Version()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.Commit = s.Value
+			case "vcs.modified":
+				info.Modified = s.Value == "true"
+			}
+		}
+	}
+	return info
+})
+
+// Get returns the build's version, commit and toolchain.
+func Get() Info { return read() }
+
+// String is the one-line form `embed-stack --version` prints:
+// "embed-stack v0.3.0 (commit 587bbd6c1a2b, go1.26.8)".
+func (i Info) String() string {
+	commit := i.Commit
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	if i.Modified {
+		commit += "+dirty"
+	}
+	return "embed-stack " + i.Version + " (commit " + commit + ", " + i.GoVersion + ")"
+}
