@@ -35,7 +35,12 @@ MARCH       ?= native
 OPT_FLAGS   := -O3 -march=$(MARCH)
 
 export CGO_ENABLED  := 1
-export CGO_CPPFLAGS := $(strip -I$(CURDIR)/backends/llama/include -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include $(EXTRA_CPPFLAGS))
+# The stand-in headers' folder is part of CGO_CPPFLAGS and so of every cgo build-cache
+# key: several checkouts (git worktrees) can share one llama.cpp build by pointing
+# STANDIN_INCLUDE at the same folder.
+STANDIN_INCLUDE ?= $(CURDIR)/backends/llama/include
+
+export CGO_CPPFLAGS := $(strip -I$(STANDIN_INCLUDE) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include $(EXTRA_CPPFLAGS))
 export CGO_CFLAGS   := $(OPT_FLAGS)
 export CGO_CXXFLAGS := $(OPT_FLAGS)
 
