@@ -63,10 +63,13 @@ ADDR         ?= 127.0.0.1:8080
 .PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
-# The version `embed-stack --version`, /info and the build_info metric report; the
-# commit comes from the Go toolchain's own VCS stamp (internal/buildinfo).
+# The version and commit `embed-stack --version`, /info and the build_info metric report
+# (internal/buildinfo). The commit is stamped here rather than left to the toolchain's VCS
+# stamp, which GOFLAGS=-buildvcs=false turns off.
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(VERSION)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS     := -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(VERSION) \
+               -X github.com/embed-stack/embed-stack/internal/buildinfo.Commit=$(COMMIT)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/embed-stack ./cmd/embed-stack

@@ -10,10 +10,14 @@ import (
 	"sync"
 )
 
-// Version is set at link time: the Makefile passes
-// -ldflags "-X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(git describe)".
-// A plain `go build` leaves "dev".
-var Version = "dev"
+// Version and Commit are set at link time: `make build` passes
+// -ldflags "-X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(git describe) -X ...Commit=$(git rev-parse HEAD)".
+// A plain `go build` leaves Version "dev" and Commit empty; Commit then falls back to the
+// Go toolchain's VCS stamp, which some machines turn off (GOFLAGS=-buildvcs=false).
+var (
+	Version = "dev"
+	Commit  = ""
+)
 
 // Info is what a build knows about itself. Safe for concurrent use (it is a value).
 type Info struct {
@@ -24,8 +28,8 @@ type Info struct {
 }
 
 var read = sync.OnceValue(func() Info {
-	info := Info{Version: Version, GoVersion: runtime.Version()}
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	info := Info{Version: Version, Commit: Commit, GoVersion: runtime.Version()}
+	if bi, ok := debug.ReadBuildInfo(); ok && Commit == "" {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
