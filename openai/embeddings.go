@@ -37,6 +37,14 @@ type EmbeddingRequest struct {
 	User        string
 	InputType   string
 	Instruction *string
+
+	// OutputType is "float" or a quantized type (int8, uint8, binary, ubinary), from
+	// encoding_format, output_dtype or embedding_types (output.go); Base64 asks for
+	// base64 of the float32 or quantized bytes.
+	OutputType string
+	Base64     bool
+	// Truncate is "" (too long = 400), TruncateEnd or TruncateStart.
+	Truncate string
 }
 
 // Input is the `input` union. Exactly one of Texts and Tokens is set: a JSON string
@@ -69,6 +77,9 @@ type wireRequest struct {
 	User           json.RawMessage `json:"user"`
 	InputType      json.RawMessage `json:"input_type"`
 	Instruction    json.RawMessage `json:"instruction"`
+	OutputDtype    json.RawMessage `json:"output_dtype"`
+	EmbeddingTypes json.RawMessage `json:"embedding_types"`
+	Truncate       json.RawMessage `json:"truncate"`
 }
 
 // DecodeEmbeddingRequest parses and type-checks a request body. It checks shapes
@@ -108,10 +119,11 @@ func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	if req.Input, err = decodeInput(w.Input); err != nil {
 		return nil, err
 	}
-	switch req.EncodingFormat {
-	case "", EncodingFloat, EncodingBase64:
-	default:
-		return nil, &DecodeError{Param: "encoding_format", Message: fmt.Sprintf("%q is not one of ['float', 'base64'] - 'encoding_format'", req.EncodingFormat)}
+	if err := resolveOutput(&req, w.OutputDtype, w.EmbeddingTypes); err != nil {
+		return nil, err
+	}
+	if req.Truncate, err = DecodeTruncate(w.Truncate); err != nil {
+		return nil, err
 	}
 	return &req, nil
 }
@@ -231,8 +243,13 @@ type EmbeddingResponse struct {
 	Model string
 	// Vectors are in input order; Data[i].index is i.
 	Vectors [][]float32
-	// Base64 selects encoding_format "base64": little-endian float32 bytes.
-	Base64       bool
+	// Base64 selects encoding_format "base64": little-endian float32 bytes, or the
+	// bytes of Quantized.
+	Base64 bool
+	// Quantized, when set, replaces Vectors: one quantized vector per input, written
+	// as integers (int8 when Signed, else uint8) or, with Base64, as their bytes.
+	Quantized    [][]byte
+	Signed       bool
 	PromptTokens int
 }
 
@@ -242,19 +259,26 @@ type EmbeddingResponse struct {
 // decimal that parses back to the same float32).
 func (r *EmbeddingResponse) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"object":"list","data":[`...)
-	for i, v := range r.Vectors {
+	n := len(r.Vectors)
+	if r.Quantized != nil {
+		n = len(r.Quantized)
+	}
+	for i := range n {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `{"object":"embedding","index":`...)
 		dst = strconv.AppendInt(dst, int64(i), 10)
 		dst = append(dst, `,"embedding":`...)
-		if r.Base64 {
+		switch {
+		case r.Quantized != nil:
+			dst = r.appendQuantized(dst, i)
+		case r.Base64:
 			dst = append(dst, '"')
-			dst = AppendBase64(dst, v)
+			dst = AppendBase64(dst, r.Vectors[i])
 			dst = append(dst, '"')
-		} else {
-			dst = AppendFloats(dst, v)
+		default:
+			dst = AppendFloats(dst, r.Vectors[i])
 		}
 		dst = append(dst, '}')
 	}

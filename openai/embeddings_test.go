@@ -70,7 +70,7 @@ func TestDecodeEmbeddingRequestErrors(t *testing.T) {
 		{"dimensions string", `{"input":"x","dimensions":"64"}`, "dimensions", `"64" is not of type 'integer' - 'dimensions'`},
 		{"dimensions zero", `{"input":"x","dimensions":0}`, "dimensions", "0 is less than the minimum of 1 - 'dimensions'"},
 		{"dimensions negative", `{"input":"x","dimensions":-3}`, "dimensions", "-3 is less than the minimum of 1 - 'dimensions'"},
-		{"encoding format", `{"input":"x","encoding_format":"int8"}`, "encoding_format", `"int8" is not one of ['float', 'base64'] - 'encoding_format'`},
+		{"encoding format", `{"input":"x","encoding_format":"int4"}`, "encoding_format", `"int4" is not one of ['float', 'base64', 'int8', 'uint8', 'binary', 'ubinary'] - 'encoding_format'`},
 		{"model type", `{"input":"x","model":5}`, "model", "5 is not of type 'string' - 'model'"},
 	}
 	for _, tt := range tests {

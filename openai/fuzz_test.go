@@ -34,6 +34,8 @@ func FuzzDecodeEmbeddingRequest(f *testing.F) {
 		`{"input":"x","dimensions":-1}`,
 		`{"input":"x","instruction":null,"input_type":"query"}`,
 		`{"input":"x","encoding_format":"int8"}`,
+		`{"input":"x","output_dtype":"binary","encoding_format":"base64","truncate":true}`,
+		`{"input":"x","embedding_types":["base64"],"truncate":"start"}`,
 		`{"input":["a",1]}`,
 		`{"input":[-9223372036854775808]}`,
 		`{"input":"\ud800 \u0000"}`,
@@ -45,7 +47,8 @@ func FuzzDecodeEmbeddingRequest(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	params := map[string]bool{"": true, "input": true, "model": true, "encoding_format": true,
-		"dimensions": true, "user": true, "input_type": true, "instruction": true}
+		"dimensions": true, "user": true, "input_type": true, "instruction": true,
+		"output_dtype": true, "embedding_types": true, "truncate": true}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeEmbeddingRequest(body)
 		if err != nil {
@@ -88,9 +91,17 @@ func checkWellFormed(t *testing.T, req *EmbeddingRequest) {
 		}
 	}
 	switch req.EncodingFormat {
-	case "", EncodingFloat, EncodingBase64:
+	case "", EncodingFloat, EncodingBase64, TypeInt8, TypeUint8, TypeBinary, TypeUbinary:
 	default:
 		t.Fatalf("encoding_format %q accepted", req.EncodingFormat)
+	}
+	if !isOutputType(req.OutputType) {
+		t.Fatalf("output type %q accepted", req.OutputType)
+	}
+	switch req.Truncate {
+	case "", TruncateEnd, TruncateStart:
+	default:
+		t.Fatalf("truncate %q accepted", req.Truncate)
 	}
 	if req.Dimensions < 0 || req.Dimensions > math.MaxInt32 {
 		t.Fatalf("dimensions %d accepted", req.Dimensions)
@@ -114,6 +125,15 @@ func encodeRequest(t *testing.T, req *EmbeddingRequest) []byte {
 	}
 	if req.Dimensions != 0 {
 		m["dimensions"] = req.Dimensions
+	}
+	if req.OutputType != EncodingFloat && req.OutputType != req.EncodingFormat {
+		m["output_dtype"] = req.OutputType
+	}
+	if req.Base64 && req.EncodingFormat != EncodingBase64 {
+		m["embedding_types"] = []string{EncodingBase64}
+	}
+	if req.Truncate != "" {
+		m["truncate"] = req.Truncate
 	}
 	if req.Instruction != nil {
 		m["instruction"] = *req.Instruction

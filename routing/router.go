@@ -175,6 +175,9 @@ type Request struct {
 	Instruction *string
 	// Dimensions is the output size; 0 = native.
 	Dimensions int
+	// Truncate shortens inputs over the per-input limit instead of refusing them
+	// (truncate.go).
+	Truncate Truncation
 }
 
 // Result is the vectors in input order and the tokens embedded.
@@ -297,7 +300,14 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	_, tok := stage.Start(ctx, tr, "routing.tokenize")
 	err := func() error {
 		for i, text := range wrapped {
-			if err := add(i, r.Tokenizer.Encode(text)); err != nil {
+			seq := r.Tokenizer.Encode(text)
+			if req.Truncate != NoTruncation && len(seq) >= r.inputLimit() {
+				var err error
+				if seq, err = r.truncateText(i, typ, instruction, req.Texts[i], r.inputLimit()-1, req.Truncate); err != nil {
+					return err
+				}
+			}
+			if err := add(i, seq); err != nil {
 				return err
 			}
 		}
@@ -310,7 +320,7 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 			prefix = r.Tokenizer.Encode(queryPrefix(instruction))
 		}
 		for i, ids := range req.TokenIDs {
-			seq, err := r.fromTokenIDs(i, ids, typ, instruction, prefix)
+			seq, err := r.fromTokenIDs(i, ids, typ, instruction, prefix, req.Truncate)
 			if err != nil {
 				return err
 			}
@@ -328,7 +338,9 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 }
 
 // fromTokenIDs applies the token-id policy to input i.
-func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32) ([]int32, error) {
+// With truncation, an input over the limit is shortened: native ids by dropping
+// ids (the query prefix kept), cl100k ids as the text they decode to.
+func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32, trunc Truncation) ([]int32, error) {
 	if len(ids) == 0 {
 		return nil, inputErr("input", i, CodeEmptyInput, "input %d is an empty array of token ids.", i)
 	}
@@ -345,6 +357,19 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 			}
 			seq = append(seq, int32(id))
 		}
+		if over := len(seq) + 1 - r.inputLimit(); trunc != NoTruncation && over > 0 {
+			user := seq[len(queryPrefix):]
+			if over >= len(user) {
+				return nil, inputErr("input", i, CodeContextLength,
+					"input %d cannot be truncated to %d tokens and keep any of its ids: the wrapping alone (instruction prefix and <|endoftext|>) takes %d.", i, r.inputLimit(), len(queryPrefix)+1)
+			}
+			if trunc == TruncateStart {
+				user = user[over:]
+			} else {
+				user = user[:len(user)-over]
+			}
+			seq = append(seq[:len(queryPrefix):len(queryPrefix)], user...)
+		}
 		return seq, nil
 	}
 	text, err := r.Cl100k.Decode(ids)
@@ -354,7 +379,11 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 	if text == "" {
 		return nil, inputErr("input", i, CodeEmptyInput, "input %d decodes to an empty string.", i)
 	}
-	return r.Tokenizer.Encode(Wrap(typ, instruction, text)), nil
+	seq := r.Tokenizer.Encode(Wrap(typ, instruction, text))
+	if trunc != NoTruncation && len(seq) >= r.inputLimit() {
+		return r.truncateText(i, typ, instruction, text, r.inputLimit()-1, trunc)
+	}
+	return seq, nil
 }
 
 // Embed runs a request: short inputs go to the warm worker in chunks, long ones each

@@ -40,6 +40,7 @@ func (s *Server) embeddings(c *gin.Context) {
 		InputType:   firstNonEmpty(req.InputType, c.GetHeader(headerInputType), suffixType),
 		Instruction: req.Instruction,
 		Dimensions:  req.Dimensions,
+		Truncate:    truncation(req.Truncate),
 	}
 	if rreq.Instruction == nil {
 		if h := c.GetHeader(headerInstruction); h != "" {
@@ -57,7 +58,8 @@ func (s *Server) embeddings(c *gin.Context) {
 	if model == "" {
 		model = s.Config.ModelName
 	}
-	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.EncodingFormat == openai.EncodingBase64, PromptTokens: res.Tokens}
+	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.Base64, PromptTokens: res.Tokens}
+	quantizeResponse(&resp, req.OutputType)
 	writeEmbeddings(c, &resp)
 }
 
@@ -118,6 +120,8 @@ type nativeRequest struct {
 	InputType   string   `json:"input_type"`
 	Instruction *string  `json:"instruction"`
 	Dimensions  int      `json:"dimensions"`
+	// Truncate is true, false, "end" or "start" (openai.DecodeTruncate).
+	Truncate json.RawMessage `json:"truncate"`
 }
 
 func (s *Server) decodeNative(c *gin.Context) (*routing.Request, bool) {
@@ -135,7 +139,12 @@ func (s *Server) decodeNative(c *gin.Context) (*routing.Request, bool) {
 	if nr.Text != nil {
 		texts = append([]string{*nr.Text}, texts...)
 	}
-	req := &routing.Request{Texts: texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions}
+	trunc, err := openai.DecodeTruncate(nr.Truncate)
+	if err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	req := &routing.Request{Texts: texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions, Truncate: truncation(trunc)}
 	if req.InputType == "" {
 		req.InputType = c.GetHeader(headerInputType)
 	}
