@@ -60,7 +60,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -131,7 +131,7 @@ vet:
 # Go-level concurrency the unit tests do not already cover.
 # EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
 # failure. Then the node clients (openai, @langchain/openai) against the binary.
-test: build models vet test-pure fuzz test-go test-node
+test: build models vet test-pure fuzz test-go test-node test-openapi
 
 E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -165,6 +165,23 @@ vulncheck:
 test-node: build models
 	cd conformance/node && npm ci --no-audit --no-fund --loglevel=error && node --test
 	cd docs/clients && npm ci --no-audit --no-fund --loglevel=error && node --test
+
+# The OpenAPI fuzzer (conformance/openapi_fuzz_test.go): schemathesis, pinned with
+# everything it pulls in by conformance/openapi/requirements.txt, in a virtual
+# environment created on first use and again when that file changes (nothing is
+# installed outside it), against the real binary for about a minute and a half.
+ST_VENV ?= .cache/venv-schemathesis
+ST_REQS := conformance/openapi/requirements.txt
+
+$(ST_VENV)/installed: $(ST_REQS)
+	rm -rf $(ST_VENV)
+	python3 -m venv $(ST_VENV)
+	$(ST_VENV)/bin/pip install -q --disable-pip-version-check -r $(ST_REQS)
+	touch $@
+
+test-openapi: build models $(ST_VENV)/installed
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(ST_VENV)/bin/schemathesis \
+		$(GO) test -count=1 -timeout 5m -run '^TestOpenAPIFuzz$$' -v ./conformance/
 
 # The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
 # against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as

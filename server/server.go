@@ -74,6 +74,9 @@ type Server struct {
 	Metrics http.Handler
 	// Vars, when set, adds figures (worker restarts, ...) to GET /debug/vars.
 	Vars func() map[string]any
+	// Info is GET /info's description of the models and device (info.go); its
+	// first model's limits also fill the bounds of GET /openapi.json.
+	Info Info
 
 	limits *limiter // built by Handler from Config.MaxConcurrentRequests
 }
@@ -111,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/v1/models/:model", s.getModel)
 	r.POST("/embed", s.admit(), s.nativeEmbed)
 	r.POST("/tokenize", s.admit(), s.tokenize)
+	s.describeRoutes(r)
 	if s.Config.DebugVars {
 		r.GET("/debug/vars", s.debugVars)
 	}

@@ -115,7 +115,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	var readers []sdkmetric.Option
 	if cfg.Prometheus {
 		t.registry = prometheus.NewRegistry()
-		t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
 		exp, err := otelprom.New(
 			otelprom.WithRegisterer(t.registry),
 			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),

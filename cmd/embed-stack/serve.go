@@ -382,6 +382,9 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		},
 		Embedder: router,
 		Ready:    warm.Ready,
+		Info: server.Info{Device: "cpu", Models: []server.ModelInfo{
+			{ID: name, Aliases: f.aliases, Task: "embedding", Pooling: "last", Limits: router.Limits()},
+		}},
 		Vars: func() map[string]any {
 			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
 		},

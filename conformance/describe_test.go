@@ -1,0 +1,131 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/buildinfo"
+)
+
+// infoResponse is GET /info; decoded strictly, so a new field fails here until it is
+// named (and documented in server/openapi.json).
+type infoResponse struct {
+	Models []struct {
+		ID                  string   `json:"id"`
+		Aliases             []string `json:"aliases"`
+		Task                string   `json:"task"`
+		Pooling             string   `json:"pooling"`
+		OutputTypes         []string `json:"output_types"`
+		Dimensions          int      `json:"dimensions"`
+		MinDimensions       int      `json:"min_dimensions"`
+		MaxInputs           int      `json:"max_inputs"`
+		MaxTotalTokens      int      `json:"max_total_tokens"`
+		MaxInputTokens      int      `json:"max_input_tokens"`
+		MaxInstructionBytes int      `json:"max_instruction_bytes"`
+	} `json:"models"`
+	Device string `json:"device"`
+	Limits struct {
+		MaxBodyBytes          int64   `json:"max_body_bytes"`
+		MaxConcurrentRequests int     `json:"max_concurrent_requests"`
+		RequestTimeoutSeconds float64 `json:"request_timeout_seconds"`
+	} `json:"limits"`
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	Modified  bool   `json:"modified"`
+	GoVersion string `json:"go_version"`
+}
+
+// GET /info describes the served model and the build; the build is the one
+// `embed-stack --version` prints and the build_info metric carries.
+func TestInfo(t *testing.T) {
+	s := truncServer(t)
+	r := s.do(t, http.MethodGet, "/info", nil, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /info: %d %s", r.status, truncate(r.body))
+	}
+	var info infoResponse
+	r.decode(t, &info)
+	if len(info.Models) != 1 {
+		t.Fatalf("models %+v, want one", info.Models)
+	}
+	m := info.Models[0]
+	if m.ID != s.modelID(t) || m.Task != "embedding" || m.Pooling != "last" || m.Dimensions != 64 || m.MinDimensions != 32 ||
+		m.MaxInputs != 2048 || m.MaxTotalTokens != 300000 || m.MaxInputTokens != 64 || m.MaxInstructionBytes != 4096 {
+		t.Errorf("model %+v: want the tiny model's 64 dimensions and this server's limits (max_input_tokens 64)", m)
+	}
+	if strings.Join(m.OutputTypes, ",") != "float,base64,int8,uint8,binary,ubinary" {
+		t.Errorf("output_types %v", m.OutputTypes)
+	}
+	if info.Device != "cpu" || info.Limits.MaxBodyBytes != 32<<20 || info.Limits.MaxConcurrentRequests <= 0 || info.Limits.RequestTimeoutSeconds <= 0 {
+		t.Errorf("device %q limits %+v", info.Device, info.Limits)
+	}
+
+	out, err := exec.Command(binPath, "--version").Output()
+	if err != nil {
+		t.Fatalf("embed-stack --version: %v", err)
+	}
+	want := buildinfo.Info{Version: info.Version, Commit: info.Commit, Modified: info.Modified, GoVersion: info.GoVersion}.String()
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Errorf("--version prints %q; /info says %q", got, want)
+	}
+
+	metrics := s.do(t, http.MethodGet, "/metrics", nil, nil)
+	series := fmt.Sprintf(`embed_stack_build_info{commit=%q,goversion=%q,version=%q} 1`, info.Commit, info.GoVersion, info.Version)
+	if !strings.Contains(string(metrics.body), series+"\n") {
+		t.Errorf("/metrics lacks %s", series)
+	}
+}
+
+// GET /openapi.json is OpenAPI 3.1 with this server's figures; GET /docs renders it
+// without loading anything from elsewhere.
+func TestOpenAPIAndDocs(t *testing.T) {
+	s := truncServer(t)
+	r := s.do(t, http.MethodGet, "/openapi.json", nil, nil)
+	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+		t.Fatalf("GET /openapi.json: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Info    struct {
+			Version string `json:"version"`
+		} `json:"info"`
+		Paths      map[string]any `json:"paths"`
+		Components struct {
+			Schemas struct {
+				Dimensions struct {
+					Minimum, Maximum int
+				}
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var info infoResponse
+	s.do(t, http.MethodGet, "/info", nil, nil).decode(t, &info)
+	if doc.OpenAPI != "3.1.0" || doc.Info.Version != info.Version || doc.Components.Schemas.Dimensions.Minimum != 32 || doc.Components.Schemas.Dimensions.Maximum != 64 {
+		t.Errorf("openapi %q version %q (build %q) dimensions %+v", doc.OpenAPI, doc.Info.Version, info.Version, doc.Components.Schemas.Dimensions)
+	}
+	for _, p := range []string{"/v1/embeddings", "/embed", "/tokenize", "/info", "/docs"} {
+		if doc.Paths[p] == nil {
+			t.Errorf("no path %s", p)
+		}
+	}
+
+	page := s.do(t, http.MethodGet, "/docs", nil, nil)
+	if page.status != http.StatusOK || !strings.HasPrefix(page.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /docs: %d %s", page.status, page.header.Get("Content-Type"))
+	}
+	html := string(page.body)
+	if !strings.Contains(html, `fetch("openapi.json")`) {
+		t.Error("/docs does not load openapi.json")
+	}
+	if ext := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//`).FindString(html); ext != "" {
+		t.Errorf("/docs loads something from elsewhere: %s", ext)
+	}
+}

@@ -1,0 +1,60 @@
+package conformance
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// fuzzBudget bounds the schemathesis run (its --max-time); the test's own deadline
+// adds room for start-up and the last requests.
+const fuzzBudget = 75 * time.Second
+
+// A property-based fuzzer (schemathesis, pinned in conformance/openapi/requirements.txt)
+// generates requests from GET /openapi.json, valid and invalid, and sends them to the
+// real binary: every answer must be documented for its status, match its schema,
+// content type and headers, and none may be a 5xx.
+//
+// It runs when EMBED_STACK_SCHEMATHESIS names the schemathesis executable; `make
+// test-openapi` (part of `make test`) installs it into a virtual environment and sets
+// it.
+func TestOpenAPIFuzz(t *testing.T) {
+	st := os.Getenv("EMBED_STACK_SCHEMATHESIS")
+	if st == "" {
+		t.Skip("EMBED_STACK_SCHEMATHESIS is not set: `make test-openapi` runs this test")
+	}
+	// Its own server: the fuzzer's requests must not slow the other tests' shared one.
+	s := serverWith(t, "--threads", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), fuzzBudget+60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, st, "run", s.baseURL+"/openapi.json",
+		"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
+		"--phases", "examples,coverage,fuzzing",
+		"--max-time", strconv.Itoa(int(fuzzBudget.Seconds())),
+		"--max-examples", "200",
+		"--seed", "17",
+		"--workers", "2",
+		"--request-timeout", "30",
+		"--generation-database", "none",
+		"--suppress-health-check", "all",
+		"--no-color",
+	)
+	cmd.Dir = t.TempDir() // schemathesis may write reports and caches here
+	cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, tail(out, 12000), s.stderr)
+	}
+	t.Logf("schemathesis:\n%s", tail(out, 3000))
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		return "..." + string(b[len(b)-n:])
+	}
+	return string(b)
+}

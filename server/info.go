@@ -1,0 +1,78 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/internal/buildinfo"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// ModelInfo describes one served model in GET /info. A list, so that a server with
+// several models (issue 17) reports each with its own limits.
+type ModelInfo struct {
+	// ID is the name /v1/models lists first; Aliases are the other accepted names.
+	ID      string   `json:"id"`
+	Aliases []string `json:"aliases"`
+	// Task is what the model serves: "embedding".
+	Task string `json:"task"`
+	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3.
+	Pooling string `json:"pooling"`
+	// OutputTypes are the accepted encoding_format values; the server fills them.
+	OutputTypes []string `json:"output_types"`
+	routing.Limits
+}
+
+// Info is the body of GET /info, besides what the server adds itself (its own
+// limits and the build). The embed-stack command fills it.
+type Info struct {
+	Models []ModelInfo `json:"models"`
+	// Device is where the workers compute: "cpu".
+	Device string `json:"device"`
+}
+
+// infoBody is GET /info's answer.
+type infoBody struct {
+	Models []ModelInfo  `json:"models"`
+	Device string       `json:"device"`
+	Limits serverLimits `json:"limits"`
+	buildinfo.Info
+}
+
+// serverLimits are the HTTP-edge limits (per-model limits are in ModelInfo).
+type serverLimits struct {
+	MaxBodyBytes          int64   `json:"max_body_bytes"`
+	MaxConcurrentRequests int     `json:"max_concurrent_requests"`
+	RequestTimeoutSeconds float64 `json:"request_timeout_seconds"`
+}
+
+// info serves GET /info: the models with their dimensions and limits, the device,
+// and the build (version stamped by `make build`, commit from the Go toolchain's
+// VCS stamp, the same as `embed-stack --version` and the build_info metric).
+func (s *Server) info(c *gin.Context) {
+	models := make([]ModelInfo, len(s.Info.Models))
+	for i, m := range s.Info.Models {
+		if m.Aliases == nil {
+			m.Aliases = []string{}
+		}
+		if m.Task == "embedding" {
+			m.OutputTypes = outputTypes
+		}
+		models[i] = m
+	}
+	c.JSON(http.StatusOK, infoBody{
+		Models: models,
+		Device: s.Info.Device,
+		Limits: serverLimits{
+			MaxBodyBytes:          s.Config.MaxBodyBytes,
+			MaxConcurrentRequests: s.Config.MaxConcurrentRequests,
+			RequestTimeoutSeconds: s.Config.RequestTimeout.Seconds(),
+		},
+		Info: buildinfo.Get(),
+	})
+}
+
+// outputTypes are the encoding_format values /v1/embeddings accepts for an
+// embedding model.
+var outputTypes = []string{"float", "base64", "int8", "uint8", "binary", "ubinary"}

@@ -1,0 +1,212 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/internal/schemacheck"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// documentedServer is a Server with every optional route on, described as the
+// embed-stack command describes a served model.
+func documentedServer(e *fakeEmbedder, ready bool, cfg Config) *Server {
+	cfg.ModelName = "qwen3-embedding-0.6b"
+	cfg.Aliases = []string{"alias"}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Created = time.Unix(1700000000, 0)
+	cfg.DebugVars = true
+	return &Server{
+		Config: cfg, Embedder: e, Ready: func() bool { return ready },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			_, _ = io.WriteString(w, "# metrics\n")
+		}),
+		Info: Info{Device: "cpu", Models: []ModelInfo{{ID: "qwen3-embedding-0.6b", Aliases: []string{"alias"}, Task: "embedding", Pooling: "last",
+			Limits: routing.Limits{Dim: 3, MinDimensions: 1, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096}}}},
+	}
+}
+
+func parseDoc(t *testing.T, raw []byte) *schemacheck.Doc {
+	t.Helper()
+	doc, err := schemacheck.Parse(raw)
+	if err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	return doc
+}
+
+// Every route gin serves is in the document, and every documented operation is a
+// route: adding one without the other fails here.
+func TestOpenAPIRoutesMatchHandlers(t *testing.T) {
+	s := documentedServer(&fakeEmbedder{}, true, Config{})
+	engine := s.Handler().(*gin.Engine)
+	var served []string
+	for _, r := range engine.Routes() {
+		path := r.Path
+		for _, seg := range strings.Split(path, "/") {
+			if name, ok := strings.CutPrefix(seg, ":"); ok {
+				path = strings.Replace(path, seg, "{"+name+"}", 1)
+			}
+		}
+		served = append(served, r.Method+" "+path)
+	}
+	doc := parseDoc(t, openAPIDoc)
+	var documented []string
+	for path, item := range doc.Root["paths"].(map[string]any) {
+		for method := range item.(map[string]any) {
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+		}
+	}
+	slices.Sort(served)
+	slices.Sort(documented)
+	if !slices.Equal(served, documented) {
+		t.Errorf("routes differ from openapi.json paths\nserved:     %v\ndocumented: %v", served, documented)
+	}
+}
+
+// jsonFields lists the JSON names of a struct's fields.
+func jsonFields(v any) []string {
+	var out []string
+	typ := reflect.TypeOf(v)
+	for i := range typ.NumField() {
+		if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The native request's fields are exactly NativeRequest's properties (package
+// openai checks EmbeddingRequest against its decoder).
+func TestOpenAPINativeRequestFields(t *testing.T) {
+	doc := parseDoc(t, openAPIDoc)
+	if got, want := doc.Properties("NativeRequest"), jsonFields(nativeRequest{}); !slices.Equal(got, want) {
+		t.Errorf("NativeRequest properties %v, nativeRequest fields %v", got, want)
+	}
+}
+
+// Every answer of every route validates against the schema the document gives for
+// its status, and every property of the response schemas shows up in some answer.
+func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
+	served := parseDoc(t, documentedServer(&fakeEmbedder{}, true, Config{}).openAPI())
+	type call struct {
+		method, path, route, body string
+		status                    int
+		server                    *Server
+		header                    map[string]string
+	}
+	ready := documentedServer(&fakeEmbedder{}, true, Config{})
+	loading := documentedServer(&fakeEmbedder{}, false, Config{})
+	keyed := documentedServer(&fakeEmbedder{}, true, Config{APIKeys: []string{"k"}, MaxBodyBytes: 64})
+	failing := documentedServer(&fakeEmbedder{err: routing.ErrUnavailable}, true, Config{})
+	calls := []call{
+		{"POST", "/v1/embeddings", "", `{"input":["a","b"]}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"base64"}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"int8"}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a","output_dtype":"ubinary"}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"base64","embedding_types":["binary"]}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":[]}`, 400, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
+		{"POST", "/v1/embeddings", "", `{"input":"a"}`, 401, keyed, nil},
+		{"POST", "/v1/embeddings", "", `{"input":"` + strings.Repeat("a", 100) + `"}`, 413, keyed, map[string]string{"Authorization": "Bearer k"}},
+		{"POST", "/v1/embeddings", "", `{"input":"a"}`, 503, failing, nil},
+		{"GET", "/v1/models", "", "", 200, ready, nil},
+		{"GET", "/v1/models/alias", "/v1/models/{model}", "", 200, ready, nil},
+		{"GET", "/v1/models/nope", "/v1/models/{model}", "", 404, ready, nil},
+		{"POST", "/embed", "", `{"texts":["a"],"truncate":"start"}`, 200, ready, nil},
+		{"POST", "/embed", "", `{"texts":["a"],"truncate":"middle"}`, 400, ready, nil},
+		{"POST", "/tokenize", "", `{"text":"a"}`, 200, ready, nil},
+		{"POST", "/tokenize", "", `{"texts":["a","b"]}`, 200, ready, nil},
+		{"GET", "/info", "", "", 200, ready, nil},
+		{"GET", "/health", "", "", 200, ready, nil},
+		{"GET", "/ready", "", "", 200, ready, nil},
+		{"GET", "/ready", "", "", 503, loading, nil},
+		{"GET", "/openapi.json", "", "", 200, ready, nil},
+		{"GET", "/docs", "", "", 200, ready, nil},
+		{"GET", "/metrics", "", "", 200, ready, nil},
+		{"GET", "/debug/vars", "", "", 200, ready, nil},
+	}
+	handlers := map[*Server]http.Handler{}
+	for _, c := range calls {
+		h, ok := handlers[c.server]
+		if !ok {
+			h = c.server.Handler()
+			handlers[c.server] = h
+		}
+		w := do(h, c.method, c.path, c.body, c.header)
+		name := c.method + " " + c.path + " " + c.body
+		if w.Code != c.status {
+			t.Errorf("%s: status %d, want %d; body %s", name, w.Code, c.status, w.Body)
+			continue
+		}
+		route := c.route
+		if route == "" {
+			route = c.path
+		}
+		resp, ok := dig(served.Root, "paths", route, strings.ToLower(c.method), "responses", itoa(c.status))
+		if !ok {
+			t.Errorf("%s: status %d is not documented", name, c.status)
+			continue
+		}
+		content := resp["content"].(map[string]any)
+		ct, _, _ := strings.Cut(w.Header().Get("Content-Type"), ";")
+		media, ok := content[ct].(map[string]any)
+		if !ok {
+			t.Errorf("%s: Content-Type %q is not documented (%v)", name, ct, content)
+			continue
+		}
+		ref, _ := media["schema"].(map[string]any)["$ref"].(string)
+		if ref == "" {
+			continue // free-form (text, HTML, the document itself)
+		}
+		if err := served.Validate(ref[strings.LastIndex(ref, "/")+1:], w.Body.Bytes()); err != nil {
+			t.Errorf("%s: %v\nbody: %s", name, err, w.Body)
+		}
+	}
+	for _, schema := range []string{"EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Error"} {
+		for _, p := range served.Properties(schema) {
+			if !served.Seen[schema+"."+p] {
+				t.Errorf("%s.%s is documented but no answer carried it", schema, p)
+			}
+		}
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// dig walks nested objects by key.
+func dig(m map[string]any, keys ...string) (map[string]any, bool) {
+	for _, k := range keys {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		m = next
+	}
+	return m, true
+}
+
+// The served document carries the served model's bounds and the build's version.
+func TestOpenAPIFilledFromServer(t *testing.T) {
+	s := documentedServer(&fakeEmbedder{}, true, Config{})
+	s.Info.Models[0].Limits.Dim, s.Info.Models[0].Limits.MinDimensions, s.Info.Models[0].Limits.MaxInputs = 1024, 32, 100
+	doc := parseDoc(t, s.openAPI())
+	dims := doc.Schema("Dimensions")
+	if dims["minimum"] != 32.0 || dims["maximum"] != 1024.0 {
+		t.Errorf("Dimensions bounds %v..%v, want 32..1024", dims["minimum"], dims["maximum"])
+	}
+	if got := doc.Schema("TextInputs")["maxItems"]; got != 100.0 {
+		t.Errorf("TextInputs maxItems %v, want 100", got)
+	}
+}
