@@ -171,7 +171,7 @@ func TestErrorEnvelopes(t *testing.T) {
 		{"missing input", "POST", "/v1/embeddings", map[string]any{"model": "m"}, 400, ptr("input"), nil, "'input' is a required property."},
 		{"input of wrong type", "POST", "/v1/embeddings", map[string]any{"input": 42, "model": "m"}, 400, ptr("input"), nil, "'input' must be a string"},
 		{"mixed input array", "POST", "/v1/embeddings", `{"input":["a",1],"model":"m"}`, 400, ptr("input"), nil, ""},
-		{"bad encoding_format", "POST", "/v1/embeddings", map[string]any{"input": "a", "encoding_format": "int8"}, 400, ptr("encoding_format"), nil, "is not one of ['float', 'base64'] - 'encoding_format'"},
+		{"bad encoding_format", "POST", "/v1/embeddings", map[string]any{"input": "a", "encoding_format": "int4"}, 400, ptr("encoding_format"), nil, "is not one of ['float', 'base64', 'int8', 'uint8', 'binary', 'ubinary'] - 'encoding_format'"},
 		{"dimensions zero", "POST", "/v1/embeddings", map[string]any{"input": "a", "dimensions": 0}, 400, ptr("dimensions"), nil, ""},
 		{"dimensions negative", "POST", "/v1/embeddings", map[string]any{"input": "a", "dimensions": -1}, 400, ptr("dimensions"), nil, ""},
 		{"dimensions as string", "POST", "/v1/embeddings", map[string]any{"input": "a", "dimensions": "64"}, 400, ptr("dimensions"), nil, ""},
