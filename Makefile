@@ -74,11 +74,13 @@ LDFLAGS     := -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/embed-stack ./cmd/embed-stack
 
-# System packages for the cgo build and the node client tests (Debian; run as root).
+# System packages for the cgo build and the node and Python client tests (Debian; run
+# as root). python3-venv is Debian's ensurepip, which `python3 -m venv` needs.
 deps:
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libstb-dev
 	@command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm
+	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3 python3-venv
 
 $(TOKENIZER):
 	bash scripts/fetch-tokenizer.sh
@@ -139,9 +141,22 @@ UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
 test-pure:
 	CGO_ENABLED=0 $(GO) build $(PURE_PKGS)
 
-test-go: build models
+# pyarrow, which reads the batch job's Parquet output in cmd/embed-stack's tests, in a
+# virtual environment of the pinned packages of batch/testdata/requirements.txt,
+# created on first use and again when that file changes; nothing is installed
+# outside it.
+PYARROW_VENV ?= .cache/venv-pyarrow
+PYARROW_REQS := batch/testdata/requirements.txt
+
+$(PYARROW_VENV)/installed: $(PYARROW_REQS)
+	rm -rf $(PYARROW_VENV)
+	python3 -m venv $(PYARROW_VENV)
+	$(PYARROW_VENV)/bin/pip install -q --disable-pip-version-check -r $(PYARROW_REQS)
+	touch $@
+
+test-go: build models $(PYARROW_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
-	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
 
 # The fuzzers of the request decoder and of wrapping + tokenization, each for
 # FUZZTIME (their committed seed corpora also run as plain tests in test-go). A

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 )
 
 // InputFormat says how input lines are read.
@@ -40,6 +41,12 @@ type ReaderConfig struct {
 	IDField, TextField string
 	// MaxLineBytes bounds a line; 0 means DefaultMaxLineBytes.
 	MaxLineBytes int
+	// Fields names JSONL fields whose raw values each Item carries (passthrough
+	// fields for Parquet output).
+	Fields []string
+	// FirstLine is the line number of the stream's first line (a shard's slice starts
+	// mid-file); 0 means 1.
+	FirstLine int64
 }
 
 // Item is one text to embed.
@@ -52,16 +59,19 @@ type Item struct {
 	Line int64
 	// End is the input offset just past the item's line, for progress.
 	End int64
+	// Fields holds the ReaderConfig.Fields the line has, raw.
+	Fields map[string]json.RawMessage
 }
 
 // LineError is an input line that cannot be read as an item: not JSON, no id, no
-// text, or too long. The job stops at it unless told to skip invalid items.
+// text, an empty text, a repeated id, or too long. The job stops at it unless told to
+// skip invalid items. Msg continues the sentence "input line N …".
 type LineError struct {
 	Line int64
 	Msg  string
 }
 
-func (e *LineError) Error() string { return fmt.Sprintf("input line %d: %s", e.Line, e.Msg) }
+func (e *LineError) Error() string { return fmt.Sprintf("input line %d %s", e.Line, e.Msg) }
 
 // Reader reads items from a stream, one line at a time: it never holds more than
 // one line. Not safe for concurrent use.
@@ -89,8 +99,14 @@ func NewReader(r io.Reader, cfg ReaderConfig) *Reader {
 	if rd.maxBytes <= 0 {
 		rd.maxBytes = DefaultMaxLineBytes
 	}
+	if cfg.FirstLine > 1 {
+		rd.line = cfg.FirstLine - 1
+	}
 	return rd
 }
+
+// Line is the number of the last line read (FirstLine-1 before the first).
+func (r *Reader) Line() int64 { return r.line }
 
 // Blank is the number of empty lines skipped so far.
 func (r *Reader) Blank() int64 { return r.blank }
@@ -108,7 +124,7 @@ func (r *Reader) Next() (Item, error) {
 		}
 		r.line++
 		if tooLong > 0 {
-			return Item{}, &LineError{Line: r.line, Msg: fmt.Sprintf("the line is %d bytes; the limit is %d", tooLong, r.maxBytes)}
+			return Item{}, &LineError{Line: r.line, Msg: fmt.Sprintf("is %d bytes long; the limit is %d", tooLong, r.maxBytes)}
 		}
 		if len(bytes.TrimSpace(line)) == 0 && (r.cfg.Format == JSONL || len(line) == 0) {
 			r.blank++
@@ -117,9 +133,9 @@ func (r *Reader) Next() (Item, error) {
 		if r.cfg.Format == Lines {
 			return Item{ID: json.RawMessage(strconv.FormatInt(r.line, 10)), Text: string(line), Line: r.line, End: r.offset}, nil
 		}
-		it, err := r.parseJSON(line)
-		if err != nil {
-			return Item{}, &LineError{Line: r.line, Msg: err.Error()}
+		it, msg := r.parseJSON(line)
+		if msg != "" {
+			return Item{}, &LineError{Line: r.line, Msg: msg}
 		}
 		it.Line, it.End = r.line, r.offset
 		return it, nil
@@ -174,28 +190,56 @@ func (r *Reader) readLine() (line []byte, tooLong int64, err error) {
 	return b, 0, nil
 }
 
-func (r *Reader) parseJSON(line []byte) (Item, error) {
+// parseJSON reads one JSONL line; a line that is not an item gets the rest of the
+// sentence "input line N …" saying why.
+func (r *Reader) parseJSON(line []byte) (Item, string) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(line, &obj); err != nil {
-		return Item{}, fmt.Errorf("not a JSON object: %v", err)
+		// Go's decoder message alone ("invalid character 'o' in literal null") does not
+		// say which rule the line broke; the line's start shows what it holds.
+		return Item{}, fmt.Sprintf("is not a JSON object (%v); it begins %s", err, quoteStart(line, 40))
 	}
 	rawID, ok := obj[r.idKey]
 	if !ok {
-		return Item{}, fmt.Errorf("no %q field (set the id field's name with --id-field)", r.idKey)
+		return Item{}, fmt.Sprintf("has no %q field (set the id field's name with --id-field)", r.idKey)
 	}
 	id, err := compactID(rawID)
 	if err != nil {
-		return Item{}, fmt.Errorf("field %q: %v", r.idKey, err)
+		return Item{}, fmt.Sprintf("has a %q field that is not a string or a number: %s", r.idKey, truncateBytes(bytes.TrimSpace(rawID), 40))
 	}
 	rawText, ok := obj[r.textKey]
 	if !ok {
-		return Item{}, fmt.Errorf("no %q field (set the text field's name with --text-field)", r.textKey)
+		return Item{}, fmt.Sprintf("has no %q field (set the text field's name with --text-field)", r.textKey)
 	}
 	var text string
 	if err := json.Unmarshal(rawText, &text); err != nil {
-		return Item{}, fmt.Errorf("field %q is not a string", r.textKey)
+		return Item{}, fmt.Sprintf("has a %q field that is not a string", r.textKey)
 	}
-	return Item{ID: id, Text: text}, nil
+	if text == "" {
+		return Item{}, fmt.Sprintf("(id %s) has an empty %q field: there is no text to embed", id, r.textKey)
+	}
+	it := Item{ID: id, Text: text}
+	for _, name := range r.cfg.Fields {
+		if v, ok := obj[name]; ok {
+			if it.Fields == nil {
+				it.Fields = make(map[string]json.RawMessage, len(r.cfg.Fields))
+			}
+			it.Fields[name] = v
+		}
+	}
+	return it, ""
+}
+
+// quoteStart quotes the first n bytes of b (cut at a character boundary), marking a
+// cut with "…".
+func quoteStart(b []byte, n int) string {
+	if len(b) <= n {
+		return strconv.Quote(string(b))
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return strconv.Quote(string(b[:n])) + "…"
 }
 
 // compactID accepts a JSON string or number and returns it compacted, so an id read

@@ -61,19 +61,21 @@ func TestReader(t *testing.T) {
 			`{"id": 2, "text": 5}`,
 			`{"id": 3, "text": ""}`,
 			`["id", "text"]`,
+			`{"id": 4, "text": "a long text that is cut off before its end`,
 		}, "\n"), ReaderConfig{Format: JSONL},
 			[]readResult{
-				{line: 1, err: "not a JSON object: invalid character 'o' in literal null (expecting 'u')"},
-				{line: 2, err: `no "id" field (set the id field's name with --id-field)`},
-				{line: 3, err: `no "text" field (set the text field's name with --text-field)`},
-				{line: 4, err: `field "id": the id {"a": 1} is not a string or a number`},
-				{line: 5, err: `field "id": the id null is not a string or a number`},
-				{line: 6, err: `field "text" is not a string`},
-				{"3", "", 7, ""}, // an empty text is the embedder's to refuse, with its id
-				{line: 8, err: "not a JSON object: json: cannot unmarshal array into Go value of type map[string]json.RawMessage"},
+				{line: 1, err: `is not a JSON object (invalid character 'o' in literal null (expecting 'u')); it begins "not json"`},
+				{line: 2, err: `has no "id" field (set the id field's name with --id-field)`},
+				{line: 3, err: `has no "text" field (set the text field's name with --text-field)`},
+				{line: 4, err: `has a "id" field that is not a string or a number: {"a": 1}`},
+				{line: 5, err: `has a "id" field that is not a string or a number: null`},
+				{line: 6, err: `has a "text" field that is not a string`},
+				{line: 7, err: `(id 3) has an empty "text" field: there is no text to embed`},
+				{line: 8, err: `is not a JSON object (json: cannot unmarshal array into Go value of type map[string]json.RawMessage); it begins "[\"id\", \"text\"]"`},
+				{line: 9, err: `is not a JSON object (unexpected end of JSON input); it begins "{\"id\": 4, \"text\": \"a long text that is c"…`},
 			}, 0},
 		{"too long then fine", strings.Repeat("x", 40) + "\nshort\n" + strings.Repeat("y", 16) + "\r\n", ReaderConfig{MaxLineBytes: 16},
-			[]readResult{{line: 1, err: "the line is 40 bytes; the limit is 16"}, {"2", "short", 2, ""}, {"3", strings.Repeat("y", 16), 3, ""}}, 0},
+			[]readResult{{line: 1, err: "is 40 bytes long; the limit is 16"}, {"2", "short", 2, ""}, {"3", strings.Repeat("y", 16), 3, ""}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +103,7 @@ func TestReader(t *testing.T) {
 func TestReaderLongLineAcrossBuffers(t *testing.T) {
 	input := strings.Repeat("z", 5<<20) + "\nafter\n"
 	got, _ := readAll(t, input, ReaderConfig{MaxLineBytes: 1 << 20})
-	want := []readResult{{line: 1, err: "the line is 5242880 bytes; the limit is 1048576"}, {"2", "after", 2, ""}}
+	want := []readResult{{line: 1, err: "is 5242880 bytes long; the limit is 1048576"}, {"2", "after", 2, ""}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

@@ -86,9 +86,10 @@ type Stats struct {
 	Invalid int64
 	// Blank is the number of empty input lines.
 	Blank int64
-	// Unmatched is the number of ids in the output before this run that the input
-	// did not hold (in order): the output now has more records than the input items.
-	Unmatched int64
+	// Dropped is the number of output rows found at the start that the completed run
+	// removed: rows repeating an earlier row's id, and rows whose id the input does
+	// not hold. The output then holds each input id exactly once.
+	Dropped int64
 	// Elapsed is the run's duration.
 	Elapsed time.Duration
 }
@@ -96,7 +97,10 @@ type Stats struct {
 // batchWork is one batch on its way through the pipeline.
 type batchWork struct {
 	items []Item
-	done  chan batchResult // buffered 1: the embedder never waits for the writer
+	// resumed is the number of items the reader had skipped as already written when
+	// it sent this batch, so that progress counts every item done, not only this run's.
+	resumed int64
+	done    chan batchResult // buffered 1: the embedder never waits for the writer
 }
 
 type batchResult struct {
@@ -118,12 +122,16 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 	if j.Dim <= 0 {
 		return Stats{}, errors.New("batch: Job.Dim must be set")
 	}
-	out, err := openOutput(j.Output, j.Format, j.Dim, j.Overwrite)
+	idx := newIDIndex()
+	out, err := openOutput(j.Output, j.Format, j.Dim, j.Overwrite, idx)
 	if err != nil {
 		return Stats{}, err
 	}
 	if out.rows > 0 {
 		log.Info("resuming: the output already holds vectors; their items are skipped", "output", j.Output, "records", out.rows)
+	}
+	if n := len(idx.dupRows); n > 0 {
+		log.Warn("the output holds rows that repeat an earlier row's id; they are dropped when the run completes", "output", j.Output, "rows", n, "first_row", idx.dupRows[0]+1, "id", string(idx.firstDup))
 	}
 	batchSize, inFlight := j.BatchSize, j.InFlight
 	if batchSize <= 0 {
@@ -151,7 +159,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		defer wg.Done()
 		defer close(work)
 		defer close(order)
-		if err := j.read(ctx, reader, out.done, batchSize, &readStats, log, work, order); err != nil {
+		if err := j.read(ctx, reader, idx, batchSize, &readStats, log, work, order); err != nil {
 			cancel(err)
 		}
 	}()
@@ -184,7 +192,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		stats.Embedded += int64(len(res.vecs))
 		stats.Invalid += res.invalid
 		if n := len(b.items); n > 0 {
-			prog.update(stats.Embedded, b.items[n-1].End)
+			prog.update(b.resumed, stats.Embedded, b.items[n-1].End)
 		}
 	}
 	// The first error, if any, is the cause; a cancelled parent is an interruption.
@@ -202,28 +210,37 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		}
 	}()
 	wg.Wait()
-	prog.finish(stats.Embedded)
+	prog.finish(readStats.Resumed, stats.Embedded)
 
 	stats.Resumed, stats.Invalid = readStats.Resumed, stats.Invalid+readStats.Invalid
-	if out.done != nil {
-		if runErr == nil {
-			stats.Unmatched = out.done.remaining()
-		}
-		out.done.close()
-	}
 	stats.Blank = reader.Blank()
+	if err := out.sink.close(); err != nil || runErr != nil {
+		stats.Elapsed = time.Since(start)
+		return stats, errors.Join(runErr, err)
+	}
+	// The whole input is read: rows it does not hold, and repeated rows, can go.
+	if drop, foreign := idx.dropRows(); len(drop) > 0 {
+		first, err := repairOutput(j.Output, j.Format, j.Dim, drop)
+		if err != nil {
+			stats.Elapsed = time.Since(start)
+			return stats, err
+		}
+		stats.Dropped = int64(len(drop))
+		log.Warn("repaired the output: dropped rows that repeated an earlier row's id or whose id the input does not hold", "output", j.Output,
+			"repeated", int64(len(drop))-foreign, "not_in_input", foreign, "first_dropped_id", string(first))
+	}
 	stats.Elapsed = time.Since(start)
-	return stats, errors.Join(runErr, out.sink.close())
+	return stats, nil
 }
 
 // read is the reader stage: items not in the output, in batches, to both channels.
-func (j *Job) read(ctx context.Context, r *Reader, done *idStream, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork) error {
+func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork) error {
 	var items []Item
 	send := func() error {
 		if len(items) == 0 {
 			return nil
 		}
-		b := &batchWork{items: items, done: make(chan batchResult, 1)}
+		b := &batchWork{items: items, resumed: stats.Resumed, done: make(chan batchResult, 1)}
 		items = nil
 		select {
 		case order <- b:
@@ -245,6 +262,10 @@ func (j *Job) read(ctx context.Context, r *Reader, done *idStream, size int, sta
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		written := false
+		if err == nil {
+			written, err = idx.see(it.ID, it.Line)
+		}
 		var le *LineError
 		if errors.As(err, &le) {
 			if !j.SkipInvalid {
@@ -257,12 +278,9 @@ func (j *Job) read(ctx context.Context, r *Reader, done *idStream, size int, sta
 		if err != nil {
 			return err
 		}
-		if done != nil && done.match(it.ID) {
+		if written {
 			stats.Resumed++
 			continue
-		}
-		if done != nil && done.err != nil {
-			return done.err
 		}
 		items = append(items, it)
 		if len(items) == size {
@@ -305,7 +323,7 @@ func (j *Job) embed(ctx context.Context, items []Item, log *slog.Logger) batchRe
 		if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(items) {
 			bad := items[ie.Index]
 			if !j.SkipInvalid {
-				res.err = fmt.Errorf("item %s (input line %d): %w (fix the input, or pass --skip-invalid to skip such items)", bad.ID, bad.Line, ie.Err)
+				res.err = fmt.Errorf("input line %d (id %s): %w (fix the input, or pass --skip-invalid to skip such items)", bad.Line, bad.ID, ie.Err)
 				return res
 			}
 			log.Warn("skipping an item the model refuses", "id", string(bad.ID), "line", bad.Line, "reason", ie.Err.Error())

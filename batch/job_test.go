@@ -238,7 +238,7 @@ func TestJobResume(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if st2.Resumed != st.Embedded || st2.Embedded != 1000-st.Embedded || st2.Unmatched != 0 {
+				if st2.Resumed != st.Embedded || st2.Embedded != 1000-st.Embedded || st2.Dropped != 0 {
 					t.Errorf("resume stats %+v after %d embedded; want them resumed and the rest embedded", st2, st.Embedded)
 				}
 				requireSameFiles(t, ref, out)
@@ -302,9 +302,8 @@ func TestJobResumeWithNewItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// "0" does not match the first written id ("a"), so it is new; "a" then matches,
-	// "b" is new, "c" matches, "d" is new.
-	if st.Resumed != 2 || st.Embedded != 3 || st.Unmatched != 0 {
+	// "a" and "c" are written; "0", "b" and "d" are new and appended.
+	if st.Resumed != 2 || st.Embedded != 3 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want 2 resumed and 3 embedded", st)
 	}
 	ids := outputIDs(t, out)
@@ -367,7 +366,7 @@ func TestJobInvalidItems(t *testing.T) {
 	t.Run("stop", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "v.jsonl")
 		_, err := runJob(t, &Job{Input: strings.NewReader(input), Output: out, Embedder: &fakeEmbedder{}, BatchSize: 2})
-		want := "item 2 (input line 2): input 1 has too many tokens (fix the input, or pass --skip-invalid to skip such items)"
+		want := "input line 2 (id 2): input 1 has too many tokens (fix the input, or pass --skip-invalid to skip such items)"
 		if err == nil || err.Error() != want {
 			t.Fatalf("err = %v, want %q", err, want)
 		}
@@ -390,8 +389,9 @@ func TestJobInvalidItems(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "v.jsonl")
 		in := `{"id":1,"text":"a"}` + "\n{oops\n" + `{"id":2,"text":"b"}` + "\n"
 		_, err := runJob(t, &Job{Input: strings.NewReader(in), Output: out, Reader: ReaderConfig{Format: JSONL}, Embedder: &fakeEmbedder{}})
-		if err == nil || !strings.Contains(err.Error(), "input line 2: not a JSON object") || !strings.Contains(err.Error(), "--skip-invalid") {
-			t.Fatalf("err = %v, want input line 2 named with --skip-invalid", err)
+		want := `input line 2 is not a JSON object (invalid character 'o' looking for beginning of object key string); it begins "{oops" (fix the input, or pass --skip-invalid to skip such lines)`
+		if err == nil || err.Error() != want {
+			t.Fatalf("err = %v, want %q", err, want)
 		}
 		st, err := runJob(t, &Job{Input: strings.NewReader(in), Output: out, Reader: ReaderConfig{Format: JSONL}, Embedder: &fakeEmbedder{}, SkipInvalid: true})
 		if err != nil || st.Invalid != 1 || outputIDs(t, out) != "1 2" {
@@ -488,9 +488,9 @@ func TestProgress(t *testing.T) {
 	var bar bytes.Buffer
 	p := newProgress(&Job{Progress: &bar, Terminal: true, InputSize: 10000}, quietLogger())
 	p.now = func() time.Time { return clock }
-	p.update(100, 1000) // first batch: the clock starts here
+	p.update(0, 100, 1000) // first batch: the clock starts here
 	clock = t0.Add(2 * time.Second)
-	p.update(500, 3000)
+	p.update(0, 500, 3000)
 	want := "\r 10% [==>                     ] 100 items  0.0 items/s  ETA --" +
 		"\r 30% [=======>                ] 500 items  200.0 items/s  ETA 7s"
 	if bar.String() != want {
@@ -501,13 +501,34 @@ func TestProgress(t *testing.T) {
 	lp := newProgress(&Job{InputSize: 0, ProgressInterval: time.Second}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime})))
 	clock = t0
 	lp.now = func() time.Time { return clock }
-	lp.update(10, 100)
+	lp.update(0, 10, 100)
 	clock = t0.Add(500 * time.Millisecond)
-	lp.update(20, 200) // under the interval: no line
+	lp.update(0, 20, 200) // under the interval: no line
 	clock = t0.Add(4 * time.Second)
-	lp.update(90, 900)
-	if want := "level=INFO msg=\"embed progress\" embedded=90 items_per_s=20\n"; logs.String() != want {
+	lp.update(0, 90, 900)
+	if want := "level=INFO msg=\"embed progress\" done=90 embedded=90 items_per_s=20\n"; logs.String() != want {
 		t.Errorf("log\n%q\nwant\n%q", logs.String(), want)
+	}
+}
+
+// TestProgressResumed: on a resumed run the item count is of the whole input, as the
+// percentage is (7000 items of an earlier run plus this run's), and the rate is this
+// run's alone.
+func TestProgressResumed(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := t0
+	var bar bytes.Buffer
+	p := newProgress(&Job{Progress: &bar, Terminal: true, InputSize: 10000}, quietLogger())
+	p.now = func() time.Time { return clock }
+	p.update(7000, 100, 7100)
+	clock = t0.Add(2 * time.Second)
+	p.update(7000, 500, 7500)
+	p.finish(7000, 500)
+	want := "\r 71% [=================>      ] 7100 items  0.0 items/s  ETA --" +
+		"\r 75% [==================>     ] 7500 items  200.0 items/s  ETA 13s" +
+		"\r 75% [==================>     ] 7500 items  200.0 items/s  ETA 13s\n"
+	if bar.String() != want {
+		t.Errorf("bar\n%q\nwant\n%q", bar.String(), want)
 	}
 }
 

@@ -27,16 +27,23 @@ const (
 )
 
 func (f Format) String() string {
-	if f == FormatNPY {
+	switch f {
+	case FormatNPY:
 		return "npy"
+	case FormatParquet:
+		return "parquet"
 	}
 	return "jsonl"
 }
 
-// FormatFor picks the format from a file name: .npy is NPY, anything else JSONL.
+// FormatFor picks the format from a file name: .npy is NPY, .parquet Parquet,
+// anything else JSONL.
 func FormatFor(path string) Format {
-	if strings.EqualFold(filepath.Ext(path), ".npy") {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".npy":
 		return FormatNPY
+	case ".parquet":
+		return FormatParquet
 	}
 	return FormatJSONL
 }
@@ -175,31 +182,33 @@ func (s *npySink) close() error {
 // ---------------------------------------------------------------------------
 // Opening, and resuming.
 
-// output is an opened output: its sink, and (when resuming) the ids it already holds,
-// in order.
+// output is an opened output: its sink and the number of records kept from before.
 type output struct {
 	sink sink
-	done *idStream // nil when nothing was written before
-	rows int64     // records kept from before
+	rows int64
 }
 
 // openOutput opens path ("-" is standard output, JSONL only) for a job making
 // dim-dimensional vectors. An existing non-empty output is resumed unless overwrite:
-// a partly written last record is cut off and the rest kept.
-func openOutput(path string, format Format, dim int, overwrite bool) (*output, error) {
+// a partly written last record is cut off, the rest kept, and the id of every kept
+// row recorded in idx.
+func openOutput(path string, format Format, dim int, overwrite bool, idx *idIndex) (*output, error) {
 	if path == "-" {
 		if format != FormatJSONL {
 			return nil, errors.New("standard output takes JSONL only; give a .npy file name for --output")
 		}
 		return &output{sink: &jsonlSink{w: bufio.NewWriterSize(os.Stdout, 1<<20), dim: dim}}, nil
 	}
-	if format == FormatNPY {
-		return openNPY(path, dim, overwrite)
+	if err := finishRepair(path, format); err != nil {
+		return nil, err
 	}
-	return openJSONL(path, dim, overwrite)
+	if format == FormatNPY {
+		return openNPY(path, dim, overwrite, idx)
+	}
+	return openJSONL(path, dim, overwrite, idx)
 }
 
-func openJSONL(path string, dim int, overwrite bool) (*output, error) {
+func openJSONL(path string, dim int, overwrite bool, idx *idIndex) (*output, error) {
 	flags := os.O_RDWR | os.O_CREATE
 	if overwrite {
 		flags |= os.O_TRUNC
@@ -208,7 +217,7 @@ func openJSONL(path string, dim int, overwrite bool) (*output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open output: %w", err)
 	}
-	keep, rows, err := scanJSONL(f, dim)
+	keep, rows, err := scanJSONL(f, dim, idx)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err)
@@ -221,20 +230,14 @@ func openJSONL(path string, dim int, overwrite bool) (*output, error) {
 		f.Close()
 		return nil, fmt.Errorf("seek output: %w", err)
 	}
-	out := &output{sink: &jsonlSink{f: f, w: bufio.NewWriterSize(f, 1<<20), dim: dim}, rows: rows}
-	if rows > 0 {
-		if out.done, err = openIDStream(path, keep, FormatJSONL); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	return out, nil
+	return &output{sink: &jsonlSink{f: f, w: bufio.NewWriterSize(f, 1<<20), dim: dim}, rows: rows}, nil
 }
 
-// scanJSONL checks every complete record of an existing output and returns the size of
-// the complete records and their number. Only the last line may be incomplete (a kill
-// mid-write); anything else that is not a record of dim floats is refused.
-func scanJSONL(f *os.File, dim int) (keep, rows int64, err error) {
+// scanJSONL checks every complete record of an existing output, records its id in idx,
+// and returns the size of the complete records and their number. Only the last line
+// may be incomplete (a kill mid-write); anything else that is not a record of dim
+// floats is refused.
+func scanJSONL(f *os.File, dim int, idx *idIndex) (keep, rows int64, err error) {
 	r := bufio.NewReaderSize(f, 1<<20)
 	var line []byte
 	for {
@@ -248,20 +251,21 @@ func scanJSONL(f *os.File, dim int) (keep, rows int64, err error) {
 		case err != nil:
 			return 0, 0, fmt.Errorf("read: %w", err)
 		}
-		_, n, perr := parseJSONLRecord(line[:len(line)-1])
+		id, n, perr := parseJSONLRecord(line[:len(line)-1])
 		if perr != nil {
 			return 0, 0, fmt.Errorf("line %d is not a record of this job: %v", rows+1, perr)
 		}
 		if n != dim {
 			return 0, 0, fmt.Errorf("it holds %d-dimensional vectors and this job makes %d", n, dim)
 		}
+		idx.addRow(rows, id)
 		keep += int64(len(line))
 		rows++
 		line = line[:0]
 	}
 }
 
-func openNPY(path string, dim int, overwrite bool) (*output, error) {
+func openNPY(path string, dim int, overwrite bool, idx *idIndex) (*output, error) {
 	idsPath := IDsPath(path)
 	fi, err := os.Stat(path)
 	fresh := overwrite || errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Size() == 0)
@@ -300,7 +304,7 @@ func openNPY(path string, dim int, overwrite bool) (*output, error) {
 		ids.Close()
 		return nil, err
 	}
-	rows, keepIDs, err := scanNPY(f, ids, dim)
+	rows, keepIDs, err := scanNPY(f, ids, dim, idx)
 	if err != nil {
 		return fail(fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err))
 	}
@@ -320,18 +324,13 @@ func openNPY(path string, dim int, overwrite bool) (*output, error) {
 	if _, err := ids.Seek(0, io.SeekEnd); err != nil {
 		return fail(fmt.Errorf("seek ids: %w", err))
 	}
-	out := &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, rows: rows}, rows: rows}
-	if rows > 0 {
-		if out.done, err = openIDStream(idsPath, keepIDs, FormatNPY); err != nil {
-			return fail(err)
-		}
-	}
-	return out, nil
+	return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, rows: rows}, rows: rows}, nil
 }
 
 // scanNPY returns how many rows of an existing .npy output are complete, in the array
-// and in the ids file both, and the size of the ids file's first rows lines.
-func scanNPY(f, ids *os.File, dim int) (rows, keepIDs int64, err error) {
+// and in the ids file both, and the size of the ids file's first rows lines; it records
+// each of those rows' ids in idx.
+func scanNPY(f, ids *os.File, dim int, idx *idIndex) (rows, keepIDs int64, err error) {
 	h := make([]byte, npyHeaderLen)
 	if _, err := io.ReadFull(f, h); err != nil {
 		return 0, 0, fmt.Errorf("read .npy header: %w", err)
@@ -359,76 +358,13 @@ func scanNPY(f, ids *os.File, dim int) (rows, keepIDs int64, err error) {
 		if err != nil {
 			return 0, 0, fmt.Errorf("read ids: %w", err)
 		}
-		if _, err := compactID(line[:len(line)-1]); err != nil {
+		id, err := compactID(line[:len(line)-1])
+		if err != nil {
 			return 0, 0, fmt.Errorf("ids line %d: %v", rows+1, err)
 		}
+		idx.addRow(rows, id)
 		keepIDs += int64(len(line))
 		rows++
 	}
 	return rows, keepIDs, nil
 }
-
-// idStream reads back, in order, the ids of an output's first records.
-type idStream struct {
-	f      *os.File
-	r      *bufio.Reader
-	format Format
-	next   json.RawMessage
-	ok     bool
-	err    error
-}
-
-func openIDStream(path string, size int64, format Format) (*idStream, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reopen %s to read its ids: %w", path, err)
-	}
-	s := &idStream{f: f, r: bufio.NewReaderSize(io.LimitReader(f, size), 1<<20), format: format}
-	s.advance()
-	return s, s.err
-}
-
-// advance reads the next id into s.next.
-func (s *idStream) advance() {
-	s.ok = false
-	line, err := s.r.ReadBytes('\n')
-	if errors.Is(err, io.EOF) && len(line) == 0 {
-		return
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.err = fmt.Errorf("read back the output's ids: %w", err)
-		return
-	}
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	if s.format == FormatNPY {
-		s.next, s.ok = json.RawMessage(line), true
-		return
-	}
-	id, _, perr := parseJSONLRecord(line)
-	if perr != nil {
-		s.err = fmt.Errorf("read back the output's ids: %w", perr)
-		return
-	}
-	s.next, s.ok = id, true
-}
-
-// match reports whether id is the next id already written, and if so moves past it.
-func (s *idStream) match(id json.RawMessage) bool {
-	if !s.ok || !bytes.Equal(s.next, id) {
-		return false
-	}
-	s.advance()
-	return true
-}
-
-// remaining counts the ids not matched yet, reading to the end.
-func (s *idStream) remaining() int64 {
-	var n int64
-	for s.ok {
-		n++
-		s.advance()
-	}
-	return n
-}
-
-func (s *idStream) close() error { return s.f.Close() }

@@ -16,9 +16,11 @@ const (
 )
 
 // progress reports a run: a bar redrawn in place on a terminal, else a log line per
-// interval. The rate counts this run's items only, and the ETA extrapolates the input
-// bytes consumed since the first batch written, so items skipped by a resume do not
-// inflate either. Used by the writer goroutine only.
+// interval. The item count and the percentage are both of the whole input (items an
+// earlier run wrote count as done), so they agree on a resumed run. The rate counts
+// this run's items only, and the ETA extrapolates the input bytes consumed since the
+// first batch written, so items skipped by a resume inflate neither. Used by the
+// writer goroutine only.
 type progress struct {
 	w        io.Writer // nil: log lines
 	log      *slog.Logger
@@ -30,7 +32,7 @@ type progress struct {
 	start    time.Time
 	startPos int64
 	pos      int64
-	items    int64
+	items    int64 // embedded by this run when the first batch was written
 	lastDraw time.Time
 	lastLog  time.Time
 	lineLen  int
@@ -47,9 +49,9 @@ func newProgress(j *Job, log *slog.Logger) *progress {
 	return p
 }
 
-// update records that items vectors are written in all and the input is consumed up
-// to pos.
-func (p *progress) update(items, pos int64) {
+// update records that this run wrote items vectors in all, that resumed items were
+// found already written, and that the input is consumed up to pos.
+func (p *progress) update(resumed, items, pos int64) {
 	t := p.now()
 	if !p.started {
 		// The first batch's own time is lost to the rate, but so is its count: the
@@ -60,13 +62,13 @@ func (p *progress) update(items, pos int64) {
 	if p.w != nil {
 		if t.Sub(p.lastDraw) >= barRedraw {
 			p.lastDraw = t
-			p.draw(items, t)
+			p.draw(resumed, items, t)
 		}
 		return
 	}
 	if t.Sub(p.lastLog) >= p.interval {
 		p.lastLog = t
-		attrs := []any{"embedded", items, "items_per_s", round1(p.rate(items, t))}
+		attrs := []any{"done", resumed + items, "embedded", items, "items_per_s", round1(p.rate(items, t))}
 		if p.total > 0 {
 			attrs = append(attrs, "percent", round1(p.percent()), "eta", p.eta(t).String())
 		}
@@ -75,9 +77,9 @@ func (p *progress) update(items, pos int64) {
 }
 
 // finish draws the bar one last time and ends its line.
-func (p *progress) finish(items int64) {
+func (p *progress) finish(resumed, items int64) {
 	if p.w != nil && p.started {
-		p.draw(items, p.now())
+		p.draw(resumed, items, p.now())
 		fmt.Fprintln(p.w)
 	}
 }
@@ -107,11 +109,12 @@ func (p *progress) eta(t time.Time) time.Duration {
 	return time.Duration(max(0, left) * float64(time.Second)).Round(time.Second)
 }
 
-// line renders "  45% [==========>           ] 12345 items  812.3 items/s  ETA 1m2s".
-func (p *progress) line(items int64, t time.Time) string {
+// line renders "  45% [==========>           ] 12345 items  812.3 items/s  ETA 1m2s":
+// items done in all (resumed ones included) and this run's rate.
+func (p *progress) line(resumed, items int64, t time.Time) string {
 	speed := fmt.Sprintf("%.1f items/s", p.rate(items, t))
 	if p.total <= 0 {
-		return fmt.Sprintf("%d items  %s", items, speed)
+		return fmt.Sprintf("%d items  %s", resumed+items, speed)
 	}
 	pct := p.percent()
 	fill := int(pct * barWidth / 100)
@@ -126,12 +129,12 @@ func (p *progress) line(items int64, t time.Time) string {
 	case p.eta(t) > 0:
 		eta = "ETA " + p.eta(t).String()
 	}
-	return fmt.Sprintf("%3.0f%% [%s] %d items  %s  %s", pct, bar, items, speed, eta)
+	return fmt.Sprintf("%3.0f%% [%s] %d items  %s  %s", pct, bar, resumed+items, speed, eta)
 }
 
 // draw rewrites the terminal line in place, padding over a longer previous line.
-func (p *progress) draw(items int64, t time.Time) {
-	l := p.line(items, t)
+func (p *progress) draw(resumed, items int64, t time.Time) {
+	l := p.line(resumed, items, t)
 	pad := ""
 	if n := p.lineLen - len(l); n > 0 {
 		pad = strings.Repeat(" ", n)

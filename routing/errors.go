@@ -14,6 +14,9 @@ type InputError struct {
 	Index   int
 	Code    string
 	Message string
+	// Tokens and Limit are, for CodeContextLength, the input's tokens (wrapping and
+	// EOS included) and the limit it exceeds, for callers that word their own message.
+	Tokens, Limit int
 }
 
 func (e *InputError) Error() string { return e.Message }

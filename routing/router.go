@@ -268,9 +268,11 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	add := func(i int, seq []int32) error {
 		seq = append(seq, EOS)
 		if len(seq) > c.maxInputTokens() {
-			return inputErr("input", i, CodeContextLength,
+			e := inputErr("input", i, CodeContextLength,
 				"This model's maximum context length is %d tokens, however you requested %d tokens (%d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
 				c.maxInputTokens(), len(seq), len(seq), i)
+			e.Tokens, e.Limit = len(seq), c.maxInputTokens()
+			return e
 		}
 		if r.Long == nil && len(seq) > c.warmMaxTokens() {
 			return inputErr("input", i, CodeContextLength,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,13 @@ type embedFlags struct {
 	progressEvery  time.Duration
 	logFormat      string
 	logLevel       string
+	shardSpec      string
+	shards         int
+	passthrough    string
+
+	// shard is the slice of the input this run embeds (Count 0: all of it), from
+	// --shard, or --shards with JOB_COMPLETION_INDEX.
+	shard batch.Shard
 }
 
 // newEmbedFlagSet defines embed's flags. The model and worker flags are named and
@@ -53,9 +61,7 @@ func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
 	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path` or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve")
 	fs.StringVar(&f.input, "input", "-", "input `file`: one text per line, or JSONL objects with an id and a text field (by extension .jsonl/.ndjson, or --input-format); - is standard input")
 	fs.StringVar(&f.output, "output", "", "output `file` (required): .npy writes a float32 [N, dim] array plus FILE.npy.ids; anything else JSONL {\"id\":…,\"embedding\":[…]}; - is standard output (JSONL). An existing output is resumed")
-	fs.StringVar(&f.inputFormat, "input-format", "auto", "`format` of the input: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
-	fs.StringVar(&f.idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
-	fs.StringVar(&f.textField, "text-field", "text", "JSONL field holding each item's text")
+	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
 	fs.StringVar(&f.inputType, "input-type", "document", "embed the texts as `query` (with the instruction) or document")
 	fs.StringVar(&f.instruction, "instruction", routing.DefaultInstruction, "query `task` (with --input-type query)")
 	fs.IntVar(&f.dimensions, "dimensions", 0, "output dimensions, 32 up to the model's (Matryoshka truncation, then L2 normalisation); 0 = the model's")
@@ -74,6 +80,8 @@ func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
 	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, how often a progress line is logged")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.shardSpec, "shard", "", "embed only slice `i/N` of the input file (0 ≤ i < N; lines by byte range, see docs/batch.md) into OUTPUT with -0000i-of-0000N before its extension; merge the N parts with embed-stack merge")
+	fs.IntVar(&f.shards, "shards", 0, "`N` slices, this run's index from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it); same as --shard $JOB_COMPLETION_INDEX/N")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack embed --model MODEL --input FILE --output FILE [flags]\n\n"+
 			"Embeds every text of a file (or standard input) offline, with the same wrapping,\n"+
@@ -112,10 +120,72 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if _, err := routing.ParseInputType(f.inputType); err != nil {
 		return nil, fmt.Errorf("--input-type: %w", err)
 	}
-	if _, err := inputFormat(f); err != nil {
+	format, err := inputFormat(f)
+	if err != nil {
 		return nil, err
 	}
+	if f.shard, err = shardOf(f.shardSpec, f.shards, getenv); err != nil {
+		return nil, err
+	}
+	if f.shard.Count > 0 && (f.input == "-" || f.output == "-") {
+		return nil, errors.New("a sharded run needs --input and --output files: each shard reads its slice of the file and writes its own part")
+	}
+	if batch.FormatFor(f.output) == batch.FormatParquet && f.input == "-" {
+		return nil, errors.New("a .parquet --output needs an --input file: it is written from the input once every vector exists")
+	}
+	if f.passthrough != "" && (batch.FormatFor(f.output) != batch.FormatParquet || format != batch.JSONL) {
+		return nil, errors.New("--passthrough needs JSONL input and a .parquet --output")
+	}
 	return f, nil
+}
+
+// shardOf resolves --shard, or --shards with the index a Kubernetes Indexed Job puts
+// in JOB_COMPLETION_INDEX.
+func shardOf(spec string, count int, getenv func(string) string) (batch.Shard, error) {
+	switch {
+	case spec != "":
+		sh, err := batch.ParseShard(spec)
+		if err != nil {
+			return sh, fmt.Errorf("--shard: %w", err)
+		}
+		if count != 0 && count != sh.Count {
+			return sh, fmt.Errorf("--shard %s and --shards %d disagree", spec, count)
+		}
+		return sh, nil
+	case count < 0:
+		return batch.Shard{}, errors.New("--shards must not be negative")
+	case count > 0:
+		idx := getenv("JOB_COMPLETION_INDEX")
+		if idx == "" {
+			return batch.Shard{}, fmt.Errorf("--shards %d needs this run's index: set --shard i/%d, or JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it)", count, count)
+		}
+		sh, err := batch.ParseShard(idx + "/" + strconv.Itoa(count))
+		if err != nil {
+			return sh, fmt.Errorf("JOB_COMPLETION_INDEX=%q with --shards %d: %w", idx, count, err)
+		}
+		return sh, nil
+	}
+	return batch.Shard{}, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty names.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// defineReaderFlags defines the flags saying how the input is read, which embed and
+// merge share: merge must read the input as the shards did.
+func defineReaderFlags(fs *flag.FlagSet, format, idField, textField, passthrough *string) {
+	fs.StringVar(format, "input-format", "auto", "`format` of the input: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
+	fs.StringVar(idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
+	fs.StringVar(textField, "text-field", "text", "JSONL field holding each item's text")
+	fs.StringVar(passthrough, "passthrough", "", "comma-separated JSONL `fields` copied into each row of a .parquet output")
 }
 
 // inputFormat resolves --input-format, "auto" by the input's extension.
@@ -167,17 +237,35 @@ func runEmbed(args []string, stderr io.Writer) int {
 func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	format, _ := inputFormat(f)
 	in, size := io.Reader(os.Stdin), int64(0)
+	var file *os.File
+	firstLine := int64(1)
 	if f.input != "-" {
-		file, err := os.Open(f.input)
-		if err != nil {
+		var err error
+		if file, err = os.Open(f.input); err != nil {
 			return fmt.Errorf("--input: %w", err)
 		}
 		defer file.Close()
-		if fi, err := file.Stat(); err == nil && fi.Mode().IsRegular() {
+		fi, err := file.Stat()
+		if err == nil && fi.Mode().IsRegular() {
 			size = fi.Size()
+		} else if f.shard.Count > 0 || batch.FormatFor(f.output) == batch.FormatParquet {
+			return fmt.Errorf("--input %s: not a regular file, which --shard and .parquet need (they read it by offset)", f.input)
 		}
 		in = file
+		if f.shard.Count > 0 {
+			si, err := batch.OpenShard(file, size, f.shard)
+			if err != nil {
+				return fmt.Errorf("--input: %w", err)
+			}
+			in, size, firstLine = si.Reader(file), si.End-si.Start, si.FirstLine
+			logger.Info("shard", "shard", f.shard.String(), "first_line", si.FirstLine, "bytes", size, "input_offset", si.Start)
+		}
 	}
+	output := f.output
+	if f.shard.Count > 0 {
+		output = batch.ShardPath(output, f.shard)
+	}
+	work := batch.WorkPath(output)
 
 	eng, err := newEngine(ctx, engineConfig{
 		Model:                f.model,
@@ -230,14 +318,15 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 			logger.Warn("stop warm worker", "error", err)
 		}
 	}()
-	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", f.output)
+	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", work)
 
+	readerCfg := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
 	job := &batch.Job{
 		Input:            in,
 		InputSize:        size,
-		Reader:           batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
-		Output:           f.output,
-		Format:           batch.FormatFor(f.output),
+		Reader:           batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField, FirstLine: firstLine},
+		Output:           work,
+		Format:           batch.FormatFor(work),
 		Overwrite:        f.overwrite,
 		Dim:              dim,
 		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
@@ -255,17 +344,27 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	if s := st.Elapsed.Seconds(); s > 0 {
 		rate = float64(st.Embedded) / s
 	}
-	attrs := []any{"embedded", st.Embedded, "resumed", st.Resumed, "invalid", st.Invalid, "blank_lines", st.Blank,
-		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", f.output}
+	attrs := []any{"embedded", st.Embedded, "resumed", st.Resumed, "invalid", st.Invalid, "blank_lines", st.Blank, "dropped", st.Dropped,
+		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", work}
 	if err != nil {
 		logger.Info("embedding stopped", attrs...)
 		return err
 	}
-	if st.Unmatched > 0 {
-		logger.Warn("the output holds records whose ids the input no longer has in that order; they were kept", "records", st.Unmatched)
-	}
 	logger.Info("embedding done", attrs...)
-	return nil
+	if work == output {
+		return nil
+	}
+	if f.shard.Count > 0 {
+		logger.Info("the shard's vectors are ready; once every shard is done, embed-stack merge writes the .parquet", "part", work)
+		return nil
+	}
+	// A .parquet output: written from the work file once it holds every vector.
+	m := &batch.Merge{Input: file, InputSize: size, Reader: readerCfg, Parts: []string{work}, Output: output,
+		Format: batch.FormatParquet, Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Logger: logger}
+	if _, err := m.Run(ctx); err != nil {
+		return err
+	}
+	return errors.Join(os.Remove(work), os.Remove(batch.IDsPath(work)))
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
@@ -284,9 +383,22 @@ func (e *routerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 	}
 	var ie *routing.InputError
 	if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(texts) {
-		return nil, &batch.ItemError{Index: ie.Index, Err: err}
+		return nil, &batch.ItemError{Index: ie.Index, Err: itemError(ie)}
 	}
 	return nil, err
+}
+
+// itemError words the router's refusal of one text for the batch job: the job names
+// the item by id and input line, so the HTTP API's "input N" (an index into the
+// request, here a batch) and its completion wording would only mislead.
+func itemError(ie *routing.InputError) error {
+	switch ie.Code {
+	case routing.CodeContextLength:
+		return fmt.Errorf("the text has %d tokens (the instruction, if any, and the end token included); the limit is %d (--max-input-tokens)", ie.Tokens, ie.Limit)
+	case routing.CodeEmptyInput:
+		return errors.New("the text is empty")
+	}
+	return ie
 }
 
 // retryable says a failure is transient: the warm worker restarting (it died,

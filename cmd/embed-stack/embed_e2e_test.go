@@ -382,6 +382,12 @@ func TestEmbedFlagErrors(t *testing.T) {
 		{[]string{"--model", "m.gguf", "--output", "o", "--input-format", "csv"}, nil, `--input-format "csv": use lines, jsonl or auto`},
 		{[]string{"--output", "o"}, map[string]string{"EMBED_STACK_MODEL": "m.gguf", "EMBED_STACK_MAX_EPHEMERAL": "-1"}, "must not be negative"},
 		{[]string{"--model", "m.gguf", "--output", "o", "--warm-max-tokens", "40000"}, nil, "--warm-max-tokens (40000) is larger than --max-input-tokens (32768)"},
+		{[]string{"--model", "m.gguf", "--output", "o", "--input", "i", "--shard", "3/3"}, nil, `--shard: shard "3/3": want i/N with 0 ≤ i < N, such as 0/4`},
+		{[]string{"--model", "m.gguf", "--output", "o", "--input", "i", "--shards", "4"}, nil, "--shards 4 needs this run's index: set --shard i/4, or JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it)"},
+		{[]string{"--model", "m.gguf", "--output", "o", "--input", "i"}, map[string]string{"EMBED_STACK_SHARDS": "4", "JOB_COMPLETION_INDEX": "4"}, `JOB_COMPLETION_INDEX="4" with --shards 4: shard "4/4"`},
+		{[]string{"--model", "m.gguf", "--output", "o", "--shard", "0/2"}, nil, "a sharded run needs --input and --output files"},
+		{[]string{"--model", "m.gguf", "--output", "o.parquet"}, nil, "a .parquet --output needs an --input file"},
+		{[]string{"--model", "m.gguf", "--output", "o.npy", "--input", "i.jsonl", "--passthrough", "title"}, nil, "--passthrough needs JSONL input and a .parquet --output"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -399,5 +405,12 @@ func TestEmbedFlagErrors(t *testing.T) {
 	}
 	if format, _ := inputFormat(f); f.model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.threads != 3 || format.String() != "jsonl" {
 		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.model, f.threads, format)
+	}
+	// An Indexed Job's pod: the count from the environment, the index from Kubernetes.
+	f, err = parseEmbedFlags([]string{"--model", "m", "--output", "o.npy", "--input", "i.jsonl"}, new(bytes.Buffer), func(k string) string {
+		return map[string]string{"EMBED_STACK_SHARDS": "8", "JOB_COMPLETION_INDEX": "5"}[k]
+	})
+	if err != nil || f.shard.String() != "5/8" {
+		t.Errorf("shard %v, err %v; want 5/8", f.shard, err)
 	}
 }

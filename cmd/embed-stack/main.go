@@ -23,14 +23,16 @@ const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embe
 Usage:
   embed-stack serve  --model PATH [flags]   run the HTTP API (starts its own workers)
   embed-stack embed  --model PATH --input FILE --output FILE [flags]
-                                            embed a file offline into JSONL or .npy (resumable)
+                                            embed a file offline into JSONL, .npy or Parquet (resumable;
+                                            --shard i/N embeds one slice)
+  embed-stack merge  --input FILE --output FILE --shards N
+                                            merge the shards' parts into one output, in input order
   embed-stack worker --model PATH --socket PATH [flags]
                                             run one llama.cpp worker (started by serve)
   embed-stack bench  --model PATH [flags]   benchmark against the engine floor and peers (docs/performance.md)
   embed-stack version                       print the version
 
-Run "embed-stack serve --help", "embed-stack embed --help" or "embed-stack worker --help"
-for their flags.
+Run "embed-stack COMMAND --help" (serve, embed, merge, worker, bench) for its flags.
 `
 
 func main() {
@@ -47,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServe(args[1:], stdout, stderr)
 	case "embed":
 		return runEmbed(args[1:], stderr)
+	case "merge":
+		return runMerge(args[1:], stderr)
 	case "worker":
 		return runWorker(args[1:], stderr)
 	case "bench":

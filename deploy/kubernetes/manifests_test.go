@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,6 +33,8 @@ type manifests struct {
 	pdb     *policyv1.PodDisruptionBudget
 	adapter *corev1.ConfigMap
 	kust    *kustomization
+	job     *batchv1.Job                  // embed-job.yaml, applied per job
+	pvc     *corev1.PersistentVolumeClaim // embed-job.yaml's volume
 	files   []string
 }
 
@@ -110,6 +113,12 @@ func load(t *testing.T) *manifests {
 			case "kustomize.config.k8s.io/v1beta1 Kustomization":
 				m.kust = &kustomization{}
 				dst = m.kust
+			case "batch/v1 Job":
+				m.job = &batchv1.Job{}
+				dst = m.job
+			case "v1 PersistentVolumeClaim":
+				m.pvc = &corev1.PersistentVolumeClaim{}
+				dst = m.pvc
 			default:
 				t.Fatalf("%s: unexpected %s %s", where, tm.APIVersion, tm.Kind)
 			}
@@ -117,7 +126,8 @@ func load(t *testing.T) *manifests {
 		}
 	}
 	for name, missing := range map[string]bool{"Deployment": m.deploy == nil, "Service": m.service == nil,
-		"HorizontalPodAutoscaler": m.hpa == nil, "PodDisruptionBudget": m.pdb == nil, "adapter ConfigMap": m.adapter == nil, "Kustomization": m.kust == nil} {
+		"HorizontalPodAutoscaler": m.hpa == nil, "PodDisruptionBudget": m.pdb == nil, "adapter ConfigMap": m.adapter == nil, "Kustomization": m.kust == nil,
+		"Job": m.job == nil, "PersistentVolumeClaim": m.pvc == nil} {
 		if missing {
 			t.Errorf("no %s among %v", name, files)
 		}
@@ -242,7 +252,7 @@ func TestManifestsAreConsistent(t *testing.T) {
 
 	var resources []string
 	for _, f := range m.files {
-		if f != "kustomization.yaml" && f != "prometheus-adapter.yaml" {
+		if f != "kustomization.yaml" && f != "prometheus-adapter.yaml" && f != "embed-job.yaml" {
 			resources = append(resources, f)
 		}
 	}

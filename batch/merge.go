@@ -1,0 +1,398 @@
+package batch
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"time"
+)
+
+// FormatParquet is a Parquet file (see parquetSink), written by Merge only: an embed
+// run with a .parquet output keeps its vectors in WorkPath's .npy until it completes,
+// then merges that one part.
+const FormatParquet Format = 2
+
+// WorkPath is where a job writing path keeps its resumable vectors: path itself for
+// JSONL and .npy, path+".npy" (and its .ids) for Parquet.
+func WorkPath(path string) string {
+	if FormatFor(path) == FormatParquet {
+		return path + ".npy"
+	}
+	return path
+}
+
+// Merge writes the parts of a sharded job (or the one part of a Parquet job) as one
+// output holding every input item's vector exactly once, in input order. Part i
+// must be the output of shard i of len(Parts) over the same input (a single part is
+// the whole input). Set the fields, then call Run once.
+type Merge struct {
+	// Input is the job's input file, of InputSize bytes, read as Reader says.
+	Input     io.ReaderAt
+	InputSize int64
+	Reader    ReaderConfig
+	// Parts are the parts' paths, shard 0 first, all JSONL or all .npy (with .ids).
+	Parts []string
+	// Output is written to Output+".merging" (and its .ids), then renamed into place,
+	// so a reader never sees half an output.
+	Output string
+	Format Format
+	// Passthrough names input fields copied into each row (Parquet only).
+	Passthrough []string
+	// AllowMissing merges anyway when input items have no vector (texts the model
+	// refused under --skip-invalid); otherwise a missing vector fails the merge.
+	AllowMissing bool
+	// Logger receives the summary; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// MergeStats summarises a merge.
+type MergeStats struct {
+	Rows    int64 // written
+	Missing int64 // input items without a vector (AllowMissing)
+	Invalid int64 // input lines that are not items (no vector expected)
+	Dim     int
+	Elapsed time.Duration
+}
+
+// Run merges. It refuses, writing nothing, when a part is missing or unreadable,
+// when an item has no vector (unless AllowMissing), and when a part holds a row whose
+// id is not the next item of its slice: a repeated row, a row out of order, or an id
+// the slice does not hold.
+func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
+	start := time.Now()
+	log := m.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var st MergeStats
+	if len(m.Parts) == 0 {
+		return st, errors.New("merge: no parts")
+	}
+	parts := make([]*partReader, len(m.Parts))
+	defer func() {
+		for _, p := range parts {
+			if p != nil {
+				p.close()
+			}
+		}
+	}()
+	for i, path := range m.Parts {
+		p, err := openPart(path)
+		if err != nil {
+			return st, fmt.Errorf("part %d of %d: %w", i, len(m.Parts), err)
+		}
+		parts[i] = p
+		if i == 0 {
+			st.Dim = p.dim
+		} else if p.dim != st.Dim && p.dim != 0 {
+			return st, fmt.Errorf("part %s holds %d-dimensional vectors, part %s %d", path, p.dim, m.Parts[0], st.Dim)
+		}
+		if st.Dim == 0 {
+			st.Dim = p.dim
+		}
+	}
+	if len(m.Passthrough) > 0 && (m.Format != FormatParquet || m.Reader.Format != JSONL) {
+		return st, errors.New("passthrough fields need JSONL input and Parquet output")
+	}
+
+	tmp := m.Output + ".merging"
+	sink, err := newMergeSink(tmp, m.Format, st.Dim, m.Passthrough)
+	if err != nil {
+		return st, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			sink.abort()
+		}
+	}()
+
+	idx := newIDIndex()
+	var firstMissing string
+	n := len(m.Parts)
+	line := int64(1)
+	for i, part := range parts {
+		shard := Shard{Index: i, Count: n}
+		if n == 1 {
+			shard = Shard{}
+		}
+		si, err := OpenShard(m.Input, m.InputSize, shard)
+		if err != nil {
+			return st, err
+		}
+		cfg := m.Reader
+		cfg.FirstLine, cfg.Fields = line, m.Passthrough
+		r := NewReader(si.Reader(m.Input), cfg)
+		for {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+			it, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err == nil {
+				_, err = idx.see(it.ID, it.Line)
+			}
+			var le *LineError
+			if errors.As(err, &le) {
+				st.Invalid++ // the job stopped at it or skipped it: no vector
+				continue
+			}
+			if err != nil {
+				return st, err
+			}
+			if !part.ok || !bytes.Equal(part.id, it.ID) {
+				if st.Missing == 0 {
+					firstMissing = fmt.Sprintf("line %d (id %s)", it.Line, it.ID)
+				}
+				st.Missing++
+				continue
+			}
+			if err := sink.add(part.id, part.vec, it.Fields); err != nil {
+				return st, err
+			}
+			st.Rows++
+			if err := part.advance(); err != nil {
+				return st, err
+			}
+		}
+		if part.ok {
+			return st, fmt.Errorf("part %s: row %d has the id %s, which is not the next item of its slice of the input (lines %d to %d): a repeated row, a row out of order, or not this input's; rerun that shard with --overwrite",
+				part.path, part.row+1, part.id, line, r.Line())
+		}
+		line = r.Line() + 1
+	}
+	if st.Missing > 0 && !m.AllowMissing {
+		return st, fmt.Errorf("%d input items have no vector in the parts, the first on %s: rerun the shards to complete them, or pass --allow-missing if the job skipped them (--skip-invalid)", st.Missing, firstMissing)
+	}
+	if err := sink.commit(m.Output); err != nil {
+		return st, err
+	}
+	ok = true
+	st.Elapsed = time.Since(start)
+	log.Info("merged", "output", m.Output, "rows", st.Rows, "parts", len(m.Parts), "missing", st.Missing, "invalid_lines", st.Invalid, "seconds", round1(st.Elapsed.Seconds()))
+	return st, nil
+}
+
+// ---------------------------------------------------------------------------
+// Reading parts.
+
+// partReader reads a part's rows in order.
+type partReader struct {
+	path string
+	f    *os.File
+	r    *bufio.Reader
+	ids  *bufio.Reader // .npy: the ids file
+	idsF *os.File
+	npy  bool
+	dim  int   // 0 for an empty JSONL part
+	rows int64 // .npy: rows in the header
+	row  int64 // index of the current row
+
+	ok  bool // a current row is loaded
+	id  json.RawMessage
+	vec []float32
+	buf []byte
+}
+
+func openPart(path string) (*partReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	p := &partReader{path: path, f: f, r: bufio.NewReaderSize(f, 1<<20), row: -1}
+	if FormatFor(path) == FormatNPY {
+		p.npy = true
+		h := make([]byte, npyHeaderLen)
+		if _, err := io.ReadFull(p.r, h); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: read .npy header: %w", path, err)
+		}
+		if p.rows, p.dim, err = parseNPYHeader(h); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if p.idsF, err = os.Open(IDsPath(path)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		p.ids = bufio.NewReader(p.idsF)
+		p.buf = make([]byte, 4*p.dim)
+		p.vec = make([]float32, p.dim)
+	}
+	if err := p.advance(); err != nil {
+		p.close()
+		return nil, err
+	}
+	if !p.npy && p.ok {
+		p.dim = len(p.vec)
+	}
+	return p, nil
+}
+
+// advance loads the next row; at the end ok is false.
+func (p *partReader) advance() error {
+	p.ok = false
+	if p.npy {
+		if p.row+1 >= p.rows {
+			return nil
+		}
+		if _, err := io.ReadFull(p.r, p.buf); err != nil {
+			return fmt.Errorf("%s: row %d: %w (a part of a job that is still running or was killed: rerun its shard)", p.path, p.row+2, err)
+		}
+		id, err := p.ids.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("%s: line %d: %w", IDsPath(p.path), p.row+2, err)
+		}
+		for i := range p.vec {
+			p.vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(p.buf[4*i:]))
+		}
+		p.id, p.ok = json.RawMessage(id[:len(id)-1]), true
+		p.row++
+		return nil
+	}
+	line, err := p.r.ReadBytes('\n')
+	if errors.Is(err, io.EOF) {
+		if len(line) > 0 {
+			return fmt.Errorf("%s: row %d is incomplete (a part of a job that is still running or was killed: rerun its shard)", p.path, p.row+2)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.path, err)
+	}
+	id, vec, err := parseJSONLVector(line[:len(line)-1], p.vec[:0])
+	if err != nil {
+		return fmt.Errorf("%s: row %d: %w", p.path, p.row+2, err)
+	}
+	if p.dim != 0 && len(vec) != p.dim {
+		return fmt.Errorf("%s: row %d has %d dimensions, the first %d", p.path, p.row+2, len(vec), p.dim)
+	}
+	p.id, p.vec, p.ok = id, vec, true
+	p.row++
+	return nil
+}
+
+func (p *partReader) close() {
+	p.f.Close()
+	if p.idsF != nil {
+		p.idsF.Close()
+	}
+}
+
+// parseJSONLVector reads a record written by jsonlSink: its id and its floats,
+// appended to vec.
+func parseJSONLVector(line []byte, vec []float32) (json.RawMessage, []float32, error) {
+	id, _, err := parseJSONLRecord(line)
+	if err != nil {
+		return nil, nil, err
+	}
+	arr := line[bytes.Index(line, []byte(`"embedding":[`))+len(`"embedding":[`) : len(line)-2]
+	for len(arr) > 0 {
+		num, rest, _ := bytes.Cut(arr, []byte{','})
+		x, err := strconv.ParseFloat(string(num), 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("embedding: %w", err)
+		}
+		vec = append(vec, float32(x))
+		arr = rest
+	}
+	return append(json.RawMessage(nil), id...), vec, nil
+}
+
+// ---------------------------------------------------------------------------
+// Writing the merged output.
+
+type mergeSink struct {
+	tmp     string
+	format  Format
+	sink    sink // JSONL and .npy
+	pq      *parquetSink
+	ids     []json.RawMessage
+	vecs    [][]float32
+	pending int
+}
+
+func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*mergeSink, error) {
+	s := &mergeSink{tmp: tmp, format: format}
+	if format == FormatParquet {
+		f, err := os.Create(tmp)
+		if err != nil {
+			return nil, err
+		}
+		if s.pq, err = newParquetSink(f, dim, passthrough); err != nil {
+			f.Close()
+			os.Remove(tmp)
+			return nil, err
+		}
+		return s, nil
+	}
+	out, err := openOutput(tmp, format, dim, true, newIDIndex())
+	if err != nil {
+		return nil, err
+	}
+	s.sink = out.sink
+	return s, nil
+}
+
+func (s *mergeSink) add(id json.RawMessage, vec []float32, extra map[string]json.RawMessage) error {
+	if s.pq != nil {
+		return s.pq.add(id, vec, extra)
+	}
+	s.ids = append(s.ids, id)
+	s.vecs = append(s.vecs, slicesClone(vec))
+	if len(s.ids) == 256 {
+		return s.flush()
+	}
+	return nil
+}
+
+func (s *mergeSink) flush() error {
+	if len(s.ids) == 0 {
+		return nil
+	}
+	err := s.sink.write(s.ids, s.vecs)
+	s.ids, s.vecs = s.ids[:0], s.vecs[:0]
+	return err
+}
+
+func slicesClone(v []float32) []float32 { return append([]float32(nil), v...) }
+
+// commit closes the temporary output and renames it (and its ids) into place.
+func (s *mergeSink) commit(path string) error {
+	var err error
+	if s.pq != nil {
+		err = s.pq.close()
+	} else {
+		err = errors.Join(s.flush(), s.sink.close())
+	}
+	if err != nil {
+		return err
+	}
+	if s.format == FormatNPY {
+		if err := os.Rename(IDsPath(s.tmp), IDsPath(path)); err != nil {
+			return err
+		}
+	}
+	return os.Rename(s.tmp, path)
+}
+
+func (s *mergeSink) abort() {
+	if s.pq != nil {
+		s.pq.f.Close()
+	} else {
+		s.sink.close()
+	}
+	os.Remove(s.tmp)
+	os.Remove(IDsPath(s.tmp))
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/embed-stack/embed-stack/batch"
+)
+
+// mergeFlags is the parsed command line of `embed-stack merge`.
+type mergeFlags struct {
+	input, output, inputFormat, idField, textField, passthrough string
+	shards                                                      int
+	allowMissing                                                bool
+	logFormat, logLevel                                         string
+}
+
+func newMergeFlagSet(f *mergeFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("embed-stack merge", flag.ContinueOnError)
+	fs.StringVar(&f.input, "input", "", "the sharded job's input `file` (required)")
+	fs.StringVar(&f.output, "output", "", "the sharded job's --output `file` (required): the parts OUTPUT-0000i-of-0000N are merged into it (.jsonl, .npy, or .parquet from .parquet.npy parts)")
+	fs.IntVar(&f.shards, "shards", 0, "the job's shard count `N` (required)")
+	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
+	fs.BoolVar(&f.allowMissing, "allow-missing", false, "merge even when input items have no vector (texts the shards skipped with --skip-invalid)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack merge --input FILE --output FILE --shards N [flags]\n\n"+
+			"Merges the parts written by `embed-stack embed --shard i/N` into one output holding\n"+
+			"every input item's vector exactly once, in input order. It refuses, writing nothing,\n"+
+			"when a part is missing or incomplete, or holds a row out of place.\n\n"+
+			"Every flag can also be set by an environment variable (--shards: EMBED_STACK_SHARDS).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseMergeFlags(args []string, stderr io.Writer, getenv func(string) string) (*mergeFlags, error) {
+	f := &mergeFlags{}
+	fs := newMergeFlagSet(f)
+	fs.SetOutput(stderr)
+	if _, err := configure(fs, args, getenv); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.input == "" || f.input == "-":
+		return nil, errors.New("--input is required: the sharded job's input file")
+	case f.output == "" || f.output == "-":
+		return nil, errors.New("--output is required: the sharded job's --output file")
+	case f.shards < 1:
+		return nil, errors.New("--shards is required: the job's shard count N")
+	}
+	return f, nil
+}
+
+func runMerge(args []string, stderr io.Writer) int {
+	f, err := parseMergeFlags(args, stderr, os.Getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "embed-stack merge:", err)
+		return 2
+	}
+	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack merge:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := merge(ctx, f, logger); err != nil {
+		logger.Error("embed-stack merge failed", "error", err)
+		return 1
+	}
+	return 0
+}
+
+func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
+	format, err := inputFormat(&embedFlags{input: f.input, inputFormat: f.inputFormat})
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(f.input)
+	if err != nil {
+		return fmt.Errorf("--input: %w", err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return fmt.Errorf("--input: %w", err)
+	}
+	parts := make([]string, f.shards)
+	for i := range parts {
+		parts[i] = batch.WorkPath(batch.ShardPath(f.output, batch.Shard{Index: i, Count: f.shards}))
+	}
+	m := &batch.Merge{
+		Input: in, InputSize: fi.Size(),
+		Reader:       batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
+		Parts:        parts,
+		Output:       f.output,
+		Format:       batch.FormatFor(f.output),
+		Passthrough:  splitList(f.passthrough),
+		AllowMissing: f.allowMissing,
+		Logger:       logger,
+	}
+	_, err = m.Run(ctx)
+	return err
+}
