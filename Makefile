@@ -60,7 +60,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -81,6 +81,7 @@ deps:
 	apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libstb-dev
 	@command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm
 	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3 python3-venv
+	@command -v haproxy >/dev/null || apt-get install -y -qq --no-install-recommends haproxy
 
 $(TOKENIZER):
 	bash scripts/fetch-tokenizer.sh
@@ -135,7 +136,7 @@ vet:
 # failure. Then the node clients (openai, @langchain/openai) against the binary.
 test: build models vet test-pure fuzz test-go test-node test-openapi
 
-E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance)
+E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
 
 test-pure:
@@ -157,6 +158,12 @@ $(PYARROW_VENV)/installed: $(PYARROW_REQS)
 test-go: build models $(PYARROW_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
+
+# Three replicas behind HAProxy under a minute of load, with a graceful restart and a
+# crash (deploy/haproxy/README.md); part of test-go, here alone and verbose, with the
+# totals it measured. Needs haproxy (`make deps`).
+test-scale: build models
+	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -count=1 -v -timeout 10m ./deploy/haproxy/
 
 # The fuzzers of the request decoder and of wrapping + tokenization, each for
 # FUZZTIME (their committed seed corpora also run as plain tests in test-go). A

@@ -118,6 +118,8 @@ type httpResult struct {
 	status int
 	header http.Header
 	body   []byte
+	// close says the answer carried Connection: close (net/http removes that header).
+	close bool
 }
 
 // do sends one request with a JSON body (nil for none; a []byte or string is sent as is).

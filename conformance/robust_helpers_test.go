@@ -227,7 +227,7 @@ func (s *server) post(c context.Context, path string, body any, headers map[stri
 	if err != nil {
 		return httpResult{}, err
 	}
-	return httpResult{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return httpResult{status: resp.StatusCode, header: resp.Header, body: b, close: resp.Close}, nil
 }
 
 // otherWorker polls until the server has a worker child other than warm (an

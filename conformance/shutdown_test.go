@@ -206,3 +206,53 @@ func TestNoOrphansAfterServerKilled(t *testing.T) {
 		_ = os.RemoveAll(socketDir(t, w))
 	}
 }
+
+// TestDrainBeforeClose: with --drain-delay, SIGTERM turns GET /ready to 503
+// {"status":"draining"} at once while the listener stays open and requests are still
+// answered (correctly, with Connection: close) until the delay ends; then the server
+// refuses connections and exits 0. This is what lets a balancer's health check take a
+// replica out before it stops listening (deploy/haproxy).
+func TestDrainBeforeClose(t *testing.T) {
+	const delay = 4 * time.Second
+	s, _ := launchOwn(t, "--drain-delay", delay.String())
+	text := "a document embedded while the server drains"
+	want := expectDocument(t, text)
+	sigterm := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var ready httpResult
+	for {
+		ready = s.do(t, http.MethodGet, "/ready", nil, nil)
+		if ready.status != http.StatusOK || time.Since(sigterm) > delay/2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ready.status != http.StatusServiceUnavailable || string(ready.body) != `{"status":"draining"}` {
+		t.Fatalf("GET /ready after SIGTERM: %d %s, want 503 {\"status\":\"draining\"}", ready.status, ready.body)
+	}
+	r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{text}}, nil)
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("POST /v1/embeddings while draining: %d %v %s", r.status, err, truncate(r.body))
+	}
+	if !r.close {
+		t.Error("the answer while draining did not carry Connection: close")
+	}
+	var got rawEmbeddings
+	r.decode(t, &got)
+	requireReference(t, "vector while draining", got.Data[0].Embedding, want)
+	if open := time.Since(sigterm); open >= delay {
+		t.Fatalf("the checks above took %s, longer than the drain delay: the test proves nothing", open)
+	}
+	s.refusesConnections(t, delay+5*time.Second)
+	if closed := time.Since(sigterm); closed < delay-200*time.Millisecond {
+		t.Errorf("listener closed %s after SIGTERM, before the %s drain delay", closed, delay)
+	}
+	if err := s.waitExit(t, stopTimeout); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.stderr)
+	}
+	if !strings.Contains(s.stderr.String(), `msg="draining: /ready answers 503 until the listener closes" delay=4s`) {
+		t.Errorf("no drain line in the log:\n%s", s.stderr)
+	}
+}

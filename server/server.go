@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -78,8 +79,18 @@ type Server struct {
 	// first model's limits also fill the bounds of GET /openapi.json.
 	Info Info
 
-	limits *limiter // built by Handler from Config.MaxConcurrentRequests
+	limits   *limiter    // built by Handler from Config.MaxConcurrentRequests
+	draining atomic.Bool // set by Drain
 }
+
+// Drain tells load balancers to stop sending work here, before the server stops
+// listening: from now on GET /ready answers 503 {"status":"draining"}, so a balancer's
+// health check takes the replica out of rotation, and every response carries
+// Connection: close, so no pooled connection to it outlives the drain (a balancer
+// that sent a request on an idle connection the moment the server closed it would
+// get no answer). Requests are still served normally: a balancer keeps sending until
+// its health check has seen the 503. Safe for concurrent use; there is no undoing it.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 // Handler returns the gin engine with every route and middleware installed.
 func (s *Server) Handler() http.Handler {
@@ -100,7 +111,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	s.limits = newLimiter(s.Config.MaxConcurrentRequests)
 	r := gin.New()
-	r.Use(s.traceRequests(), s.observeRequests(), s.recovery(), s.logRequests())
+	r.Use(s.traceRequests(), s.observeRequests(), s.recovery(), s.logRequests(), s.closeWhenDraining())
 	if auth := s.authenticate(); auth != nil {
 		r.Use(auth)
 	}
@@ -123,6 +134,10 @@ func (s *Server) Handler() http.Handler {
 	}
 	r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/ready", func(c *gin.Context) {
+		if s.draining.Load() {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "draining"})
+			return
+		}
 		if s.Ready != nil && !s.Ready() {
 			c.Header("Retry-After", "1")
 			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "loading"})
@@ -163,6 +178,17 @@ const (
 	headerInputType   = "X-Embedding-Input-Type"
 	headerInstruction = "X-Embedding-Instruction"
 )
+
+// closeWhenDraining asks net/http to close each connection after its response once
+// Drain was called (see Drain).
+func (s *Server) closeWhenDraining() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if s.draining.Load() {
+			c.Header("Connection", "close")
+		}
+		c.Next()
+	}
+}
 
 // recovery turns a panic into a 500 in OpenAI's envelope instead of gin's empty body.
 func (s *Server) recovery() gin.HandlerFunc {

@@ -233,3 +233,33 @@ func TestPanicBecomesEnvelope(t *testing.T) {
 		t.Fatalf("got %d %s", w.Code, w.Body)
 	}
 }
+
+// TestDrain: after Drain, /ready says 503 draining (before the worker's own state),
+// work is still served, and every response asks for the connection to be closed.
+func TestDrain(t *testing.T) {
+	cfg := Config{ModelName: "qwen3-embedding-0.6b", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Config: cfg, Embedder: &fakeEmbedder{}, Ready: func() bool { return true }}
+	h := s.Handler()
+	if w := do(h, "GET", "/ready", "", nil); w.Code != 200 || w.Header().Get("Connection") != "" {
+		t.Fatalf("/ready before Drain: %d %q Connection=%q", w.Code, w.Body, w.Header().Get("Connection"))
+	}
+	s.Drain()
+	checks := []struct {
+		method, path, body string
+		status             int
+		want               string
+	}{
+		{"GET", "/ready", "", 503, `{"status":"draining"}`},
+		{"GET", "/health", "", 200, `{"status":"ok"}`},
+		{"POST", "/v1/embeddings", `{"input":"a"}`, 200, ""},
+	}
+	for _, c := range checks {
+		w := do(h, c.method, c.path, c.body, nil)
+		if w.Code != c.status || (c.want != "" && w.Body.String() != c.want) {
+			t.Errorf("%s %s while draining: %d %s, want %d %s", c.method, c.path, w.Code, w.Body, c.status, c.want)
+		}
+		if got := w.Header().Get("Connection"); got != "close" {
+			t.Errorf("%s %s while draining: Connection %q, want close", c.method, c.path, got)
+		}
+	}
+}

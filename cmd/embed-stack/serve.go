@@ -47,6 +47,7 @@ type serveFlags struct {
 	batchTokens      int
 	readyTimeout     time.Duration
 	shutdownGrace    time.Duration
+	drainDelay       time.Duration
 	logFormat        string
 	logLevel         string
 	configPath       string
@@ -105,6 +106,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
 	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long to keep serving with GET /ready answering 503 before the listener closes, so that load balancers' health checks take the replica out first: at least their check interval times their failure count (deploy/haproxy/README.md; 0 = close at once, right for a server without a balancer)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
@@ -454,6 +456,9 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		case <-cleanup.Done():
 		}
 	}()
+	if ctx.Err() != nil {
+		drain(cleanup, api, f.drainDelay, logger)
+	}
 	sctx, cancel := context.WithTimeout(cleanup, f.shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -471,6 +476,24 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		runErr = errors.New("stopped by a second signal before the shutdown finished")
 	}
 	return runErr
+}
+
+// drain keeps serving for delay with /ready answering 503 (server.Server.Drain), so
+// that a balancer stops sending before the listener closes; a second signal (ctx)
+// cuts it short. Without it a balancer learns of the stop only from refused
+// connections, which it retries only if configured to.
+func drain(ctx context.Context, api *server.Server, delay time.Duration, logger *slog.Logger) {
+	api.Drain()
+	if delay <= 0 {
+		return
+	}
+	logger.Info("draining: /ready answers 503 until the listener closes", "delay", delay)
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // warmBackend adapts the warm supervisor to routing.Backend, translating its
