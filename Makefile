@@ -50,6 +50,7 @@ PURE_PKGS    = $(shell $(GO) list ./... | grep -v -e /backends/llama -e /cmd/emb
 
 MODELS_DIR   ?= models
 TINY_MODEL   := $(MODELS_DIR)/tiny.gguf
+TINY_RERANKER := $(MODELS_DIR)/tiny-reranker.gguf
 BENCH_MODEL  := $(MODELS_DIR)/qwen3-0.6b-f16.gguf
 TOKENIZER    := .cache/qwen3/tokenizer.json
 
@@ -93,10 +94,15 @@ tokenizer: $(TOKENIZER)
 $(TINY_MODEL): $(TOKENIZER)
 	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape tiny -out $@
 
+# The same shape as a Qwen3-Reranker, laid out as llama.cpp converts one (pooling type
+# rank, a two-row yes/no head in cls.output.weight).
+$(TINY_RERANKER): $(TOKENIZER)
+	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape tiny -task rerank -out $@
+
 $(BENCH_MODEL): $(TOKENIZER)
 	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape 0.6b -out $@
 
-models: $(TINY_MODEL)
+models: $(TINY_MODEL) $(TINY_RERANKER)
 bench-model: $(BENCH_MODEL)
 
 # Ollama as a benchmark peer, built from the Go module cache with the cgo flags above
@@ -120,7 +126,7 @@ bench: build bench-model bench-peers
 
 # The generated models are prerequisites (built when missing); any other MODEL is a
 # file or a Hub reference that serve resolves itself.
-run: build $(filter $(TINY_MODEL) $(BENCH_MODEL),$(MODEL))
+run: build $(filter $(TINY_MODEL) $(TINY_RERANKER) $(BENCH_MODEL),$(MODEL))
 	bin/embed-stack serve --model $(MODEL) --addr $(ADDR)
 
 vet:

@@ -1,6 +1,7 @@
 // Package openai holds the wire shapes of OpenAI's embeddings API as embed-stack
 // serves them: the request with its `input` union, the response with float or
-// base64 vectors, the model list and the error envelope.
+// base64 vectors, the model list and the error envelope; and the rerank shapes
+// of Cohere's and Jina's API and of text-embeddings-inference (rerank.go).
 //
 // It knows JSON and nothing else: not gin, not which HTTP status an error maps to
 // (package server owns that), not how vectors are made (package routing).
@@ -103,12 +104,8 @@ func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	if req.InputType, err = optString(w.InputType, "input_type"); err != nil {
 		return nil, err
 	}
-	if !isNull(w.Instruction) {
-		s, err := optString(w.Instruction, "instruction")
-		if err != nil {
-			return nil, err
-		}
-		req.Instruction = &s
+	if req.Instruction, err = optStringPtr(w.Instruction, "instruction"); err != nil {
+		return nil, err
 	}
 	if req.Dimensions, err = decodeDimensions(w.Dimensions); err != nil {
 		return nil, err

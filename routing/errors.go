@@ -30,6 +30,8 @@ const (
 	CodeInvalidTokenID  = "invalid_token_id"
 	CodeTokenIDsRefused = "token_ids_not_supported"
 	CodeInvalidValue    = "invalid_value"
+	// CodeWrongTask: a rerank request to an embedding model, or the reverse.
+	CodeWrongTask = "model_task_mismatch"
 )
 
 func inputErr(param string, index int, code, format string, args ...any) *InputError {

@@ -132,6 +132,10 @@ type Config struct {
 	DefaultInstruction string
 	// TokenIDs is the token-id input policy.
 	TokenIDs TokenIDMode
+	// Rerank says the model is a Qwen3-Reranker: the workers return, per sequence,
+	// the logits of "yes" and "no" (Dim is 2), Rerank serves requests and Embed and
+	// Prepare refuse them. False: an embedding model, and the reverse.
+	Rerank bool
 }
 
 func orDefault(v, d int) int {
@@ -157,6 +161,23 @@ func (c Config) warmChunkTokens() int {
 	return c.warmMaxTokens()
 }
 func (c Config) maxInstructionLen() int { return orDefault(c.MaxInstructionBytes, 4096) }
+
+// instructionOr is the request's instruction, checked, or the default when it
+// gives none.
+func (c Config) instructionOr(given *string) (string, error) {
+	if given == nil {
+		return c.instruction(), nil
+	}
+	instruction := strings.TrimSpace(*given)
+	if instruction == "" {
+		return "", inputErr("instruction", -1, CodeInvalidValue, "'instruction' must not be empty; omit it to use the default task.")
+	}
+	if len(instruction) > c.maxInstructionLen() {
+		return "", inputErr("instruction", -1, CodeInvalidValue, "'instruction' is %d bytes; the limit is %d.", len(instruction), c.maxInstructionLen())
+	}
+	return instruction, nil
+}
+
 func (c Config) instruction() string {
 	if c.DefaultInstruction == "" {
 		return DefaultInstruction
@@ -203,6 +224,7 @@ type Router struct {
 	initOnce sync.Once
 	warm     Backend    // Warm, behind the batcher when Config.BatchWindow > 0
 	admit    *admission // bounds the calls to Long
+	template rerankTemplate
 }
 
 // init builds the batcher and the admission from Config on first use.
@@ -230,6 +252,9 @@ func (r *Router) EphemeralState() (running, tokens, queued int) {
 // Prepare wraps and tokenizes a request's inputs and checks every limit, without
 // embedding anything. It is what POST /tokenize shows.
 func (r *Router) Prepare(req *Request) ([][]int32, error) {
+	if r.Config.Rerank {
+		return nil, r.taskErr()
+	}
 	return r.prepare(context.Background(), untraced, req)
 }
 
@@ -252,15 +277,9 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 		}
 		typ = t
 	}
-	instruction := c.instruction()
-	if req.Instruction != nil {
-		instruction = strings.TrimSpace(*req.Instruction)
-		if instruction == "" {
-			return nil, inputErr("instruction", -1, CodeInvalidValue, "'instruction' must not be empty; omit it to use the default task.")
-		}
-		if len(instruction) > c.maxInstructionLen() {
-			return nil, inputErr("instruction", -1, CodeInvalidValue, "'instruction' is %d bytes; the limit is %d.", len(instruction), c.maxInstructionLen())
-		}
+	instruction, err := c.instructionOr(req.Instruction)
+	if err != nil {
+		return nil, err
 	}
 
 	seqs := make([][]int32, 0, n)
@@ -300,7 +319,7 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	}
 	wrap.End(nil)
 	_, tok := stage.Start(ctx, tr, "routing.tokenize")
-	err := func() error {
+	err = func() error {
 		for i, text := range wrapped {
 			seq := r.Tokenizer.Encode(text)
 			if req.Truncate != NoTruncation && len(seq) >= r.inputLimit() {
@@ -393,6 +412,9 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error) {
 	ctx, st := stage.Start(ctx, tracer, "routing.embed")
 	defer func() { st.End(err) }()
+	if r.Config.Rerank {
+		return nil, r.taskErr()
+	}
 	dims := req.Dimensions
 	switch {
 	case dims == 0:
@@ -404,8 +426,31 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	if err != nil {
 		return nil, err
 	}
-	r.init()
+	raw, counts, tokens, err := r.run(ctx, seqs)
+	if err != nil {
+		return nil, err
+	}
 
+	_, norm := stage.Start(ctx, tracer, "routing.normalize")
+	out := make([][]float32, len(raw))
+	for i, v := range raw {
+		if out[i], err = finish(v, dims); err != nil {
+			err = fmt.Errorf("input %d: %w", i, err)
+			norm.End(err)
+			return nil, err
+		}
+	}
+	norm.End(nil)
+	recordSuccess(ctx, st, counts, dims)
+	return &Result{Vectors: out, Tokens: tokens}, nil
+}
+
+// run sends seqs to the workers, the short ones to the warm worker in chunks and
+// each long one to its own ephemeral worker, all at once, and returns each
+// sequence's raw output in order, the routing decision and the tokens sent. The
+// first failure cancels the rest.
+func (r *Router) run(ctx context.Context, seqs [][]int32) ([][]float32, routeCounts, int, error) {
+	r.init()
 	_, route := stage.Start(ctx, tracer, "routing.route")
 	raw := make([][]float32, len(seqs))
 	var short []int
@@ -431,21 +476,9 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	}
 	counts := r.endRoute(route, seqs)
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, counts, tokens, err
 	}
-
-	_, norm := stage.Start(ctx, tracer, "routing.normalize")
-	out := make([][]float32, len(raw))
-	for i, v := range raw {
-		if out[i], err = finish(v, dims); err != nil {
-			err = fmt.Errorf("input %d: %w", i, err)
-			norm.End(err)
-			return nil, err
-		}
-	}
-	norm.End(nil)
-	recordSuccess(ctx, st, counts, dims)
-	return &Result{Vectors: out, Tokens: tokens}, nil
+	return raw, counts, tokens, nil
 }
 
 // embedWarm sends the short inputs to the warm worker in chunks of at most

@@ -15,7 +15,7 @@ type ModelInfo struct {
 	// ID is the name /v1/models lists first; Aliases are the other accepted names.
 	ID      string   `json:"id"`
 	Aliases []string `json:"aliases"`
-	// Task is what the model serves: "embedding".
+	// Task is what the model serves: "embedding" or "rerank".
 	Task string `json:"task"`
 	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3.
 	Pooling string `json:"pooling"`
@@ -58,6 +58,8 @@ func (s *Server) info(c *gin.Context) {
 		}
 		if m.Task == "embedding" {
 			m.OutputTypes = outputTypes
+		} else if m.OutputTypes == nil {
+			m.OutputTypes = []string{}
 		}
 		models[i] = m
 	}

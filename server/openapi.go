@@ -62,6 +62,8 @@ func (s *Server) openAPI() []byte {
 		set(lim.Dim, append(dims, "maximum")...)
 		set(lim.MaxInputs, "components", "schemas", "TextInputs", "maxItems")
 		set(lim.MaxInputs, "components", "schemas", "TokenInputs", "maxItems")
+		set(lim.MaxInputs, "components", "schemas", "RerankRequest", "properties", "documents", "maxItems")
+		set(lim.MaxInputs, "components", "schemas", "TEIRerankRequest", "properties", "texts", "maxItems")
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -110,6 +110,9 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 	loading := documentedServer(&fakeEmbedder{}, false, Config{})
 	keyed := documentedServer(&fakeEmbedder{}, true, Config{APIKeys: []string{"k"}, MaxBodyBytes: 64})
 	failing := documentedServer(&fakeEmbedder{err: routing.ErrUnavailable}, true, Config{})
+	reranker := documentedServer(&fakeEmbedder{}, true, Config{})
+	reranker.Reranker = &fakeReranker{}
+	reranker.Info.Models[0].Task = "rerank"
 	calls := []call{
 		{"POST", "/v1/embeddings", "", `{"input":["a","b"]}`, 200, ready, nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"base64"}`, 200, ready, nil},
@@ -129,6 +132,16 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/tokenize", "", `{"text":"a"}`, 200, ready, nil},
 		{"POST", "/tokenize", "", `{"texts":["a","b"]}`, 200, ready, nil},
 		{"GET", "/info", "", "", 200, ready, nil},
+		{"GET", "/info", "", "", 200, reranker, nil},
+		{"POST", "/v1/rerank", "", `{"model":"m","query":"q","documents":["a",{"text":"b"}],"top_n":1,"return_documents":true}`, 200, reranker, nil},
+		{"POST", "/v1/rerank", "", `{"query":"q","documents":["a","b"]}`, 200, reranker, nil},
+		{"POST", "/v1/rerank", "", `{"query":"q","documents":"a"}`, 400, reranker, nil},
+		{"POST", "/v1/rerank", "", `{"query":"q","documents":["a"]}`, 404, ready, nil},
+		{"POST", "/v1/rerank", "", `{"query":"q","documents":["a"]}`, 401, keyed, nil},
+		{"POST", "/rerank", "", `{"query":"q","texts":["a","b"],"return_text":true}`, 200, reranker, nil},
+		{"POST", "/rerank", "", `{"query":"q","texts":["a"],"raw_scores":true}`, 200, reranker, nil},
+		{"POST", "/rerank", "", `{"query":"q","texts":["a"],"truncate":true}`, 400, reranker, nil},
+		{"POST", "/rerank", "", `{"query":"q","texts":["a"]}`, 404, ready, nil},
 		{"GET", "/health", "", "", 200, ready, nil},
 		{"GET", "/ready", "", "", 200, ready, nil},
 		{"GET", "/ready", "", "", 503, loading, nil},
@@ -174,7 +187,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			t.Errorf("%s: %v\nbody: %s", name, err, w.Body)
 		}
 	}
-	for _, schema := range []string{"EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Error"} {
+	for _, schema := range []string{"RerankResponse", "RerankResult", "TEIRerankResult", "EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Error"} {
 		for _, p := range served.Properties(schema) {
 			if !served.Seen[schema+"."+p] {
 				t.Errorf("%s.%s is documented but no answer carried it", schema, p)

@@ -2,8 +2,9 @@
 // handlers of the OpenAI-compatible and native endpoints, and the one place that
 // maps errors to HTTP statuses (errors.go).
 //
-// It does not know how embeddings are made: it decodes requests with package
-// openai, hands them to an Embedder (package routing) and encodes the answer.
+// It does not know how embeddings or rerank scores are made: it decodes requests
+// with package openai, hands them to an Embedder or a Reranker (package routing)
+// and encodes the answer.
 package server
 
 import (
@@ -68,6 +69,8 @@ type Config struct {
 type Server struct {
 	Config   Config
 	Embedder Embedder
+	// Reranker serves POST /v1/rerank and POST /rerank; nil answers them 404.
+	Reranker Reranker
 	// Ready reports whether the warm worker can take requests (GET /ready).
 	Ready func() bool
 	// Metrics, when set, is served at GET /metrics (the Prometheus registry of
@@ -125,6 +128,8 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/v1/models/:model", s.getModel)
 	r.POST("/embed", s.admit(), s.nativeEmbed)
 	r.POST("/tokenize", s.admit(), s.tokenize)
+	r.POST("/v1/rerank", s.admit(), s.rerank)
+	r.POST("/rerank", s.admit(), s.teiRerank)
 	s.describeRoutes(r)
 	if s.Config.DebugVars {
 		r.GET("/debug/vars", s.debugVars)

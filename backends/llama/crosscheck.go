@@ -31,40 +31,54 @@ import (
 // definition, with the attention kernel the engine uses for that length; it runs on
 // the owner goroutine because it shares the model.
 func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error) {
+	return e.pooled(ctx, seq, C.LLAMA_POOLING_TYPE_LAST, e.info.Hidden)
+}
+
+// pooledRank scores one sequence as llama-server --reranking does: a context with
+// llama.cpp's RANK pooling, which for a Qwen3 model with a classifier head
+// (cls.output.weight) takes the last token's hidden state through that head and a
+// softmax, giving [P(yes), P(no)].
+func (e *Engine) pooledRank(ctx context.Context, seq []int32) ([]float32, error) {
+	return e.pooled(ctx, seq, C.LLAMA_POOLING_TYPE_RANK, 2)
+}
+
+// pooled decodes seq alone in a fresh context with llama.cpp's pooling of the given
+// type and returns the sequence's first n pooled values.
+func (e *Engine) pooled(ctx context.Context, seq []int32, pooling C.enum_llama_pooling_type, n int) ([]float32, error) {
 	if err := e.validate([][]int32{seq}); err != nil {
 		return nil, err
 	}
 	return do(ctx, e, func() ([]float32, error) {
-		n := len(seq)
+		nt := len(seq)
 		cp := C.llama_context_default_params()
-		cp.n_ctx = C.uint32_t(n)
-		cp.n_batch = C.uint32_t(n)
-		cp.n_ubatch = C.uint32_t(n)
+		cp.n_ctx = C.uint32_t(nt)
+		cp.n_batch = C.uint32_t(nt)
+		cp.n_ubatch = C.uint32_t(nt)
 		cp.n_seq_max = 1
 		cp.n_threads = C.int32_t(e.threads)
 		cp.n_threads_batch = C.int32_t(e.threads)
-		cp.pooling_type = C.LLAMA_POOLING_TYPE_LAST
+		cp.pooling_type = pooling
 		cp.embeddings = true
 		cp.no_perf = true
 		// The same attention kernel as the engine's context for this length (see Open).
-		setKernel(&cp, e.contextFor(n).kernel)
+		setKernel(&cp, e.contextFor(nt).kernel)
 		lctx := C.llama_init_from_model(e.model, cp)
 		if lctx == nil {
-			return nil, fmt.Errorf("llama: creating a LAST-pooling context failed: %s", llamaReason("see the debug log"))
+			return nil, fmt.Errorf("llama: creating a pooling context failed: %s", llamaReason("see the debug log"))
 		}
 		defer C.llama_free(lctx)
-		batch := C.llama_batch_init(C.int32_t(n), 0, 1)
+		batch := C.llama_batch_init(C.int32_t(nt), 0, 1)
 		defer C.llama_batch_free(batch)
-		C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(n))
+		C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(nt))
 		if rc := C.llama_decode(lctx, batch); rc != 0 {
-			return nil, fmt.Errorf("llama: LAST-pooling decode returned %d: %s", int(rc), llamaReason("see the debug log"))
+			return nil, fmt.Errorf("llama: pooling decode returned %d: %s", int(rc), llamaReason("see the debug log"))
 		}
 		p := C.llama_get_embeddings_seq(lctx, 0)
 		if p == nil {
-			return nil, fmt.Errorf("llama: LAST-pooling context returned no sequence embedding")
+			return nil, fmt.Errorf("llama: pooling context returned no sequence embedding")
 		}
-		v := make([]float32, e.info.NEmbd)
-		copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.NEmbd))
+		v := make([]float32, n)
+		copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), n))
 		return v, nil
 	})
 }

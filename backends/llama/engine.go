@@ -10,6 +10,10 @@
 // Open for why, and docs/routing.md for the measurements). The KV cache is emptied
 // between rounds, and a sequence's vector never depends on what it was packed with.
 //
+// For a Qwen3-Reranker (Config.Rerank) each sequence's output is instead the two
+// logits its score needs, those of "yes" and "no" at the last token, computed from
+// that hidden state and two rows of the LM head (see readYesNoHead).
+//
 // It knows nothing of text, tokenizers, HTTP, instructions, truncation to
 // `dimensions` or normalisation: token ids in, raw vectors out.
 package llama
@@ -182,6 +186,12 @@ type Config struct {
 	// 0 leaves the priority alone.
 	Nice int
 
+	// Rerank makes the engine a Qwen3-Reranker scorer: each sequence's output is
+	// [logit("yes"), logit("no")] at its last token instead of the hidden state, and
+	// Info.NEmbd is 2. The two rows of the LM head come from the GGUF (see
+	// readYesNoHead); the rest of the head is never computed, as for embeddings.
+	Rerank bool
+
 	// attention overrides the kernel choice, for measurements only.
 	attention attentionKind
 }
@@ -208,7 +218,9 @@ const (
 
 // Info describes a loaded engine.
 type Info struct {
-	NEmbd         int    // vector length
+	NEmbd         int    // output length: the hidden size, or 2 for a reranker
+	Hidden        int    // the model's hidden size (qwen3.embedding_length)
+	Rerank        bool   // outputs are [logit("yes"), logit("no")] (Config.Rerank)
 	NVocab        int    // token ids must lie in [0, NVocab)
 	ContextTokens int    // longest sequence accepted
 	BatchTokens   int    // tokens per decode call
@@ -235,6 +247,7 @@ type Engine struct {
 	info    Info
 	threads int
 	nice    int
+	head    *yesNoHead // the reranker's two LM-head rows; nil for embeddings
 
 	// short takes the sequences of up to shortMax tokens, long the others (nil when
 	// no sequence can be longer).
@@ -389,9 +402,21 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	plainBatch := min(batchTokens, LongCallTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
 
+	hidden := int(C.llama_model_n_embd(model))
+	var head *yesNoHead
+	nOut := hidden
+	if cfg.Rerank {
+		if head, err = readYesNoHead(cfg.ModelPath, hidden); err != nil {
+			return nil, err
+		}
+		nOut = 2
+	}
 	e := &Engine{
+		head: head,
 		info: Info{
-			NEmbd:         int(C.llama_model_n_embd(model)),
+			NEmbd:         nOut,
+			Hidden:        hidden,
+			Rerank:        cfg.Rerank,
 			NVocab:        int(C.llama_vocab_n_tokens(C.llama_model_get_vocab(model))),
 			ContextTokens: ctxTokens,
 			BatchTokens:   batchTokens,
@@ -696,7 +721,6 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 	for j, i := range idx {
 		lengths[j] = len(seqs[i])
 	}
-	nEmbd := e.info.NEmbd
 	mem := C.llama_get_memory(k.lctx)
 	// Whatever happens, leave an empty cache for the next round or call. Emptying
 	// it only marks the cells free: zeroing the buffer too (data = true) would write
@@ -779,8 +803,12 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 				if p == nil {
 					return fmt.Errorf("llama: no embedding for batch index %d: %s", int(bi), llamaReason("see the debug log"))
 				}
-				v := out[outInput[j]]
-				copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), nEmbd))
+				v, h := out[outInput[j]], unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.Hidden)
+				if e.head != nil {
+					e.head.apply(v, h)
+				} else {
+					copy(v, h)
+				}
 				finite = finite && allFinite(v)
 			}
 			if e.decodeHook != nil {

@@ -20,6 +20,8 @@ import (
 type engineConfig struct {
 	// Model is a local GGUF path or a Hugging Face reference (see package hub).
 	Model string
+	// Task is --task: auto, embed or rerank (see modelTask); "" means auto.
+	Task string
 	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
 	// last-token; see readModelFacts.
 	AllowPoolingMismatch bool
@@ -67,7 +69,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
 	}
-	facts, err := readModelFacts(modelPath, cfg.AllowPoolingMismatch)
+	facts, err := readModelFacts(modelPath, cfg.AllowPoolingMismatch, cfg.Task)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +95,11 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 		logger.Warn("the GGUF's eos_token_id is not <|endoftext|>; sequences are closed with <|endoftext|> all the same, as Qwen3-Embedding was trained",
 			"eos_token_id", facts.eosID, "used", routing.EOS)
 	}
+	if facts.rerank {
+		if err := checkRerankVocab(tok); err != nil {
+			return nil, fmt.Errorf("model %s: %w", modelPath, err)
+		}
+	}
 	logger.Info("tokenizer loaded", "vocab", tok.VocabSize(), "duration", time.Since(start).Round(time.Millisecond))
 
 	exe, err := os.Executable()
@@ -105,6 +112,12 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	}
 	workerArgs := []string{"worker", "--model", modelPath, "--threads", strconv.Itoa(threads),
 		"--log-format", cfg.LogFormat, "--log-level", cfg.LogLevel}
+	// A reranker's workers return the two logits of yes and no per sequence.
+	outputs := facts.dim
+	if facts.rerank {
+		workerArgs = append(workerArgs, "--task", taskRerank)
+		outputs = 2
+	}
 	warmArgs := append(append([]string(nil), workerArgs...), "--ctx", strconv.Itoa(cfg.WarmMaxTokens))
 	if cfg.BatchTokens > 0 {
 		warmArgs = append(warmArgs, "--batch", strconv.Itoa(cfg.BatchTokens))
@@ -125,13 +138,13 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "warm"),
 			MinTokens:    cfg.WarmMaxTokens,
-			NEmbd:        facts.dim,
+			NEmbd:        outputs,
 		},
 		long: &backends.Ephemeral{
 			Spec:         backends.WorkerSpec{Path: exe, Args: longArgs},
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "ephemeral"),
-			NEmbd:        facts.dim,
+			NEmbd:        outputs,
 		},
 	}, nil
 }
@@ -140,6 +153,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 // limits; Dim is the model's native dimension whatever c says.
 func (e *engine) router(c routing.Config) *routing.Router {
 	c.Dim = e.facts.dim
+	c.Rerank = e.facts.rerank
 	return &routing.Router{
 		Config:    c,
 		Tokenizer: e.tok,

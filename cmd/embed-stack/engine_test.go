@@ -35,6 +35,7 @@ func TestReadModelFacts(t *testing.T) {
 		name     string
 		kv       map[string]any
 		allow    bool
+		task     string
 		want     modelFacts
 		wantErr  string
 		mismatch bool
@@ -48,12 +49,18 @@ func TestReadModelFacts(t *testing.T) {
 		{name: "cls pooling refused", kv: map[string]any{"qwen3.pooling_type": uint32(2)}, wantErr: "declares pooling type 2 (cls)"},
 		{name: "mean pooling allowed", kv: map[string]any{"qwen3.pooling_type": uint32(1)}, allow: true,
 			want: modelFacts{name: "qwen3-embedding-0.6b", dim: 1024, trainContext: 32768, pooling: 1, poolingMismatch: true, eosID: 151643}},
+		{name: "rank pooling is a reranker", kv: map[string]any{"qwen3.pooling_type": uint32(4)},
+			want: modelFacts{name: "qwen3-embedding-0.6b", dim: 1024, trainContext: 32768, pooling: 4, eosID: 151643, rerank: true}},
+		{name: "rank pooling served as embeddings", kv: map[string]any{"qwen3.pooling_type": uint32(4)}, task: "embed", wantErr: "declares pooling type 4 (rank)"},
+		{name: "task rerank without a head", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, task: "rerank",
+			want: modelFacts{name: "qwen3-embedding-0.6b", dim: 1024, trainContext: 32768, pooling: 3, eosID: 151643, rerank: true}},
+		{name: "unknown task", task: "classify", wantErr: `--task "classify" is not one of auto, embed, rerank`},
 		{name: "other eos id", kv: map[string]any{"tokenizer.ggml.eos_token_id": uint32(151645), "qwen3.pooling_type": uint32(3)},
 			want: modelFacts{name: "qwen3-embedding-0.6b", dim: 1024, trainContext: 32768, pooling: 3, eosID: 151645}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := readModelFacts(writeFactsGGUF(t, tt.kv), tt.allow)
+			got, err := readModelFacts(writeFactsGGUF(t, tt.kv), tt.allow, tt.task)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)

@@ -54,6 +54,8 @@ type serveFlags struct {
 	printConfig      bool
 	// allowPoolingMismatch serves a GGUF whose declared pooling is not last-token.
 	allowPoolingMismatch bool
+	// task is --task: auto, embed or rerank (see modelTask).
+	task string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see warmChoice.resolve).
 	warm warmChoice
@@ -110,6 +112,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
+	fs.StringVar(&f.task, "task", taskAuto, "what the model does: `auto` (a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it; else an embedding model), embed, or rerank (a Qwen3-Reranker whose GGUF keeps the whole LM head: the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize")
 	fs.BoolVar(&f.allowPoolingMismatch, "allow-pooling-mismatch", false, "serve a GGUF whose declared pooling type is not last-token (3) anyway; its vectors are still last-token pooled, which is right only for a model trained that way")
 	fs.StringVar(&f.warm.Name, "warm-backend", warmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
 	fs.StringVar(&f.warm.MLXServer, "mlx-server", "", "mlx-embed-server executable `path` for --warm-backend mlx (default: mlx-embed-server next to the embed-stack executable, on darwin/arm64 only; given explicitly, any platform)")
@@ -134,7 +137,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack serve --model PATH [flags]\n\n"+
 			"Serves POST /v1/embeddings (OpenAI-compatible), GET /v1/models, POST /embed,\n"+
-			"POST /tokenize, GET /health and GET /ready.\n\n"+
+			"POST /tokenize, GET /health and GET /ready; for a reranker model (--task),\n"+
+			"POST /v1/rerank (Cohere/Jina shape) and POST /rerank (TEI shape) instead.\n\n"+
 			"Every flag can also be set by an environment variable (--max-inputs: EMBED_STACK_MAX_INPUTS;\n"+
 			"repeatable flags comma-separated) or in the --config file.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -165,6 +169,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	}
 	if f.threads < 0 || f.batchTokens < 0 {
 		return nil, errors.New("--threads and --batch-tokens must not be negative")
+	}
+	if _, err := parseTask(f.task); err != nil {
+		return nil, err
 	}
 	if err := checkRoutingFlags(f); err != nil {
 		return nil, err
@@ -220,12 +227,15 @@ type modelFacts struct {
 	poolingMismatch bool
 	// eosID is tokenizer.ggml.eos_token_id (-1 when absent).
 	eosID int
+	// rerank says the model is served as a Qwen3-Reranker (see modelTask).
+	rerank bool
 }
 
 // readModelFacts reads the model's native dimension, training context, pooling type
-// and end-of-sequence id from the GGUF header. A declared pooling other than
-// last-token is refused unless allowPoolingMismatch.
-func readModelFacts(path string, allowPoolingMismatch bool) (*modelFacts, error) {
+// and end-of-sequence id from the GGUF header, and whether it is served as a
+// reranker (task, see modelTask). For an embedding model a declared pooling other
+// than last-token is refused unless allowPoolingMismatch.
+func readModelFacts(path string, allowPoolingMismatch bool, task string) (*modelFacts, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open model %s: %w", path, err)
@@ -246,9 +256,15 @@ func readModelFacts(path string, allowPoolingMismatch bool) (*modelFacts, error)
 	if id, err := f.Uint32("tokenizer.ggml.eos_token_id"); err == nil {
 		facts.eosID = int(id)
 	}
+	_, hasHead := f.Tensor("cls.output.weight")
+	if facts.rerank, err = modelTask(task, f, arch, hasHead); err != nil {
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
 	if pooling, err := f.Uint32(arch + ".pooling_type"); err == nil {
 		facts.pooling = int(pooling)
-		if pooling != 3 {
+		// A reranker's score is read at the last token whatever pooling it declares
+		// (llama.cpp's conversion declares rank).
+		if pooling != 3 && !facts.rerank {
 			// Last-token pooling is what Qwen3-Embedding was trained with and what the
 			// engine computes; another pooling type means another kind of model.
 			if !allowPoolingMismatch {
@@ -310,6 +326,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	start := time.Now()
 	eng, err := newEngine(ctx, engineConfig{
 		Model:                f.model,
+		Task:                 f.task,
 		AllowPoolingMismatch: f.allowPoolingMismatch,
 		Threads:              f.threads,
 		BatchTokens:          f.batchTokens,
@@ -332,6 +349,9 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	}
 	if name == "" {
 		name = "qwen3-embedding"
+		if facts.rerank {
+			name = "qwen3-reranker"
+		}
 	}
 	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens)
 	if err != nil {
@@ -383,9 +403,10 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			DebugVars:             f.debugVars,
 		},
 		Embedder: router,
+		Reranker: router,
 		Ready:    warm.Ready,
 		Info: server.Info{Device: "cpu", Models: []server.ModelInfo{
-			{ID: name, Aliases: f.aliases, Task: "embedding", Pooling: "last", Limits: router.Limits()},
+			{ID: name, Aliases: f.aliases, Task: infoTask(facts.rerank), Pooling: "last", Limits: router.Limits()},
 		}},
 		Vars: func() map[string]any {
 			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
@@ -409,7 +430,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: f.maxHeaderBytes}
-	logger.Info("listening", "addr", ln.Addr().String(), "model", name, "dim", facts.dim)
+	logger.Info("listening", "addr", ln.Addr().String(), "model", name, "dim", facts.dim, "rerank", facts.rerank)
 
 	// The API answers at once (GET /ready says 503 and requests get 503 with
 	// Retry-After) while the warm worker loads.

@@ -29,6 +29,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
 		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
 		buckets     = fs.String("buckets", "", "comma-separated sequence `lengths` warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length is created and decodes one short throwaway input, so that the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
+		task        = fs.String("task", taskEmbed, "`embed`: return each sequence's last-token hidden state; rerank: return the logits of the tokens yes and no at its last token, for a Qwen3-Reranker (serve passes it when it serves one)")
 		nice        = fs.Int("nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
 		ignoreStdin = fs.Bool("ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
 		logFormat   = fs.String("log-format", "text", "log `format`: text or json")
@@ -55,6 +56,10 @@ func runWorker(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "embed-stack worker: --model and --socket are required")
 		return 2
 	}
+	if *task != taskEmbed && *task != taskRerank {
+		fmt.Fprintf(stderr, "embed-stack worker: --task %q is not one of embed, rerank\n", *task)
+		return 2
+	}
 	tel, err := startTelemetry("worker", false, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
@@ -71,6 +76,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		e, err := llama.Open(llama.Config{
 			ModelPath: *model, ContextTokens: *ctxTokens, BatchTokens: *batch,
 			Threads: *threads, MaxSeqs: *seqs, GPULayers: *gpuLayers, Nice: *nice,
+			Rerank: *task == taskRerank,
 		})
 		if err != nil {
 			return nil, backends.EngineInfo{}, err

@@ -396,3 +396,49 @@ func cosine(a, b []float64) float64 {
 	}
 	return ab / math.Sqrt(aa*bb)
 }
+
+// TestRerankLayout checks -task rerank: llama.cpp's layout of a converted
+// Qwen3-Reranker (pooling type rank, labels yes and no, the rerank template, a
+// two-row cls.output.weight) and a head whose scores P(yes) spread over (0, 1).
+func TestRerankLayout(t *testing.T) {
+	o := miniOptions(t, gguf.TypeQ8_0, 1)
+	o.rerank = true
+	p, sum := generateTemp(t, o)
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if v, _ := f.Uint32("qwen3.pooling_type"); v != poolingRank {
+		t.Errorf("pooling_type = %d, want %d (rank)", v, poolingRank)
+	}
+	if v, _ := f.Strings("qwen3.classifier.output_labels"); !reflect.DeepEqual(v, []string{"yes", "no"}) {
+		t.Errorf("classifier.output_labels = %q, want [yes no]", v)
+	}
+	if v, _ := f.String("tokenizer.chat_template.rerank"); !strings.Contains(v, "<Query>: {query}\n<Document>: {document}<|im_end|>") {
+		t.Errorf("tokenizer.chat_template.rerank = %q", v)
+	}
+	head, ok := f.Tensor("cls.output.weight")
+	if !ok || head.Type != gguf.TypeQ8_0 || !reflect.DeepEqual(head.Dims, []uint64{64, 2}) {
+		t.Fatalf("cls.output.weight = %+v (present %v), want Q8_0 [64 2]", head, ok)
+	}
+	if sum.tensors != 25 {
+		t.Errorf("%d tensors, want the embedder's 24 and the head", sum.tensors)
+	}
+	m, err := reference.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := 1.0, 0.0
+	for _, in := range [][]int32{{0}, {1}, {0, 1, 6}, {1, 0, 6}, {2, 5, 5, 6}, {4, 4, 3, 2, 1, 0}, {8, 7, 6}, {5, 6}} {
+		l, err := m.ClassifierLogits(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := 1 / (1 + math.Exp(l[1]-l[0]))
+		lo, hi = min(lo, p), max(hi, p)
+	}
+	if lo > 0.3 || hi < 0.7 || lo < 1e-4 || hi > 1-1e-4 {
+		t.Errorf("P(yes) over eight inputs spans [%.4f, %.4f]; want it to reach below 0.3 and above 0.7 without saturating", lo, hi)
+	}
+}

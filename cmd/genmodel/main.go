@@ -42,10 +42,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		typeName  = fs.String("type", "f16", "type of the 2-D weight matrices: f16, f32 or q8_0 (norm weights are always f32)")
 		seed      = fs.Uint64("seed", 1, "random seed; the same seed gives a byte-identical file")
 		out       = fs.String("out", "", "output GGUF path (required); parent directories are created")
-		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\")")
+		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
+		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|q8_0] [-seed N] [-tokenizer PATH] [-name NAME]")
+		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,8 +66,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if _, supported := fileType[typ]; err != nil || !supported {
 		return fmt.Errorf("-type %q is not supported; use f16, f32 or q8_0", *typeName)
 	}
+	if *task != "embed" && *task != "rerank" {
+		return fmt.Errorf("-task %q is unknown; use embed or rerank", *task)
+	}
+	rerank := *task == "rerank"
 	if *name == "" {
-		*name = fmt.Sprintf("qwen3-%s-random-seed%d", s.name, *seed)
+		kind := ""
+		if rerank {
+			kind = "reranker-"
+		}
+		*name = fmt.Sprintf("qwen3-%s%s-random-seed%d", kind, s.name, *seed)
 	}
 
 	start := time.Now()
@@ -74,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum, err := generate(*out, options{shape: s, typ: typ, seed: *seed, name: *name, vocab: v})
+	sum, err := generate(*out, options{shape: s, typ: typ, seed: *seed, name: *name, vocab: v, rerank: rerank})
 	if err != nil {
 		return err
 	}

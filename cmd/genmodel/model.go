@@ -35,7 +35,14 @@ const (
 	ropeFreqBase = 1e6
 	rmsEpsilon   = 1e-6
 	poolingLast  = 3 // llama.cpp's LLAMA_POOLING_TYPE_LAST, as the official embedding GGUF sets
+	poolingRank  = 4 // LLAMA_POOLING_TYPE_RANK, as llama.cpp's conversion of Qwen3-Reranker sets
 )
+
+// rerankTemplate is the chat template llama.cpp's conversion (convert_hf_to_gguf.py,
+// Qwen3Model) stores as tokenizer.chat_template.rerank in a Qwen3-Reranker GGUF.
+const rerankTemplate = "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n" +
+	"<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n" +
+	"<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 // Initialisation scales. Projections are N(0, (matrixGain^2)/fan_in): with pre-norm
 // inputs of unit RMS each attention and FFN block then adds a contribution of roughly
@@ -46,6 +53,11 @@ const (
 	embeddingStd = 0.5
 	matrixGain   = 1.0
 	normNoise    = 0.1
+	// headGain scales a reranker's two head rows as N(0, headGain^2/hidden): the
+	// final hidden state has unit RMS, so each logit has a standard deviation of about
+	// headGain and their difference about 1.4 x headGain, which spreads P(yes) over
+	// (0, 1) instead of pinning it at 0, 1/2 or 1.
+	headGain = 1.5
 )
 
 // fileType maps a matrix type to general.file_type (llama.cpp's enum llama_ftype).
@@ -61,6 +73,10 @@ type options struct {
 	seed  uint64
 	name  string // general.name
 	vocab *vocab
+	// rerank writes a Qwen3-Reranker as llama.cpp's conversion lays it out: pooling
+	// type RANK, classifier labels ["yes", "no"], the rerank chat template, and
+	// cls.output.weight holding the LM head's "yes" and "no" rows (here random).
+	rerank bool
 }
 
 type summary struct {
@@ -107,7 +123,12 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 	w.AddKV("qwen3.attention.value_length", s.headDim)
 	w.AddKV("qwen3.rope.freq_base", float32(ropeFreqBase))
 	w.AddKV("qwen3.attention.layer_norm_rms_epsilon", float32(rmsEpsilon))
-	w.AddKV("qwen3.pooling_type", uint32(poolingLast))
+	if o.rerank {
+		w.AddKV("qwen3.pooling_type", uint32(poolingRank))
+		w.AddKV("qwen3.classifier.output_labels", []string{"yes", "no"})
+	} else {
+		w.AddKV("qwen3.pooling_type", uint32(poolingLast))
+	}
 	w.AddKV("tokenizer.ggml.model", "gpt2")
 	w.AddKV("tokenizer.ggml.pre", "qwen2")
 	w.AddKV("tokenizer.ggml.tokens", o.vocab.tokens)
@@ -118,6 +139,9 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 	w.AddKV("tokenizer.ggml.bos_token_id", o.vocab.eosID)
 	w.AddKV("tokenizer.ggml.add_bos_token", false)
 	w.AddKV("tokenizer.ggml.add_eos_token", true)
+	if o.rerank {
+		w.AddKV("tokenizer.chat_template.rerank", rerankTemplate)
+	}
 
 	hidden, q, kv, ffn := uint64(s.hidden), uint64(s.heads*s.headDim), uint64(s.kvHeads*s.headDim), uint64(s.ffn)
 	add := func(name string, typ gguf.GGMLType, dims []uint64, in dist) {
@@ -152,6 +176,9 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 		matrix(p+"ffn_down.weight", ffn, hidden)
 	}
 	norm("output_norm.weight", hidden)
+	if o.rerank {
+		add("cls.output.weight", o.typ, []uint64{hidden, 2}, dist{std: headGain / math.Sqrt(float64(hidden))})
+	}
 	return parameters, tensors, nil
 }
 

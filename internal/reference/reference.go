@@ -56,6 +56,13 @@ type Model struct {
 	embd       matrix // [vocab rows of hidden values]
 	layers     []layer
 	outputNorm []float64
+	// cls is the classifier head cls.output.weight, when the GGUF has one: a
+	// Qwen3-Reranker as llama.cpp converts it keeps there the LM head's rows of
+	// "yes" and "no" (out = 2). Zero otherwise.
+	cls matrix
+	// untied says the GGUF has its own output.weight, which TokenLogits does not
+	// implement.
+	untied bool
 }
 
 // Load reads the hyperparameters and every weight of the qwen3 GGUF at path.
@@ -107,6 +114,13 @@ func load(f *gguf.File) (*Model, error) {
 		}
 	}
 	m.outputNorm = l.vector("output_norm.weight", h)
+	if t, ok := f.Tensor("cls.output.weight"); ok {
+		if len(t.Dims) != 2 || t.Dims[1] == 0 || t.Dims[1] > 64 {
+			return nil, fmt.Errorf(`tensor "cls.output.weight" has dims %v, want [%d n_labels]`, t.Dims, h)
+		}
+		m.cls = l.matrix("cls.output.weight", h, int(t.Dims[1]))
+	}
+	_, m.untied = f.Tensor("output.weight")
 	if l.err != nil {
 		return nil, l.err
 	}
@@ -279,6 +293,44 @@ func (m *Model) LastToken(tokens []int32) ([]float64, error) {
 		return nil, err
 	}
 	return h[0], nil
+}
+
+// ClassifierLogits returns the classifier head applied to the last token's final
+// hidden state: cls.output.weight · LastToken(tokens), one value per row, before any
+// softmax. For a Qwen3-Reranker converted by llama.cpp the rows are "yes" and "no",
+// and P(yes) = 1 / (1 + exp(no - yes)).
+func (m *Model) ClassifierLogits(tokens []int32) ([]float64, error) {
+	if m.cls.out == 0 {
+		return nil, errors.New("reference: the model has no cls.output.weight")
+	}
+	h, err := m.LastToken(tokens)
+	if err != nil {
+		return nil, err
+	}
+	return matmul(m.cls, [][]float64{h})[0], nil
+}
+
+// TokenLogits returns the LM head's logits of the given token ids at the last
+// position, with the head tied to token_embd.weight (as in Qwen3-0.6B): what a
+// Qwen3-Reranker whose GGUF keeps the whole head yields for "yes" and "no".
+func (m *Model) TokenLogits(tokens []int32, ids []int32) ([]float64, error) {
+	if m.untied {
+		return nil, errors.New("reference: the model has its own output.weight; only a head tied to token_embd is implemented")
+	}
+	h, err := m.LastToken(tokens)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(ids))
+	for i, id := range ids {
+		if id < 0 || int(id) >= m.cfg.Vocab {
+			return nil, fmt.Errorf("reference: token id %d is outside the vocabulary [0, %d)", id, m.cfg.Vocab)
+		}
+		for k, w := range m.embd.w[int(id)*m.cfg.Hidden : (int(id)+1)*m.cfg.Hidden] {
+			out[i] += float64(w) * h[k]
+		}
+	}
+	return out, nil
 }
 
 // forward runs the qwen3 graph. With all=false only the last position's output is

@@ -23,6 +23,7 @@ type modelSpec struct {
 	extraKV map[string]any
 	arch    string
 	skip    string // a tensor to leave out
+	cls     int    // rows of a cls.output.weight head (a reranker's); 0 = none
 }
 
 func writeModel(t *testing.T, s modelSpec) string {
@@ -93,6 +94,9 @@ func writeModel(t *testing.T, s modelSpec) string {
 		mat(p+"ffn_down.weight", uint64(c.FFN), h)
 	}
 	vec("output_norm.weight", h)
+	if s.cls > 0 {
+		add("cls.output.weight", s.typ, []uint64{h, uint64(s.cls)}, 0, 1/math.Sqrt(float64(h)))
+	}
 	path := filepath.Join(t.TempDir(), "model.gguf")
 	if err := w.WriteFile(path); err != nil {
 		t.Fatal(err)
@@ -464,5 +468,48 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := Load(badPath); err == nil || !strings.Contains(err.Error(), `tensor "blk.0.ffn_gate.weight" has dims [32 64], want [32 48]`) {
 		t.Errorf("FFN size mismatch: %v", err)
+	}
+}
+
+// TestRerankHeads checks the two layouts a Qwen3-Reranker's yes/no logits come from:
+// a cls.output.weight head holding copies of two rows of the (tied) LM head, as
+// llama.cpp's conversion writes it, gives exactly the logits of the full head at
+// those token ids.
+func TestRerankHeads(t *testing.T) {
+	const yes, no = 7, 31
+	embd := make([]float32, smallConfig.Hidden*smallConfig.Vocab)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := range embd {
+		embd[i] = float32(0.5 * rng.NormFloat64())
+	}
+	h := smallConfig.Hidden
+	head := append(append([]float32(nil), embd[yes*h:(yes+1)*h]...), embd[no*h:(no+1)*h]...)
+	m := mustLoad(t, writeModel(t, modelSpec{cfg: smallConfig, typ: gguf.TypeF32, seed: 5, cls: 2,
+		weights: map[string][]float32{"token_embd.weight": embd, "cls.output.weight": head}}))
+	var spread []float64
+	for _, tokens := range [][]int32{{1}, {4, 9, 2}, {3, 3, 8, 40, 12}} {
+		got, err := m.ClassifierLogits(tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := m.TokenLogits(tokens, []int32{yes, no})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || maxAbsDiff(got, want) > 1e-12 {
+			t.Errorf("%v: ClassifierLogits %v, TokenLogits %v; want equal", tokens, got, want)
+		}
+		spread = append(spread, got[0]-got[1])
+	}
+	if math.Abs(spread[0]-spread[1]) < 1e-3 || math.Abs(spread[1]-spread[2]) < 1e-3 {
+		t.Errorf("logit differences %v barely depend on the input", spread)
+	}
+
+	plain := mustLoad(t, writeModel(t, modelSpec{cfg: smallConfig, typ: gguf.TypeF32, seed: 5}))
+	if _, err := plain.ClassifierLogits([]int32{1}); err == nil || !strings.Contains(err.Error(), "no cls.output.weight") {
+		t.Errorf("ClassifierLogits without a head: err = %v", err)
+	}
+	if _, err := plain.TokenLogits([]int32{1}, []int32{int32(smallConfig.Vocab)}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Errorf("TokenLogits of an id outside the vocabulary: err = %v", err)
 	}
 }

@@ -1,0 +1,144 @@
+package llama
+
+/*
+#include <stdbool.h>
+#include <stdint.h>
+#include "ggml.h"
+
+// es_to_float dequantises n values of type t at src into dst with ggml's own row
+// conversion, so the head rows hold exactly the values llama.cpp's LM head would
+// multiply with. It returns false for a type without a conversion (F32 has none: it
+// is copied by the caller).
+static bool es_to_float(enum ggml_type t, const void *src, float *dst, int64_t n) {
+	const struct ggml_type_traits *tr = ggml_get_type_traits(t);
+	if (tr == NULL || tr->to_float == NULL) {
+		return false;
+	}
+	tr->to_float(src, dst, n);
+	return true;
+}
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// yesNoHead is the part of a Qwen3-Reranker's LM head the score needs: the rows of
+// the tokens "yes" and "no", dequantised once at Open. The reranker's score is
+// P(yes) = softmax over the logits of "yes" and "no" at the last position, and those
+// two logits are these rows times the final hidden state; the other 151667 rows of
+// the head are never computed.
+type yesNoHead struct {
+	yes, no []float32
+	// source says where the rows came from, for logs and errors.
+	source string
+}
+
+// apply writes [logit(yes), logit(no)] for the final hidden state h into out. The
+// sums run in float64, in a fixed order, so the two logits are a function of h alone.
+func (hd *yesNoHead) apply(out, h []float32) {
+	var y, n float64
+	for k, x := range h {
+		y += float64(hd.yes[k]) * float64(x)
+		n += float64(hd.no[k]) * float64(x)
+	}
+	out[0], out[1] = float32(y), float32(n)
+}
+
+// readYesNoHead finds the "yes" and "no" rows of the GGUF at path, each of hidden
+// values, in the layouts a Qwen3-Reranker GGUF comes in:
+//
+//   - cls.output.weight, as llama.cpp's conversion (convert_hf_to_gguf.py) writes
+//     it: the LM head's "yes" and "no" rows stacked into a classifier head, with
+//     {arch}.classifier.output_labels ["yes", "no"] naming them (rows 0 and 1 when
+//     a two-row head has no labels). The full head is then dropped or, for the 0.6B
+//     model whose head is tied, left as token_embd.weight.
+//   - otherwise the full LM head, output.weight or (tied) token_embd.weight, at the
+//     ids of the tokens "yes" and "no" in tokenizer.ggml.tokens.
+func readYesNoHead(path string, hidden int) (*yesNoHead, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: reading the reranker head of %s: %w", path, err)
+	}
+	defer f.Close()
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+	}
+	name, yesRow, noRow := "", -1, -1
+	if t, ok := f.Tensor("cls.output.weight"); ok {
+		name = t.Name
+		labels, err := f.Strings(arch + ".classifier.output_labels")
+		switch {
+		case err == nil:
+			yesRow, noRow = slices.Index(labels, "yes"), slices.Index(labels, "no")
+			if yesRow < 0 || noRow < 0 {
+				return nil, fmt.Errorf(`llama: model %s: cls.output.weight is labelled %q; a Qwen3-Reranker head is labelled "yes" and "no"`, path, labels)
+			}
+		case errors.Is(err, gguf.ErrNotFound) && len(t.Dims) == 2 && t.Dims[1] == 2:
+			yesRow, noRow = 0, 1 // llama.cpp's conversion stacks [yes, no]
+		default:
+			return nil, fmt.Errorf("llama: model %s: cls.output.weight has dims %v and no classifier labels; cannot tell which rows are \"yes\" and \"no\"", path, t.Dims)
+		}
+	} else {
+		tokens, err := f.Strings("tokenizer.ggml.tokens")
+		if err != nil {
+			return nil, fmt.Errorf("llama: model %s has no cls.output.weight, and its vocabulary cannot be read to find the \"yes\" and \"no\" rows of the LM head: %w", path, err)
+		}
+		yesRow, noRow = slices.Index(tokens, "yes"), slices.Index(tokens, "no")
+		if yesRow < 0 || noRow < 0 {
+			return nil, fmt.Errorf(`llama: model %s: its vocabulary has no "yes" or no "no" token; it is not a Qwen3-Reranker`, path)
+		}
+		name = "output.weight"
+		if _, ok := f.Tensor(name); !ok {
+			name = "token_embd.weight" // tied, as in Qwen3-0.6B
+		}
+	}
+	t, _ := f.Tensor(name)
+	yes, err := readRow(f, t, yesRow, hidden)
+	if err != nil {
+		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+	}
+	no, err := readRow(f, t, noRow, hidden)
+	if err != nil {
+		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+	}
+	return &yesNoHead{yes: yes, no: no, source: fmt.Sprintf("%s rows %d (yes) and %d (no)", name, yesRow, noRow)}, nil
+}
+
+// readRow returns row r of the 2-D tensor t as float32, dequantised by ggml.
+func readRow(f *gguf.File, t gguf.TensorInfo, r, hidden int) ([]float32, error) {
+	if len(t.Dims) != 2 || t.Dims[0] != uint64(hidden) || uint64(r) >= t.Dims[1] {
+		return nil, fmt.Errorf("tensor %s has dims %v; want %d values a row and a row %d", t.Name, t.Dims, hidden, r)
+	}
+	if !t.Type.Known() || t.Dims[0]%t.Type.BlockSize() != 0 {
+		return nil, fmt.Errorf("tensor %s has type %s, which this build cannot read", t.Name, t.Type)
+	}
+	rowBytes := t.Dims[0] / t.Type.BlockSize() * t.Type.TypeSize()
+	raw := make([]byte, rowBytes)
+	if _, err := f.TensorReader(t).ReadAt(raw, int64(uint64(r)*rowBytes)); err != nil {
+		return nil, fmt.Errorf("reading row %d of %s: %w", r, t.Name, err)
+	}
+	out := make([]float32, hidden)
+	if t.Type == gguf.TypeF32 {
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+	} else if !C.es_to_float(C.enum_ggml_type(t.Type), unsafe.Pointer(&raw[0]), (*C.float)(unsafe.Pointer(&out[0])), C.int64_t(hidden)) {
+		return nil, fmt.Errorf("tensor %s has type %s, which ggml cannot convert to float", t.Name, t.Type)
+	}
+	for i, v := range out {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("row %d of %s holds %v at %d", r, t.Name, v, i)
+		}
+	}
+	return out, nil
+}

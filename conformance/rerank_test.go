@@ -1,0 +1,239 @@
+package conformance
+
+import (
+	"math"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/reference"
+)
+
+// rerankerPath is the generated reranker model (cmd/genmodel -task rerank); the
+// tokenizer is the embedding test model's, the same Qwen3 vocabulary.
+func rerankerPath() string { return filepath.Join(repoRoot, "models", "tiny-reranker.gguf") }
+
+// rerankServer is a server for the tiny reranker, found as one by its GGUF layout
+// (--task auto).
+func rerankServer(t *testing.T, flags ...string) *server {
+	t.Helper()
+	return serverWith(t, append([]string{"--model", rerankerPath()}, flags...)...)
+}
+
+var rerankRef struct {
+	once  sync.Once
+	model *reference.Model
+	err   error
+}
+
+const codeWrongTask = "model_task_mismatch"
+
+// rerankTemplate is the model card's text for one pair, whole: the control tokens are
+// split out and written as ids, the text between them tokenized.
+func rerankTemplate(instruction, query, doc string) string {
+	return "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n" +
+		"<|im_start|>user\n<Instruct>: " + instruction + "\n<Query>: " + query + "\n<Document>: " + doc + "<|im_end|>\n" +
+		"<|im_start|>assistant\n<think>\n\n</think>\n\n"
+}
+
+// expectRerank returns the token ids of a pair in the template and the reference
+// P(yes) and logit(yes) - logit(no) for them.
+func expectRerank(t *testing.T, instruction, query, doc string) (tokens []int32, p, logit float64) {
+	t.Helper()
+	loadReference(t)
+	rerankRef.once.Do(func() { rerankRef.model, rerankRef.err = reference.Load(rerankerPath()) })
+	if rerankRef.err != nil {
+		t.Fatal(rerankRef.err)
+	}
+	text := rerankTemplate(instruction, query, doc)
+	for text != "" {
+		at, special := len(text), ""
+		for _, s := range []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"} {
+			if i := strings.Index(text, s); i >= 0 && i < at {
+				at, special = i, s
+			}
+		}
+		tokens = append(tokens, refState.tok.Encode(text[:at])...)
+		if special == "" {
+			break
+		}
+		id, ok := refState.tok.TokenID(special)
+		if !ok {
+			t.Fatalf("no token %s", special)
+		}
+		tokens = append(tokens, id)
+		text = text[at+len(special):]
+	}
+	l, err := rerankRef.model.ClassifierLogits(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logit = l[0] - l[1]
+	return tokens, 1 / (1 + math.Exp(-logit)), logit
+}
+
+type cohereRerank struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Results []struct {
+		Index          int     `json:"index"`
+		RelevanceScore float64 `json:"relevance_score"`
+		Document       *struct {
+			Text string `json:"text"`
+		} `json:"document"`
+	} `json:"results"`
+	Usage struct {
+		PromptTokens int `json:"prompt_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+// rerankDocs are short and long documents: pairs through both of the engine's
+// attention kernels (up to 128 tokens packed, longer alone).
+var rerankDocs = []string{
+	"The capital of China is Beijing.",
+	"Gravity is a force that attracts two bodies towards each other.",
+	strings.Repeat("A long passage about rivers, mountains and the weather of the north. ", 12),
+	"",
+}
+
+// TestRerankAgainstReference: POST /v1/rerank on the tiny reranker gives each
+// document the float64 reference's P(yes) (within 0.0025) for the pair in the model
+// card's template, best first, top_n of them, with the documents when asked, and
+// counts the template's tokens in usage.
+func TestRerankAgainstReference(t *testing.T) {
+	s := rerankServer(t)
+	const query = "What is the capital of China?"
+	const task = "Given a web search query, retrieve relevant passages that answer the query"
+	r := s.do(t, http.MethodPost, "/v1/rerank", map[string]any{
+		"model": "rerank-v3.5", "query": query, "documents": rerankDocs, "top_n": 3, "return_documents": true,
+	}, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, truncate(r.body))
+	}
+	var got cohereRerank
+	r.decode(t, &got)
+	if got.Model != "rerank-v3.5" || len(got.ID) != 32 || len(got.Results) != 3 {
+		t.Fatalf("model %q, id %q, %d results; want the model echoed, an id, 3 results", got.Model, got.ID, len(got.Results))
+	}
+	want := make([]float64, len(rerankDocs))
+	tokens := 0
+	for i, d := range rerankDocs {
+		ids, p, _ := expectRerank(t, task, query, d)
+		want[i] = p
+		tokens += len(ids)
+	}
+	t.Logf("reference P(yes): %.6f", want)
+	if got.Usage.PromptTokens != tokens || got.Usage.TotalTokens != tokens {
+		t.Errorf("usage %+v, want %d tokens (every pair in the template)", got.Usage, tokens)
+	}
+	seen := map[int]bool{}
+	for k, res := range got.Results {
+		if res.Index < 0 || res.Index >= len(rerankDocs) || seen[res.Index] {
+			t.Fatalf("result %d has index %d", k, res.Index)
+		}
+		seen[res.Index] = true
+		if d := math.Abs(res.RelevanceScore - want[res.Index]); d > 0.0025 {
+			t.Errorf("document %d: relevance_score %.6f, reference %.6f (off by %.2g, want ≤ 0.0025)", res.Index, res.RelevanceScore, want[res.Index], d)
+		}
+		if res.Document == nil || res.Document.Text != rerankDocs[res.Index] {
+			t.Errorf("document %d: document %+v, want its text", res.Index, res.Document)
+		}
+		if k > 0 && res.RelevanceScore > got.Results[k-1].RelevanceScore {
+			t.Errorf("results not best first: %.6f after %.6f", res.RelevanceScore, got.Results[k-1].RelevanceScore)
+		}
+	}
+	// The left-out document is the worst by the reference.
+	for i := range rerankDocs {
+		if !seen[i] {
+			for j := range seen {
+				if want[i] > want[j] {
+					t.Errorf("document %d (reference %.6f) was left out of top_n but %d (%.6f) kept", i, want[i], j, want[j])
+				}
+			}
+		}
+	}
+	// The test means something only if the reference tells the documents apart.
+	lo, hi := want[0], want[0]
+	for _, p := range want {
+		lo, hi = min(lo, p), max(hi, p)
+	}
+	if hi-lo < 0.01 {
+		t.Errorf("reference scores %v are too close to tell a ranking apart", want)
+	}
+}
+
+// TestRerankTEIShape: POST /rerank answers TEI's array, best first; raw_scores gives
+// logit(yes) - logit(no), and a custom instruction goes into the template.
+func TestRerankTEIShape(t *testing.T) {
+	s := rerankServer(t)
+	const query, task = "rivers", "Judge relevance to geography"
+	r := s.do(t, http.MethodPost, "/rerank", map[string]any{
+		"query": query, "texts": rerankDocs[:3], "raw_scores": true, "return_text": true, "instruction": task,
+	}, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, truncate(r.body))
+	}
+	var got []struct {
+		Index int     `json:"index"`
+		Score float64 `json:"score"`
+		Text  string  `json:"text"`
+	}
+	r.decode(t, &got)
+	if len(got) != 3 {
+		t.Fatalf("%d results, want 3", len(got))
+	}
+	for k, res := range got {
+		_, _, logit := expectRerank(t, task, query, rerankDocs[res.Index])
+		if d := math.Abs(res.Score - logit); d > 0.01 || res.Text != rerankDocs[res.Index] {
+			t.Errorf("text %d: raw score %.6f, reference %.6f (want within 0.01); text %q", res.Index, res.Score, logit, abbreviate(res.Text))
+		}
+		if k > 0 && res.Score > got[k-1].Score {
+			t.Errorf("results not best first: %.6f after %.6f", res.Score, got[k-1].Score)
+		}
+	}
+}
+
+// TestRerankErrors: what a reranker and an embedding server refuse, each with a 400
+// in OpenAI's envelope.
+func TestRerankErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		srv    func(t *testing.T) *server
+		path   string
+		body   string
+		status int
+		param  string
+		code   string
+		msg    string
+	}{
+		{"embeddings on a reranker", func(t *testing.T) *server { return rerankServer(t) }, "/v1/embeddings", `{"input":"a"}`, 400, "model", codeWrongTask,
+			"This server serves a reranker, which does not make embeddings; send query-document pairs to POST /v1/rerank, or serve an embedding model (Qwen3-Embedding) for embeddings."},
+		{"rerank on an embedding model", defaultServer, "/v1/rerank", `{"query":"q","documents":["a"]}`, 400, "model", codeWrongTask,
+			"This server serves an embedding model, which does not rerank; serve a reranker GGUF (Qwen3-Reranker) with `embed-stack serve --model` for /v1/rerank, or compare embeddings."},
+		{"empty query", func(t *testing.T) *server { return rerankServer(t) }, "/v1/rerank", `{"query":"","documents":["a"]}`, 400, "query", codeEmptyInput,
+			"'query' must hold text."},
+		{"no documents", func(t *testing.T) *server { return rerankServer(t) }, "/rerank", `{"query":"q","texts":[]}`, 400, "documents", codeEmptyInput,
+			"'documents' must not be empty."},
+		{"pair too long", func(t *testing.T) *server {
+			return rerankServer(t, "--max-input-tokens", "256", "--warm-max-tokens", "256")
+		}, "/v1/rerank",
+			`{"query":"q","documents":["short","` + strings.Repeat("word ", 300) + `"]}`, 400, "documents", codeContextLength,
+			"document 1 with the query makes 374 tokens in the reranker's template; the limit is 256 tokens per pair (--max-input-tokens). Shorten the document or the query."},
+	}
+	// The count in the over-length message is the pair's, template included.
+	if ids, _, _ := expectRerank(t, "Given a web search query, retrieve relevant passages that answer the query", "q", strings.Repeat("word ", 300)); len(ids) != 374 {
+		t.Fatalf("the over-length pair has %d tokens by the reference template, the table says 374", len(ids))
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.srv(t).do(t, http.MethodPost, tt.path, tt.body, nil)
+			env := requireErrorEnvelope(t, r, tt.status)
+			if env.Error.Message != tt.msg || env.Error.Param == nil || *env.Error.Param != tt.param || env.Error.Code == nil || *env.Error.Code != tt.code {
+				t.Errorf("error %+v (param %v, code %v)\nwant message %q, param %q, code %q", env.Error, env.Error.Param, env.Error.Code, tt.msg, tt.param, tt.code)
+			}
+		})
+	}
+}

@@ -1,0 +1,205 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// RerankRequest is the body of POST /v1/rerank in the shape Cohere's and Jina's
+// clients send (and LangChain's and LlamaIndex's rerankers built on them), plus the
+// embed-stack extension Instruction (Qwen3-Reranker's task). Unknown fields
+// (Cohere's rank_fields, max_chunks_per_doc, max_tokens_per_doc) are ignored.
+type RerankRequest struct {
+	Model string
+	Query string
+	// Documents are the texts to score: the JSON strings, or the "text" of objects.
+	Documents []string
+	// TopN is how many results to return, best first; 0 (absent or null) = all.
+	TopN int
+	// ReturnDocuments puts each document's text in its result (default false, as
+	// Cohere's API; Jina's defaults to true).
+	ReturnDocuments bool
+	Instruction     *string
+}
+
+// TEIRerankRequest is the body of POST /rerank in text-embeddings-inference's shape.
+type TEIRerankRequest struct {
+	Query string
+	Texts []string
+	// RawScores returns logit(yes) - logit(no) instead of its sigmoid.
+	RawScores bool
+	// ReturnText puts each text in its result.
+	ReturnText  bool
+	Instruction *string
+}
+
+// RerankResponse is the answer to POST /v1/rerank: results best first.
+type RerankResponse struct {
+	ID      string         `json:"id"`
+	Model   string         `json:"model"`
+	Results []RerankResult `json:"results"`
+	Usage   RerankUsage    `json:"usage"`
+}
+
+// RerankResult is one scored document. Index is its position in the request.
+type RerankResult struct {
+	Index          int             `json:"index"`
+	RelevanceScore float64         `json:"relevance_score"`
+	Document       *RerankDocument `json:"document,omitempty"`
+}
+
+// RerankDocument is a returned document, as Cohere and Jina nest it.
+type RerankDocument struct {
+	Text string `json:"text"`
+}
+
+// RerankUsage counts the tokens decoded: each document in the template with the
+// query. Jina names the figure total_tokens; prompt_tokens repeats it as OpenAI's
+// usage does for embeddings.
+type RerankUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+// TEIRerankResult is one element of POST /rerank's answer, a JSON array best first.
+type TEIRerankResult struct {
+	Index int     `json:"index"`
+	Score float64 `json:"score"`
+	Text  *string `json:"text,omitempty"`
+}
+
+type wireRerankRequest struct {
+	Model           json.RawMessage `json:"model"`
+	Query           json.RawMessage `json:"query"`
+	Documents       json.RawMessage `json:"documents"`
+	TopN            json.RawMessage `json:"top_n"`
+	ReturnDocuments json.RawMessage `json:"return_documents"`
+	Instruction     json.RawMessage `json:"instruction"`
+}
+
+// DecodeRerankRequest parses and type-checks a POST /v1/rerank body. Limits and
+// meaning (an empty query, too many documents) are for routing.
+func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
+	var w wireRerankRequest
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	}
+	var req RerankRequest
+	var err error
+	if req.Model, err = optString(w.Model, "model"); err != nil {
+		return nil, err
+	}
+	if req.Query, err = reqString(w.Query, "query"); err != nil {
+		return nil, err
+	}
+	if req.Instruction, err = optStringPtr(w.Instruction, "instruction"); err != nil {
+		return nil, err
+	}
+	if req.ReturnDocuments, err = optBool(w.ReturnDocuments, "return_documents"); err != nil {
+		return nil, err
+	}
+	if !isNull(w.TopN) {
+		if err := json.Unmarshal(w.TopN, &req.TopN); err != nil || req.TopN < 1 {
+			return nil, &DecodeError{Param: "top_n", Message: fmt.Sprintf("%s is not a positive integer - 'top_n'", compact(w.TopN))}
+		}
+	}
+	if isNull(w.Documents) {
+		return nil, &DecodeError{Param: "documents", Message: "'documents' is a required property."}
+	}
+	var docs []json.RawMessage
+	if err := json.Unmarshal(w.Documents, &docs); err != nil {
+		return nil, &DecodeError{Param: "documents", Message: fmt.Sprintf("%s is not of type 'array' - 'documents'", compact(w.Documents))}
+	}
+	req.Documents = make([]string, len(docs))
+	for i, d := range docs {
+		var s string
+		if json.Unmarshal(d, &s) == nil {
+			req.Documents[i] = s
+			continue
+		}
+		var obj struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(d, &obj) != nil || obj.Text == nil {
+			return nil, &DecodeError{Param: "documents", Message: fmt.Sprintf("document %d is %s; each document is a string or an object with a string 'text'", i, compact(d))}
+		}
+		req.Documents[i] = *obj.Text
+	}
+	return &req, nil
+}
+
+type wireTEIRerankRequest struct {
+	Query       json.RawMessage `json:"query"`
+	Texts       json.RawMessage `json:"texts"`
+	RawScores   json.RawMessage `json:"raw_scores"`
+	ReturnText  json.RawMessage `json:"return_text"`
+	Truncate    json.RawMessage `json:"truncate"`
+	Instruction json.RawMessage `json:"instruction"`
+}
+
+// DecodeTEIRerankRequest parses and type-checks a POST /rerank body. TEI's
+// "truncate": true is refused: a pair over the limit is a 400, as with truncate
+// false (TEI's default).
+func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
+	var w wireTEIRerankRequest
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	}
+	var req TEIRerankRequest
+	var err error
+	if req.Query, err = reqString(w.Query, "query"); err != nil {
+		return nil, err
+	}
+	if req.Instruction, err = optStringPtr(w.Instruction, "instruction"); err != nil {
+		return nil, err
+	}
+	if req.RawScores, err = optBool(w.RawScores, "raw_scores"); err != nil {
+		return nil, err
+	}
+	if req.ReturnText, err = optBool(w.ReturnText, "return_text"); err != nil {
+		return nil, err
+	}
+	truncate, err := optBool(w.Truncate, "truncate")
+	if err != nil {
+		return nil, err
+	}
+	if truncate {
+		return nil, &DecodeError{Param: "truncate", Message: "'truncate': true is not supported by /rerank; shorten the texts (a pair over the limit is refused with 400)."}
+	}
+	if isNull(w.Texts) {
+		return nil, &DecodeError{Param: "texts", Message: "'texts' is a required property."}
+	}
+	if err := json.Unmarshal(w.Texts, &req.Texts); err != nil {
+		return nil, &DecodeError{Param: "texts", Message: fmt.Sprintf("%s is not an array of strings - 'texts'", compact(w.Texts))}
+	}
+	return &req, nil
+}
+
+func reqString(raw json.RawMessage, param string) (string, error) {
+	if isNull(raw) {
+		return "", &DecodeError{Param: param, Message: fmt.Sprintf("'%s' is a required property.", param)}
+	}
+	return optString(raw, param)
+}
+
+func optStringPtr(raw json.RawMessage, param string) (*string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	s, err := optString(raw, param)
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func optBool(raw json.RawMessage, param string) (bool, error) {
+	if isNull(raw) {
+		return false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return false, &DecodeError{Param: param, Message: fmt.Sprintf("%s is not of type 'boolean' - '%s'", compact(raw), param)}
+	}
+	return b, nil
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/openai"
+	"github.com/embed-stack/embed-stack/routing"
+)
+
+// Reranker scores documents against a query; *routing.Router implements it.
+type Reranker interface {
+	Rerank(ctx context.Context, req *routing.RerankRequest) (*routing.RerankResult, error)
+}
+
+// rerank serves POST /v1/rerank in Cohere's and Jina's shape.
+func (s *Server) rerank(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	req, err := openai.DecodeRerankRequest(body)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if s.Config.StrictModel && !s.knownModel(req.Model) {
+		writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
+			msg: "The model `" + req.Model + "` does not exist or you do not have access to it."})
+		return
+	}
+	res, ok := s.runRerank(c, &routing.RerankRequest{Query: req.Query, Documents: req.Documents, Instruction: req.Instruction})
+	if !ok {
+		return
+	}
+	model := req.Model
+	if model == "" {
+		model = s.Config.ModelName
+	}
+	resp := openai.RerankResponse{ID: newID(), Model: model, Usage: openai.RerankUsage{PromptTokens: res.Tokens, TotalTokens: res.Tokens}}
+	for _, i := range res.Ranked(req.TopN) {
+		r := openai.RerankResult{Index: i, RelevanceScore: res.Scores[i]}
+		if req.ReturnDocuments {
+			r.Document = &openai.RerankDocument{Text: req.Documents[i]}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	c.JSON(http.StatusOK, resp)
+}
+
+// teiRerank serves POST /rerank in text-embeddings-inference's shape: a JSON array of
+// {index, score, text?}, best first.
+func (s *Server) teiRerank(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	req, err := openai.DecodeTEIRerankRequest(body)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	res, ok := s.runRerank(c, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction})
+	if !ok {
+		return
+	}
+	out := make([]openai.TEIRerankResult, 0, len(res.Scores))
+	for _, i := range res.Ranked(0) {
+		r := openai.TEIRerankResult{Index: i, Score: res.Scores[i]}
+		if req.RawScores {
+			r.Score = res.Logits[i]
+		}
+		if req.ReturnText {
+			r.Text = &req.Texts[i]
+		}
+		out = append(out, r)
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// runRerank runs a decoded request, writing the error answer when it fails.
+func (s *Server) runRerank(c *gin.Context, req *routing.RerankRequest) (*routing.RerankResult, bool) {
+	c.Set(ctxInputs, len(req.Documents))
+	if s.Reranker == nil {
+		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found", msg: "This server does not rerank: " + c.Request.URL.Path + " needs a reranker model."})
+		return nil, false
+	}
+	res, err := s.Reranker.Rerank(c.Request.Context(), req)
+	if err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	c.Set(ctxTokens, res.Tokens)
+	return res, true
+}
+
+// newID returns a response id, as Cohere's rerank answers carry one.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
