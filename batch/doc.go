@@ -3,7 +3,7 @@
 // streams the vectors in input order to JSONL ({"id":…,"embedding":[…]}) or to a
 // float32 .npy file (shape [N, dim]) with a sidecar of ids. A few batches of texts at
 // most are in memory at any time; the job also holds an index of the ids it has seen
-// (idIndex, about 40 bytes an id).
+// (idIndex, 84 MB for a million ids).
 //
 // A job is resumable and writes each id exactly once. The output is written in input
 // order and flushed batch by batch, so after an interruption it holds the vectors of a
