@@ -64,7 +64,10 @@ var tolerance = func() float64 {
 func TestReplicasBehindHAProxy(t *testing.T) {
 	haproxy, err := exec.LookPath("haproxy")
 	if err != nil {
-		e2e.Require(t, "no haproxy on PATH (Debian: apt-get install haproxy)")
+		// Debian installs it in /usr/sbin, which a non-root PATH may lack.
+		if haproxy, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
+			e2e.Require(t, "no haproxy on PATH or in /usr/sbin (Debian: apt-get install haproxy)")
+		}
 	}
 	bin, model := e2e.Paths(t)
 	duration := envDuration(t, "EMBED_STACK_SCALE_DURATION", 60*time.Second)
