@@ -176,8 +176,9 @@ func TestReplicasBehindHAProxy(t *testing.T) {
 	t.Logf("load: %d clients for %s through HAProxy (%s), %d distinct texts, 1-4 per request; load average %s at the start, %s at the end",
 		clients, elapsed.Round(time.Millisecond), haproxyVersion(haproxy), len(texts), loadAvgStart, loadAvg())
 	t.Logf("requests sent %d; statuses %s; no answer %d; vectors checked %d, wrong %d (tolerance %g)", len(all), sum.statuses, sum.noAnswer, sum.checked, sum.wrong, tolerance)
-	t.Logf("graceful restart of %s (SIGTERM at %s, back in rotation at %s): %d requests overlapping, %d 5xx; /ready 503 draining after %s, listener closed after %s, exit %d",
-		r2.name, offset(start, graceful.from), offset(start, graceful.to), sum.gracefulN, sum.graceful5xx, drained.draining.Round(time.Millisecond), drained.closed.Round(time.Millisecond), drained.exit)
+	t.Logf("graceful restart of %s (SIGTERM at %s, back in rotation at %s): %d requests overlapping, %d 5xx; /ready 503 draining %s after SIGTERM, last answered at %s, exit %d at %s",
+		r2.name, offset(start, graceful.from), offset(start, graceful.to), sum.gracefulN, sum.graceful5xx,
+		drained.draining.Round(time.Millisecond), drained.lastAnswer.Round(time.Millisecond), drained.exit, drained.exited.Round(time.Millisecond))
 	t.Logf("SIGKILL of %s (at %s, back in rotation at %s): %d requests overlapping, %d 5xx",
 		r3.name, offset(start, crash.from), offset(start, crash.to), sum.crashN, sum.crash5xx)
 	t.Logf("HAProxy backend: retries %s, redispatches %s, 5xx it answered %s; requests per replica %s %s %s (retry-on conn-failure empty-response, retries 3, option redispatch 1)",
@@ -251,9 +252,11 @@ func (r *replica) start(t *testing.T) {
 
 // drainSeen is what a replica did between SIGTERM and its exit.
 type drainSeen struct {
-	draining, closed time.Duration // since SIGTERM; 0 = not seen
-	exit             int
-	output           string
+	// Since SIGTERM: the first /ready answer "draining" (0 = none), the last
+	// answer of any kind, and the exit.
+	draining, lastAnswer, exited time.Duration
+	exit                         int
+	output                       string
 }
 
 // watchDrain polls the replica's /ready directly from SIGTERM until it exits.
@@ -266,6 +269,7 @@ func (r *replica) watchDrain(t *testing.T) drainSeen {
 	for {
 		select {
 		case <-r.p.Done():
+			d.exited = time.Since(sigterm)
 			d.exit = e2e.ExitCode(r.p.Err())
 			d.output = r.p.Out.String()
 			return d
@@ -275,13 +279,11 @@ func (r *replica) watchDrain(t *testing.T) drainSeen {
 		}
 		resp, err := client.Get(r.url() + "/ready")
 		if err != nil {
-			if d.closed == 0 {
-				d.closed = time.Since(sigterm)
-			}
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		d.lastAnswer = time.Since(sigterm)
 		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), `"draining"`) && d.draining == 0 {
 			d.draining = time.Since(sigterm)
 		}
