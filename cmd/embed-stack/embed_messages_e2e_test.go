@@ -93,3 +93,40 @@ func TestEmbedResumeRepairs(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbedResumeRepairsNPY: the same for a .npy output whose ids file names an id the
+// input does not hold and repeats another (the array and ids edited together, as a
+// botched copy leaves them): the resume drops both rows and ends byte-identical to the
+// uninterrupted run, array and ids.
+func TestEmbedResumeRepairsNPY(t *testing.T) {
+	bin, model := e2e.Paths(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	writeLines(t, in, corpusLines(t, 30))
+	args := func(out string) []string {
+		return []string{"--model", model, "--input", in, "--output", out, "--threads", "1", "--batch-size", "8"}
+	}
+	ref := filepath.Join(dir, "ref.npy")
+	runEmbedCmd(t, bin, args(ref)...)
+	arr, _ := os.ReadFile(ref)
+	ids, _ := os.ReadFile(ref + ".ids")
+	const header, row = 128, 64 * 4
+	idLines := strings.SplitAfter(string(ids), "\n")
+	// Rows 1-10, then row 3 again and row 11 under the id 999.
+	partialIDs := strings.Join(idLines[:10], "") + idLines[2] + "999\n"
+	partial := append([]byte(nil), arr[:header+10*row]...)
+	partial = append(partial, arr[header+2*row:header+3*row]...)
+	partial = append(partial, arr[header+10*row:header+11*row]...)
+	out := filepath.Join(dir, "out.npy")
+	os.WriteFile(out, partial, 0o644) // the header still says 30 rows: the size decides
+	os.WriteFile(out+".ids", []byte(partialIDs), 0o644)
+	log := runEmbedCmd(t, bin, args(out)...)
+	gotArr, _ := os.ReadFile(out)
+	gotIDs, _ := os.ReadFile(out + ".ids")
+	if !bytes.Equal(gotArr, arr) || !bytes.Equal(gotIDs, ids) {
+		t.Errorf("resumed .npy (%d bytes, ids %d bytes) differs from the uninterrupted run's (%d, %d)", len(gotArr), len(gotIDs), len(arr), len(ids))
+	}
+	if want := `msg="repaired the output: dropped rows that repeated an earlier row's id or whose id the input does not hold" output=` + out + ` repeated=1 not_in_input=1 first_dropped_id=3`; !strings.Contains(log, want) {
+		t.Errorf("log lacks %s:\n%s", want, log)
+	}
+}
