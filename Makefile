@@ -61,7 +61,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-python test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -139,8 +139,9 @@ vet:
 # all of llama.cpp a second time and slow the float64 reference tenfold, for no
 # Go-level concurrency the unit tests do not already cover.
 # EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
-# failure. Then the node clients (openai, @langchain/openai) against the binary.
-test: build models vet test-pure fuzz test-go test-node test-openapi
+# failure. Then the node clients (openai, @langchain/openai) and the Python ones
+# (openai, langchain-openai, llama-index, litellm) against the binary.
+test: build models vet test-pure fuzz test-go test-node test-openapi test-python
 
 E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -210,6 +211,28 @@ $(ST_VENV)/installed: $(ST_REQS)
 test-openapi: build models $(ST_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(ST_VENV)/bin/schemathesis \
 		$(GO) test -count=1 -timeout 5m -run '^TestOpenAPIFuzz$$' -v ./conformance/
+
+# The Python client suite (conformance/python, pytest) in a virtual environment of
+# the pinned packages of its requirements.txt, created on first use and again when
+# that file changes; nothing is installed outside it (--no-compile: Python compiles
+# only the modules a test imports, when it imports them, instead of all of litellm's
+# and llama-index's at install). tiktoken's cl100k_base file, which LangChain needs
+# and tiktoken would download, is written from the vocabulary the server itself
+# decodes token ids with (tools/tiktoken-cl100k).
+VENV         ?= .cache/venv
+PY_REQS      := conformance/python/requirements.txt
+TIKTOKEN_DIR := .cache/tiktoken
+
+$(VENV)/installed: $(PY_REQS)
+	rm -rf $(VENV)
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-compile -r $(PY_REQS)
+	touch $@
+
+test-python: build models $(VENV)/installed
+	$(GO) run ./tools/tiktoken-cl100k -dir $(TIKTOKEN_DIR) >/dev/null
+	cd conformance/python && TIKTOKEN_CACHE_DIR=$(CURDIR)/$(TIKTOKEN_DIR) EMBED_STACK_REQUIRE_E2E=1 \
+		$(CURDIR)/$(VENV)/bin/python -m pytest
 
 # The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
 # against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as

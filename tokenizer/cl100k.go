@@ -15,6 +15,9 @@ import (
 // 100275 are assigned to nothing.
 const cl100kSize = 100277
 
+// cl100kOrdinary is the number of ordinary (BPE) tokens, ids 0 to 100255.
+const cl100kOrdinary = 100256
+
 // Cl100k decodes token ids of OpenAI's cl100k_base encoding, which is what LangChain's
 // OpenAIEmbeddings sends by default (it tokenizes with tiktoken before calling the
 // API). The server turns such ids back into text and tokenizes that text with Qwen3's
@@ -50,9 +53,9 @@ var cl100kPieces = sync.OnceValues(func() ([]string, error) {
 	} {
 		pieces[id] = text
 	}
-	for id := 0; id < 100256; id++ {
+	for id := 0; id < cl100kOrdinary; id++ {
 		if pieces[id] == "" {
-			return nil, fmt.Errorf("cl100k: the tiktoken-go vocabulary has no token %d; expected 100256 ordinary tokens", id)
+			return nil, fmt.Errorf("cl100k: the tiktoken-go vocabulary has no token %d; expected %d ordinary tokens", id, cl100kOrdinary)
 		}
 	}
 	return pieces, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -67,7 +68,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	ho.IsTerminal = isTerminal(os.Stderr)
 	modelPath, err := hub.Resolve(ctx, cfg.Model, ho)
 	if err != nil {
-		return nil, fmt.Errorf("--model: %w", err)
+		return nil, fmt.Errorf("--model: %w%s", err, withoutHubAdvice(err))
 	}
 	facts, err := readModelFacts(modelPath, cfg.AllowPoolingMismatch, cfg.Task)
 	if err != nil {
@@ -199,4 +200,17 @@ func checkTokenLimits(warmMax, maxInput int) error {
 		return fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", warmMax, maxInput)
 	}
 	return nil
+}
+
+// withoutHubAdvice completes a Hub reference's failure to reach the Hub, or to find
+// the model in the cache offline, with the way to run without the Hub at all: `make
+// run` serves a Hub reference by default, and a newcomer on an air-gapped machine or
+// a CI box should learn within seconds which local file to serve instead.
+func withoutHubAdvice(err error) string {
+	if !errors.Is(err, hub.ErrNetwork) && !errors.Is(err, hub.ErrNotCached) {
+		return ""
+	}
+	return ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: " +
+		"--model path/to/model.gguf (make run MODEL=path/to/model.gguf; make run MODEL=models/tiny.gguf " +
+		"builds and serves a small random-weight test model with no download)"
 }

@@ -39,9 +39,9 @@ func fakeOfficialHub(t *testing.T, model string) (*hubtest.Hub, string, []byte) 
 	return h, commit, tiny
 }
 
-// hubEnv is the environment of a process that must download from h into cache: the
-// test's own, less what would change where the Hub is, plus those.
-func hubEnv(h *hubtest.Hub, cache string) []string {
+// hubEnv is the environment of a process that must download from the Hub at endpoint
+// into cache: the test's own, less what would change where the Hub is, plus those.
+func hubEnv(endpoint, cache string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -54,7 +54,7 @@ func hubEnv(h *hubtest.Hub, cache string) []string {
 		env = append(env, kv)
 	}
 	// One llama.cpp thread, as e2e.Serve uses (see there).
-	return append(env, "HF_ENDPOINT="+h.URL, "HF_HUB_CACHE="+cache, "EMBED_STACK_THREADS=1")
+	return append(env, "HF_ENDPOINT="+endpoint, "HF_HUB_CACHE="+cache, "EMBED_STACK_THREADS=1")
 }
 
 // TestMakeRunDefaultsToTheHub: `make run` with no arguments serves the official GGUF by
@@ -78,7 +78,7 @@ func TestMakeRunDefaultsToTheHub(t *testing.T) {
 			// -n prints the commands without running them (build is phony: always listed).
 			cmd := exec.Command("make", append([]string{"-n", "run"}, tt.args...)...)
 			cmd.Dir = root
-			cmd.Env = hubEnv(hubtest.New(t), t.TempDir())
+			cmd.Env = hubEnv(hubtest.New(t).URL, t.TempDir())
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("make -n run: %v\n%s", err, out)
@@ -109,7 +109,7 @@ func TestMakeRunDownloadsFromHub(t *testing.T) {
 
 	cmd := exec.Command("make", "-s", "run", "ADDR="+addr)
 	cmd.Dir = e2e.RepoRoot(t)
-	cmd.Env = hubEnv(h, cache)
+	cmd.Env = hubEnv(h.URL, cache)
 	p := e2e.Start(t, cmd)
 	p.WaitReady(t, "http://"+addr, e2e.ReadyTimeout)
 
@@ -173,7 +173,7 @@ func TestEmbedHubProgressBar(t *testing.T) {
 	run := func(out string) string {
 		line := fmt.Sprintf("%s embed --model %s:Q8_0 --input %s --output %s", bin, officialRepo, in, out)
 		cmd := exec.Command(script, "-q", "-e", "-c", line, "/dev/null")
-		cmd.Env = hubEnv(h, cache)
+		cmd.Env = hubEnv(h.URL, cache)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, b)

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/embed-stack/embed-stack/internal/e2e"
+)
+
+// noHubAdvice is how the message of a model that cannot come from the Hub ends: what
+// to do on a machine without Hub access.
+const noHubAdvice = ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: " +
+	"--model path/to/model.gguf (make run MODEL=path/to/model.gguf; make run MODEL=models/tiny.gguf " +
+	"builds and serves a small random-weight test model with no download)"
+
+// noHubFailFast bounds how long serve may take to give up when the Hub is unreachable
+// (it took about 0.1 s with the connection refused).
+const noHubFailFast = 5 * time.Second
+
+// TestServeWithoutHub: with no Hub to reach (HF_ENDPOINT at a closed local port) and
+// an empty cache, `serve` with `make run`'s default model exits 1 within seconds, and
+// its one error line says what was tried, what failed, and the ways out: HF_ENDPOINT,
+// HF_HUB_OFFLINE, a local GGUF file and `make run MODEL=models/tiny.gguf`. Offline
+// mode with an empty cache ends the same way. `make run` itself (the README's command)
+// shows the same line.
+func TestServeWithoutHub(t *testing.T) {
+	bin, _ := e2e.Paths(t)
+	endpoint := "http://" + e2e.FreeAddr(t) // nothing listens there any more
+	const ref = officialRepo + ":Q8_0"
+	refused := `level=ERROR msg="embed-stack serve failed" error="--model: cannot reach the hub at ` + regexp.QuoteMeta(endpoint) +
+		` to list the files of ` + regexp.QuoteMeta(officialRepo) + `: Get \\"` + regexp.QuoteMeta(endpoint) +
+		`/api/models/` + regexp.QuoteMeta(officialRepo) + `/revision/main\\": dial tcp [0-9.:]+: connect: connection refused` +
+		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice+`"`) + "\n$"
+
+	run := func(t *testing.T, env []string, args ...string) (string, time.Duration) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir = e2e.RepoRoot(t)
+		cmd.Env = env
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		if code := e2e.ExitCode(err); code == 0 || ctx.Err() != nil {
+			t.Fatalf("%s: exit %d (%v) after %s, want a failure\n%s", strings.Join(args, " "), code, err, took, out)
+		}
+		return string(out), took
+	}
+
+	t.Run("unreachable", func(t *testing.T) {
+		env := hubEnv(endpoint, t.TempDir())
+		out, took := run(t, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
+		if took > noHubFailFast {
+			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 1 || !regexp.MustCompile(refused).MatchString(out) {
+			t.Errorf("output:\n%s\nwant one line matching\n%s", out, refused)
+		}
+	})
+
+	t.Run("offline, empty cache", func(t *testing.T) {
+		cache := t.TempDir()
+		env := append(hubEnv(endpoint, cache), "HF_HUB_OFFLINE=1")
+		out, took := run(t, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
+		if took > noHubFailFast {
+			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
+		}
+		want := `level=ERROR msg="embed-stack serve failed" error="--model: ` + officialRepo + ` (revision main) is not in the Hugging Face cache at ` + cache +
+			`; offline mode is on (HF_HUB_OFFLINE=1): unset HF_HUB_OFFLINE and run once with network access to download it, or pass the path of a local .gguf file` +
+			noHubAdvice + "\"\n"
+		if !strings.HasSuffix(out, want) || strings.Count(out, "\n") != 1 {
+			t.Errorf("output:\n%s\nwant one line ending\n%s", out, want)
+		}
+	})
+
+	t.Run("make run", func(t *testing.T) {
+		if _, err := exec.LookPath("make"); err != nil {
+			e2e.Require(t, "make is not installed")
+		}
+		out, _ := run(t, hubEnv(endpoint, t.TempDir()), "make", "-s", "run", "ADDR="+e2e.FreeAddr(t))
+		// make adds its own line about the failed recipe.
+		got, _, _ := strings.Cut(out, "\nmake: ")
+		if !regexp.MustCompile(refused).MatchString(got + "\n") {
+			t.Errorf("make run output:\n%s\nwant the serve line matching\n%s", out, refused)
+		}
+	})
+}

@@ -1,0 +1,222 @@
+"""The `openai` SDK's error classes and retries against the real server's refusals:
+401 (--api-key), 404 (--strict-model), 413 (--max-body-bytes), 429 (admission,
+--max-concurrent-requests) and 503 (the warm worker still loading). Retries are
+proven on the server's side: its own request counts (GET /metrics) and the time the
+SDK waited, which must be the Retry-After the server sent, not the SDK's own backoff
+(0.375 to 0.5 s before its first retry)."""
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import openai
+import pytest
+from openai import OpenAI
+
+from helpers import Server, assert_same, raw_embed
+
+KEY = "sk-python-suite"
+BODY_LIMIT = 4096
+HEADERS = {"Authorization": "Bearer " + KEY}
+
+MSG_429 = ("The server is already handling its limit of 1 concurrent requests (--max-concurrent-requests); "
+           "retry after 1s.")
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    """A server that refuses: one API key, its own model name only, 4 KiB bodies, one
+    request at a time."""
+    s = Server("--api-key", KEY, "--strict-model", "--max-body-bytes", str(BODY_LIMIT),
+               "--max-concurrent-requests", "1", "--debug-vars")
+    yield s
+    s.stop()
+
+
+def client_for(s, **kw):
+    return OpenAI(base_url=s.url + "/v1", api_key=KEY, **kw)
+
+
+def served_model(s):
+    req = urllib.request.Request(s.url + "/v1/models", headers=HEADERS)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())["data"][0]["id"]
+
+
+def debug_vars(s):
+    req = urllib.request.Request(s.url + "/debug/vars", headers=HEADERS)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def wait_for(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.005)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+class HeldRequest:
+    """A /v1/embeddings request whose body is still on its way: once admitted it holds
+    one of the server's --max-concurrent-requests slots until finish()."""
+
+    def __init__(self, s, model):
+        body = json.dumps({"model": model, "input": "held", "encoding_format": "float"}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAuthorization: Bearer {KEY}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+        self.sock.sendall(head.encode() + body[:10])
+        self.rest = body[10:]
+        wait_for(lambda: debug_vars(s)["requests_in_flight"] == 1, "the held request to be admitted")
+
+    def finish(self):
+        """Sends the rest of the body and returns the status of the answer."""
+        self.sock.sendall(self.rest)
+        data = b""
+        while chunk := self.sock.recv(65536):
+            data += chunk
+        self.sock.close()
+        return int(data.split(b" ", 2)[1])
+
+
+def check_error(err, cls, status, body):
+    """err is exactly cls (not a subclass), with the status and the whole envelope."""
+    assert type(err) is cls, f"{type(err).__name__}, want {cls.__name__}: {err}"
+    assert err.status_code == status
+    assert err.body == body, err.body
+    assert err.message == f"Error code: {status} - {json.dumps({'error': body})}".replace('"', "'").replace("null", "None") \
+        or body["message"] in err.message, err.message
+
+
+def test_authentication_error(guarded):
+    before = guarded.requests(401)
+    for key, code, message in [
+        ("wrong", "invalid_api_key",
+         "Incorrect API key provided. The server accepts only the keys it was started with (--api-key, --api-key-file)."),
+    ]:
+        c = OpenAI(base_url=guarded.url + "/v1", api_key=key)
+        with pytest.raises(openai.AuthenticationError) as e:
+            c.embeddings.create(model=served_model(guarded), input="a")
+        check_error(e.value, openai.AuthenticationError, 401,
+                    {"message": message, "type": "invalid_request_error", "param": None, "code": code})
+    assert guarded.requests(401) == before + 1, "a 401 is not retried"
+
+
+def test_not_found_error(guarded):
+    with pytest.raises(openai.NotFoundError) as e:
+        client_for(guarded).embeddings.create(model="text-embedding-3-small", input="a")
+    check_error(e.value, openai.NotFoundError, 404, {
+        "message": "The model `text-embedding-3-small` does not exist or you do not have access to it.",
+        "type": "invalid_request_error", "param": "model", "code": "model_not_found"})
+
+
+def test_request_too_large_is_an_api_status_error(guarded):
+    before = guarded.requests(413)
+    with pytest.raises(openai.APIStatusError) as e:
+        client_for(guarded).embeddings.create(model=served_model(guarded), input="x" * BODY_LIMIT)
+    # No subclass of APIStatusError stands for 413; the SDK does not retry it.
+    check_error(e.value, openai.APIStatusError, 413, {
+        "message": f"The request body is larger than the server's limit of {BODY_LIMIT} bytes (--max-body-bytes).",
+        "type": "invalid_request_error", "param": None, "code": "request_too_large"})
+    assert guarded.requests(413) == before + 1, "a 413 is not retried"
+
+
+def test_rate_limit_error_without_retries(guarded):
+    model = served_model(guarded)
+    held = HeldRequest(guarded, model)
+    try:
+        with pytest.raises(openai.RateLimitError) as e:
+            client_for(guarded, max_retries=0).embeddings.create(model=model, input="refused")
+    finally:
+        assert held.finish() == 200
+    check_error(e.value, openai.RateLimitError, 429,
+                {"message": MSG_429, "type": "rate_limit_error", "param": None, "code": "rate_limit_exceeded"})
+    assert e.value.response.headers["retry-after"] == "1"
+
+
+def test_rate_limit_retry_waits_retry_after(server, guarded):
+    """Default client (max_retries=2): the first attempt is refused while another
+    request holds the only slot; the slot frees at once; the SDK still waits the full
+    Retry-After (1 s) and its one retry succeeds."""
+    model = served_model(guarded)
+    text = "retried after a 429"
+    held = HeldRequest(guarded, model)
+    refused, ok = guarded.requests(429), guarded.requests(200)
+    released = {}
+
+    def release():
+        wait_for(lambda: guarded.requests(429) == refused + 1, "the SDK's first attempt to be refused")
+        released["at"] = time.monotonic()
+        released["status"] = held.finish()
+
+    t = threading.Thread(target=release)
+    t.start()
+    start = time.monotonic()
+    try:
+        res = client_for(guarded).embeddings.create(model=model, input=text)
+    finally:
+        t.join()
+    end = time.monotonic()
+    assert released["status"] == 200
+    assert guarded.requests(429) == refused + 1, "one refusal, so one retry"
+    assert guarded.requests(200) == ok + 2, "the held request and the retry"
+    # Retry-After: 1 from the refusal; the slot was free well before that.
+    assert end - start >= 1.0, f"the SDK retried after {end - start:.3f}s, before Retry-After (1 s)"
+    assert end - start < 3.0, f"{end - start:.3f}s"
+    assert released["at"] - start < 0.5, "the slot was released late"
+    want, _ = raw_embed(server.url, {"input": text})
+    assert_same(res.data[0].embedding, want[0], "the retried request")
+
+
+def test_unavailable_while_loading_then_retry(server):
+    """A server whose warm worker is still loading answers 503 with Retry-After; with
+    no retries the SDK raises InternalServerError, with retries it waits Retry-After
+    between attempts (the server's log has when each arrived) and gets the vector."""
+    # A larger warm-up makes the load last long enough to be seen (seconds on the
+    # tiny model, instead of a fraction of one).
+    s = Server("--warm-max-tokens", "32768", "--warm-buckets", "32768", "--log-format", "json", ready=False)
+    try:
+        s.wait_listening()
+        text = "sent while the worker loads"
+        with pytest.raises(openai.InternalServerError) as e:
+            OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0).embeddings.create(model="m", input=text)
+        err = e.value
+        ra = err.response.headers["retry-after"]
+        check_error(err, openai.InternalServerError, 503, {
+            "message": f"The embedding worker is not ready (starting or restarting); retry after {ra}s.",
+            "type": "server_error", "param": None, "code": "worker_unavailable"})
+
+        res = OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=20).embeddings.create(model="m", input=text)
+        attempts = [r for r in log_records(s) if r.get("route") == "/v1/embeddings"]
+        statuses = [r["status"] for r in attempts]
+        assert statuses[-1] == 200 and set(statuses[:-1]) == {503} and len(statuses) >= 3, statuses
+        assert s.requests(503) == len(statuses) - 1 and s.requests(200) == 1
+        # Each retry came Retry-After seconds after the refusal before it (SDK backoff
+        # would have been 0.375-0.5 s, then 0.75-1 s, ...).
+        times = [r["time"] for r in attempts]
+        for i in range(2, len(times)):
+            gap = times[i] - times[i - 1]
+            assert 1.0 <= gap < 1.5, f"attempt {i} came {gap:.3f}s after the previous 503 (Retry-After 1): {statuses}"
+        want, _ = raw_embed(server.url, {"input": text})
+        assert_same(res.data[0].embedding, want[0], "the retried request")
+    finally:
+        s.stop()
+
+
+def log_records(s):
+    """The server's JSON log lines for requests, each with its time in seconds."""
+    from datetime import datetime
+    out = []
+    for line in s.output().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if "status" in r and "route" in r:
+            r["time"] = datetime.fromisoformat(r["time"]).timestamp()
+            out.append(r)
+    return out
