@@ -87,7 +87,9 @@ func TestMakeRunDefaultsToTheHub(t *testing.T) {
 			if last := lines[len(lines)-1]; last != tt.want {
 				t.Errorf("make run would run\n%s\nwant\n%s", last, tt.want)
 			}
-			if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "go build -o bin/embed-stack") }) {
+			if !slices.ContainsFunc(lines, func(l string) bool {
+				return strings.HasPrefix(l, "go build ") && strings.Contains(l, " -o bin/embed-stack ")
+			}) {
 				t.Errorf("make run does not build the binary first:\n%s", out)
 			}
 		})
