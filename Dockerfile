@@ -37,9 +37,11 @@ ENV HF_HOME=/data/huggingface \
 VOLUME ["/data/huggingface"]
 USER embed
 EXPOSE 8080
-# /health answers once the model is resolved (downloaded) and the API listens; the
-# start period covers the first download of the model.
+# /ready answers 200 once the warm worker has loaded the model and takes requests
+# (503 before, and while a crashed worker is replaced); /health would turn the
+# container healthy while every request still got 503. The start period covers the
+# first download and load of the model.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10m --retries=3 \
-	CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8080/health"]
+	CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8080/ready"]
 ENTRYPOINT ["embed-stack"]
 CMD ["serve", "--addr", "0.0.0.0:8080"]

@@ -54,6 +54,8 @@ func TestBadInputTable(t *testing.T) {
 	const wrongType = `{"error":{"message":"%s is not of type '%s' - '%s'","type":"invalid_request_error","param":"%s","code":null}}`
 	const badInput = `{"error":{"message":"'input' must be a string, an array of strings, an array of integers (token ids), or an array of arrays of integers.","type":"invalid_request_error","param":"input","code":null}}`
 	const tooDeep = `{"error":{"message":"We could not parse the JSON body of your request: invalid character '[' exceeded max depth.","type":"invalid_request_error","param":null,"code":null}}`
+	const notUTF8 = `{"error":{"message":"%s is not valid UTF-8 (byte %s); a JSON body must be UTF-8 (RFC 8259); decode the text from its real encoding before sending it.","type":"invalid_request_error","param":"%s","code":null}}`
+	id := s.modelID(t)
 	tests := []struct {
 		name string
 		path string
@@ -92,10 +94,33 @@ func TestBadInputTable(t *testing.T) {
 		{"nested 100000 deep in an unknown field", "/v1/embeddings", deep(`{"input":"a","x":`), tooDeep},
 		{"native embed not JSON", "/embed", []byte(`{"texts":`), `{"error":{"message":"We could not parse the JSON body of your request: unexpected end of JSON input.","type":"invalid_request_error","param":null,"code":null}}`},
 		{"tokenize nested 100000 deep", "/tokenize", deep(`{"text":"a","x":`), tooDeep},
+		// Bytes that are not UTF-8: refused, naming the input (RFC 8259).
+		{"invalid UTF-8 in the only input", "/v1/embeddings", []byte("{\"input\":\"caf\xe9 bar\"}"), fmt.Sprintf(notUTF8, "input 0", "0xE9", "input")},
+		{"invalid UTF-8 in input 2", "/v1/embeddings", []byte("{\"input\":[\"a\",\"b\",\"\xff\xfe\"]}"), fmt.Sprintf(notUTF8, "input 2", "0xFF", "input")},
+		{"invalid UTF-8 in the instruction", "/v1/embeddings", []byte("{\"input\":\"a\",\"instruction\":\"t\xc3\"}"), fmt.Sprintf(notUTF8, "'instruction'", "0xC3", "instruction")},
+		{"invalid UTF-8 in /embed texts", "/embed", []byte("{\"texts\":[\"a\",\"caf\xe9\"]}"), fmt.Sprintf(notUTF8, "texts[1]", "0xE9", "texts")},
+		// A suffix that is not an input type, on the served model.
+		{"unknown model suffix", "/v1/embeddings", []byte(`{"input":"a","model":"` + id + `:search"}`), "{\"error\":{\"message\":\"The model suffix `:search` is not an input type; use `" + id + ":query`, `" + id + ":document` or `" + id + ":passage` (case-insensitive), or send input_type.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"invalid_value\"}}"},
+		// The native API's fields.
+		{"native embed empty text among texts", "/embed", []byte(`{"texts":["a",""]}`), `{"error":{"message":"texts[1] is an empty string; every input must hold text.","type":"invalid_request_error","param":"texts","code":"empty_input"}}`},
+		{"native embed no texts", "/embed", []byte(`{"texts":[]}`), `{"error":{"message":"'texts' must not be empty.","type":"invalid_request_error","param":"texts","code":"empty_input"}}`},
+		{"native embed with text", "/embed", []byte(`{"text":"a"}`), `{"error":{"message":"POST /embed takes 'texts', an array of strings; 'text' is a field of POST /tokenize only.","type":"invalid_request_error","param":"text","code":null}}`},
+		{"tokenize with text and texts", "/tokenize", []byte(`{"text":"a","texts":["b"]}`), `{"error":{"message":"Send 'text' (one string) or 'texts' (an array of strings), not both.","type":"invalid_request_error","param":"text","code":null}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			requireExactError(t, s.postRaw(t, tc.path, "application/json", tc.body), http.StatusBadRequest, tc.want)
+		})
+	}
+	// Another method on a known URL: 405 with Allow, not a 404 that says the URL
+	// does not exist.
+	for _, c := range []struct{ method, path, allow string }{{"GET", "/v1/embeddings", "POST"}, {"GET", "/embed", "POST"}, {"POST", "/v1/models", "GET"}} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			r := s.do(t, c.method, c.path, nil, nil)
+			requireExactError(t, r, http.StatusMethodNotAllowed, `{"error":{"message":"`+c.method+` is not allowed on `+c.path+`; use `+c.allow+`.","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`)
+			if got := r.header.Get("Allow"); got != c.allow {
+				t.Errorf("Allow %q, want %q", got, c.allow)
+			}
 		})
 	}
 	// None of it hurt the server.
@@ -104,8 +129,8 @@ func TestBadInputTable(t *testing.T) {
 
 // TestAcceptedOddInputs: what is embedded rather than refused, and as what. The
 // Content-Type header is not checked (curl -d sends form-encoded; the body is JSON
-// all the same); invalid UTF-8 and lone surrogates become U+FFFD as encoding/json
-// decodes them; an escaped NUL and control-token literals are plain text; the model
+// all the same); a lone surrogate escape becomes U+FFFD as encoding/json decodes it
+// (invalid UTF-8 bytes are refused: TestBadInputTable); an escaped NUL and control-token literals are plain text; the model
 // name is only a label, never a path.
 func TestAcceptedOddInputs(t *testing.T) {
 	s := defaultServer(t)
@@ -119,7 +144,6 @@ func TestAcceptedOddInputs(t *testing.T) {
 		{"no Content-Type", "", `{"input":"content type"}`, "content type"},
 		{"Content-Type form-encoded (curl -d)", "application/x-www-form-urlencoded", `{"input":"content type"}`, "content type"},
 		{"Content-Type with charset", "application/json; charset=utf-8", `{"input":"content type"}`, "content type"},
-		{"invalid UTF-8", "application/json", "{\"input\":\"caf\xe9 \xff\xfe bar\"}", "caf\uFFFD \uFFFD\uFFFD bar"},
 		{"lone surrogate escape", "application/json", `{"input":"x\ud800y"}`, "x\uFFFDy"},
 		{"escaped NUL", "application/json", `{"input":"a\u0000b"}`, "a\x00b"},
 		{"control-token literals", "application/json", `{"input":"<|endoftext|><|im_start|>user"}`, "<|endoftext|><|im_start|>user"},

@@ -718,9 +718,10 @@ func TestMetricsMove(t *testing.T) {
 		}
 		after := scrape(t, s)
 		check(t, before, after, []delta{
-			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "status", "200"), 2},
-			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "status", "400"), 1},
-			{seriesKey("embed_stack_http_request_duration_seconds_count", "route", "/v1/embeddings", "status", "200"), 2},
+			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "200"), 2},
+			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "400"), 1},
+			{seriesKey("embed_stack_http_request_duration_seconds_count", "route", "/v1/embeddings", "code", "200"), 2},
+			{seriesKey("embed_stack_http_errors_total", "route", "/v1/embeddings", "code", "400", "error_code", "empty_input"), 1},
 			{seriesKey("embed_stack_tokens_total", "route", "warm"), float64(2*counts[0] + counts[1])},
 			{seriesKey("embed_stack_tokens_total", "route", "ephemeral"), float64(counts[2])},
 			{"embed_stack_request_inputs_count", 2},

@@ -33,7 +33,8 @@ func TestReferenceDiscriminates(t *testing.T) {
 
 // TestInputTypeAndInstruction: query/document and the instruction are chosen by body
 // fields, headers, a model-name suffix and the server default, with precedence
-// body > header > model suffix > default. Each case must give exactly the reference vector
+// body > header > model suffix > default; an instruction with no input type makes a
+// query. Each case must give exactly the reference vector
 // and usage of the wrapping it selects.
 func TestInputTypeAndInstruction(t *testing.T) {
 	const text = "how do llamas sleep"
@@ -78,6 +79,16 @@ func TestInputTypeAndInstruction(t *testing.T) {
 		{name: "body beats server default", flags: []string{"--default-input-type", "query"}, model: "m", body: map[string]any{"input_type": "document"}, want: doc},
 		{name: "header beats server default", flags: []string{"--default-input-type", "query"}, model: "m", headers: map[string]string{headerInputType: "document"}, want: doc},
 		{name: "model suffix beats server default", flags: []string{"--default-input-type", "query"}, model: id + ":document", want: doc},
+		// The suffix is case-insensitive, as input_type and the header are.
+		{name: "model suffix Query", model: id + ":Query", want: query},
+		{name: "any model name with suffix QUERY", model: "m:QUERY", want: query},
+		{name: "model suffix Passage", flags: []string{"--default-input-type", "query"}, model: id + ":Passage", want: doc},
+		{name: "body QUERY", model: "m", body: map[string]any{"input_type": "QUERY"}, want: query},
+		// An instruction without an input type makes a query.
+		{name: "body instruction alone is a query", model: "m", body: map[string]any{"instruction": bodyTask}, want: want{true, bodyTask}},
+		{name: "header instruction alone is a query", model: "m", headers: map[string]string{headerInstruction: headerTask}, want: want{true, headerTask}},
+		{name: "instruction with explicit document is ignored", model: "m", body: map[string]any{"input_type": "document", "instruction": bodyTask}, want: doc},
+		{name: "instruction with suffix document is ignored", model: id + ":document", body: map[string]any{"instruction": bodyTask}, want: doc},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -291,8 +291,10 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	hc := got["HEALTHCHECK"]
-	if !strings.Contains(hc, `CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8080/health"]`) || !strings.Contains(hc, "--start-period=") {
-		t.Errorf("HEALTHCHECK %q, want curl on /health with a start period for the model download", hc)
+	// /ready, not /health: /health is 200 as soon as the API listens, while every
+	// request still gets 503 until the model is loaded.
+	if !strings.Contains(hc, `CMD ["curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:8080/ready"]`) || !strings.Contains(hc, "--start-period=") {
+		t.Errorf("HEALTHCHECK %q, want curl on /ready with a start period for the model download", hc)
 	}
 	if !slices.Contains(aptPackages(text), "curl") {
 		t.Error("the runtime stage does not install curl, which the HEALTHCHECK runs")

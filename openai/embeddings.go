@@ -90,6 +90,9 @@ func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
 	}
+	if err := CheckUTF8(body, "input", inputItem); err != nil {
+		return nil, err
+	}
 	var req EmbeddingRequest
 	var err error
 	if req.Model, err = optString(w.Model, "model"); err != nil {
@@ -124,6 +127,9 @@ func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	}
 	return &req, nil
 }
+
+// inputItem names input i in messages, as OpenAI's do: "input 2".
+func inputItem(i int) string { return fmt.Sprintf("input %d", i) }
 
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)

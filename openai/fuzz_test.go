@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeEmbeddingRequest feeds arbitrary bodies to the request decoder. For every
@@ -63,6 +64,9 @@ func FuzzDecodeEmbeddingRequest(f *testing.F) {
 		}
 		if !json.Valid(body) {
 			t.Fatalf("accepted a body that is not valid JSON: %q", body)
+		}
+		if !utf8.Valid(body) {
+			t.Fatalf("accepted a body that is not UTF-8: %q", body)
 		}
 		checkWellFormed(t, req)
 

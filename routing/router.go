@@ -192,13 +192,32 @@ type Request struct {
 	TokenIDs [][]int64
 	// InputType is "query", "document", "passage" or "" for the configured default.
 	InputType string
-	// Instruction overrides the query task when non-nil.
+	// Instruction overrides the query task when non-nil. Without an InputType it
+	// makes the inputs queries, whatever Config.DefaultInputType says; with
+	// InputType "document" it is ignored.
 	Instruction *string
 	// Dimensions is the output size; 0 = native.
 	Dimensions int
 	// Truncate shortens inputs over the per-input limit instead of refusing them
 	// (truncate.go).
 	Truncate Truncation
+	// InputField names the request field that holds the inputs, for error messages
+	// and InputError.Param: "" is OpenAI's "input"; POST /embed says "texts", and
+	// POST /tokenize "text" for its single string.
+	InputField string
+}
+
+// names returns the inputs' field and how messages name input i: "input 3" in
+// OpenAI's wording, "texts[3]" for another array, 'text' for a single string.
+func (req *Request) names() (field string, item func(int) string) {
+	switch f := req.InputField; f {
+	case "", "input":
+		return "input", func(i int) string { return fmt.Sprintf("input %d", i) }
+	case "text":
+		return f, func(int) string { return "'text'" }
+	default:
+		return f, func(i int) string { return fmt.Sprintf("%s[%d]", f, i) }
+	}
 }
 
 // Result is the vectors in input order and the tokens embedded.
@@ -263,19 +282,25 @@ func (r *Router) Prepare(req *Request) ([][]int32, error) {
 func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([][]int32, error) {
 	c := r.Config
 	n := len(req.Texts) + len(req.TokenIDs)
+	field, item := req.names()
 	switch {
 	case n == 0:
-		return nil, inputErr("input", -1, CodeEmptyInput, "'input' must not be empty.")
+		return nil, inputErr(field, -1, CodeEmptyInput, "'%s' must not be empty.", field)
 	case n > c.maxInputs():
-		return nil, inputErr("input", -1, CodeTooManyInputs, "'input' holds %d inputs; the limit is %d per request. Split the request.", n, c.maxInputs())
+		return nil, inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d inputs; the limit is %d per request. Split the request.", field, n, c.maxInputs())
 	}
 	typ := c.DefaultInputType
-	if req.InputType != "" {
+	switch {
+	case req.InputType != "":
 		t, err := ParseInputType(req.InputType)
 		if err != nil {
 			return nil, inputErr("input_type", -1, CodeInvalidValue, "%s.", err.Error())
 		}
 		typ = t
+	case req.Instruction != nil:
+		// An instruction only means something for a query; dropping it under a
+		// document default would embed what the caller meant as a query as a document.
+		typ = Query
 	}
 	instruction, err := c.instructionOr(req.Instruction)
 	if err != nil {
@@ -287,20 +312,20 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	add := func(i int, seq []int32) error {
 		seq = append(seq, EOS)
 		if len(seq) > c.maxInputTokens() {
-			e := inputErr("input", i, CodeContextLength,
-				"This model's maximum context length is %d tokens, however you requested %d tokens (%d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
-				c.maxInputTokens(), len(seq), len(seq), i)
+			e := inputErr(field, i, CodeContextLength,
+				"This model's maximum context length is %d tokens, however you requested %d tokens (%d in your prompt; 0 for the completion) in %s. Please reduce your prompt; or completion length.",
+				c.maxInputTokens(), len(seq), len(seq), item(i))
 			e.Tokens, e.Limit = len(seq), c.maxInputTokens()
 			return e
 		}
 		if r.Long == nil && len(seq) > c.warmMaxTokens() {
-			return inputErr("input", i, CodeContextLength,
-				"input %d has %d tokens; this server embeds at most %d tokens per input.", i, len(seq), c.warmMaxTokens())
+			return inputErr(field, i, CodeContextLength,
+				"%s has %d tokens; this server embeds at most %d tokens per input.", item(i), len(seq), c.warmMaxTokens())
 		}
 		total += len(seq)
 		if total > c.maxTotalTokens() {
-			return inputErr("input", -1, CodeTooManyTokens,
-				"The request holds more than %d tokens in all (the per-request limit) by input %d. Split the request.", c.maxTotalTokens(), i)
+			return inputErr(field, -1, CodeTooManyTokens,
+				"The request holds more than %d tokens in all (the per-request limit) by %s. Split the request.", c.maxTotalTokens(), item(i))
 		}
 		seqs = append(seqs, seq)
 		return nil
@@ -311,7 +336,7 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	wrapped := make([]string, len(req.Texts))
 	for i, text := range req.Texts {
 		if text == "" {
-			err := inputErr("input", i, CodeEmptyInput, "input %d is an empty string; every input must hold text.", i)
+			err := inputErr(field, i, CodeEmptyInput, "%s is an empty string; every input must hold text.", item(i))
 			wrap.End(err)
 			return nil, err
 		}

@@ -84,6 +84,6 @@ func writeError(c *gin.Context, err error) {
 		c.Writer.Header()[k] = v
 	}
 	c.Set(ctxError, err.Error())
-	recordError(c, err, body)
+	recordError(c, err, status, body)
 	c.AbortWithStatusJSON(status, body)
 }

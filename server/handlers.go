@@ -28,7 +28,11 @@ func (s *Server) embeddings(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	base, suffixType := splitModel(req.Model)
+	base, suffixType, err := s.splitModel(req.Model)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
 	if s.Config.StrictModel && !s.knownModel(base) {
 		writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
 			msg: "The model `" + req.Model + "` does not exist or you do not have access to it."})
@@ -113,7 +117,7 @@ func (s *Server) getModel(c *gin.Context) {
 }
 
 // nativeRequest is the body of POST /embed and POST /tokenize, the seed system's
-// native API.
+// native API. Text is POST /tokenize's single input; POST /embed refuses it.
 type nativeRequest struct {
 	Texts       []string `json:"texts"`
 	Text        *string  `json:"text"`
@@ -124,7 +128,9 @@ type nativeRequest struct {
 	Truncate json.RawMessage `json:"truncate"`
 }
 
-func (s *Server) decodeNative(c *gin.Context) (*routing.Request, bool) {
+// decodeNative reads a native request; acceptText allows the single "text" of POST
+// /tokenize.
+func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request, bool) {
 	body, err := s.readBody(c)
 	if err != nil {
 		writeError(c, err)
@@ -135,27 +141,35 @@ func (s *Server) decodeNative(c *gin.Context) (*routing.Request, bool) {
 		writeError(c, &openai.DecodeError{Message: "We could not parse the JSON body of your request: " + err.Error() + "."})
 		return nil, false
 	}
-	texts := nr.Texts
+	if err := openai.CheckUTF8(body, "texts", textsItem); err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	if err := checkNativeText(nr, acceptText); err != nil {
+		writeError(c, err)
+		return nil, false
+	}
+	req := &routing.Request{Texts: nr.Texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions, InputField: "texts"}
 	if nr.Text != nil {
-		texts = append([]string{*nr.Text}, texts...)
+		req.Texts, req.InputField = []string{*nr.Text}, "text"
 	}
 	trunc, err := openai.DecodeTruncate(nr.Truncate)
 	if err != nil {
 		writeError(c, err)
 		return nil, false
 	}
-	req := &routing.Request{Texts: texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions, Truncate: truncation(trunc)}
+	req.Truncate = truncation(trunc)
 	if req.InputType == "" {
 		req.InputType = c.GetHeader(headerInputType)
 	}
-	c.Set(ctxInputs, len(texts))
+	c.Set(ctxInputs, len(req.Texts))
 	return req, true
 }
 
 // nativeEmbed serves POST /embed: {"texts":[...],"input_type":...,"instruction":...}
 // → {"vectors":[[...]]}, normalised as /v1/embeddings returns them.
 func (s *Server) nativeEmbed(c *gin.Context) {
-	req, ok := s.decodeNative(c)
+	req, ok := s.decodeNative(c, false)
 	if !ok {
 		return
 	}
@@ -187,7 +201,7 @@ type tokenizeResult struct {
 // tokenize serves POST /tokenize: {"text": "..."} or {"texts": [...]} with the
 // same input_type/instruction fields as /embed.
 func (s *Server) tokenize(c *gin.Context) {
-	req, ok := s.decodeNative(c)
+	req, ok := s.decodeNative(c, true)
 	if !ok {
 		return
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -29,16 +30,38 @@ var tracer = otel.Tracer(scope)
 var (
 	meter            = otel.Meter(scope)
 	requestsTotal, _ = meter.Int64Counter("embed_stack.http.requests",
-		metric.WithDescription("HTTP requests answered, by route and status."))
+		metric.WithDescription("HTTP requests answered, by route and status code."))
 	requestDuration, _ = meter.Float64Histogram("embed_stack.http.request.duration",
 		metric.WithUnit("s"),
-		metric.WithDescription("Time from the first middleware to the last byte handed to the connection, by route and status."),
+		metric.WithDescription("Time from the first middleware to the last byte handed to the connection, by route and status code."),
 		metric.WithExplicitBucketBoundaries(stage.Buckets...))
+	errorsTotal, _ = meter.Int64Counter("embed_stack.http.errors",
+		metric.WithDescription("Requests answered with an error, by route, status code and the error envelope's code (error_code, \"none\" when null)."))
 )
 
-// untraced routes get no span: probes and scrapes arrive every few seconds and
-// would bury the requests in a trace store. Their metrics are still counted.
-var untraced = map[string]bool{"/health": true, "/ready": true, "/metrics": true}
+// Label names. The HTTP status is "code", as promhttp and most Prometheus
+// exporters name it; the error envelope's code is "error_code", so that the two
+// never share a name.
+const (
+	labelRoute     = "route"
+	labelCode      = "code"
+	labelErrorCode = "error_code"
+)
+
+// routeLabel is the route pattern of a request, or "unmatched" for a URL that
+// matches none (not the raw path: unknown URLs must not grow the label set). The
+// request log uses it too, so that a log line and its series agree.
+func routeLabel(c *gin.Context) string {
+	if r := c.FullPath(); r != "" {
+		return r
+	}
+	return "unmatched"
+}
+
+// probeRoutes are polled by orchestrators and scrapers every few seconds. They get
+// no span, and their log lines are DEBUG (requestLogLevel): either would bury the
+// requests. Their metrics are still counted.
+var probeRoutes = map[string]bool{"/health": true, "/ready": true, "/metrics": true}
 
 // traceRequests is the outermost middleware. With Config.Tracing it is otelgin's
 // server span, the parent of every stage span of a request (and, through the worker
@@ -52,7 +75,7 @@ var untraced = map[string]bool{"/health": true, "/ready": true, "/metrics": true
 func (s *Server) traceRequests() gin.HandlerFunc {
 	if s.Config.Tracing {
 		return otelgin.Middleware("",
-			otelgin.WithGinFilter(func(c *gin.Context) bool { return !untraced[c.FullPath()] }),
+			otelgin.WithGinFilter(func(c *gin.Context) bool { return !probeRoutes[c.FullPath()] }),
 			otelgin.WithMeterProvider(metricnoop.NewMeterProvider()))
 	}
 	return func(c *gin.Context) {
@@ -92,7 +115,7 @@ func requestAttrsFor(route string, status int) requestOpts {
 	if ok {
 		return o
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String(labelRoute, route), attribute.String(labelCode, strconv.Itoa(status))))
 	o = requestOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
 	requestAttrs.Lock()
 	if requestAttrs.m == nil {
@@ -110,11 +133,7 @@ func (s *Server) observeRequests() gin.HandlerFunc {
 		start := time.Now()
 		c.Next()
 		ctx := c.Request.Context()
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched" // not the raw path: unknown URLs must not grow the label set
-		}
-		attrs := requestAttrsFor(route, c.Writer.Status())
+		attrs := requestAttrsFor(routeLabel(c), c.Writer.Status())
 		requestsTotal.Add(ctx, 1, attrs.add...)
 		requestDuration.Record(ctx, time.Since(start).Seconds(), attrs.record...)
 
@@ -135,11 +154,18 @@ func (s *Server) observeRequests() gin.HandlerFunc {
 	}
 }
 
-// recordError puts the error a request was answered with on its span: the span
-// status follows the HTTP status (otelgin marks 5xx as errors, not 4xx), and the
-// attributes say what kind of error it was. The stage that decided the error
-// carries its message.
-func recordError(c *gin.Context, err error, body openai.ErrorBody) {
+// recordError counts the error a request was answered with and puts it on its
+// span: the span status follows the HTTP status (otelgin marks 5xx as errors, not
+// 4xx), and the attributes say what kind of error it was. The stage that decided
+// the error carries its message.
+func recordError(c *gin.Context, err error, status int, body openai.ErrorBody) {
+	code := "none"
+	if body.Error.Code != nil {
+		code = *body.Error.Code
+	}
+	c.Set(ctxErrorCode, code)
+	errorsTotal.Add(c.Request.Context(), 1, metric.WithAttributeSet(attribute.NewSet(
+		attribute.String(labelRoute, routeLabel(c)), attribute.String(labelCode, strconv.Itoa(status)), attribute.String(labelErrorCode, code))))
 	span := trace.SpanFromContext(c.Request.Context())
 	if !span.IsRecording() {
 		return
@@ -199,4 +225,22 @@ func writeEmbeddings(c *gin.Context, resp *openai.EmbeddingResponse) {
 			attribute.Int("http.response.body.size", len(body)))
 	}
 	st.End(nil)
+}
+
+// requestLogLevel is the level of a request's log line: DEBUG for probes and
+// scrapes (route is the matched pattern) unless they fail with a 5xx other than
+// /ready's 503, WARN for a 503 (expected while the warm worker starts or restarts),
+// ERROR for other 5xx, INFO otherwise.
+func requestLogLevel(route string, status int) slog.Level {
+	switch {
+	case status == http.StatusServiceUnavailable && route == "/ready":
+		return slog.LevelDebug
+	case status == http.StatusServiceUnavailable:
+		return slog.LevelWarn
+	case status >= 500:
+		return slog.LevelError
+	case probeRoutes[route]:
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

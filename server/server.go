@@ -11,7 +11,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -122,6 +121,13 @@ func (s *Server) Handler() http.Handler {
 		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found",
 			msg: "Unknown request URL: " + c.Request.Method + " " + c.Request.URL.Path + "."})
 	})
+	// A known URL with the wrong method (GET /v1/embeddings) is 405 with Allow
+	// (gin sets it from the routes), not a 404 that says the URL does not exist.
+	r.HandleMethodNotAllowed = true
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c, &statusError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+			msg: c.Request.Method + " is not allowed on " + c.Request.URL.Path + "; use " + c.Writer.Header().Get("Allow") + "."})
+	})
 
 	r.POST("/v1/embeddings", s.admit(), s.embeddings)
 	r.GET("/v1/models", s.listModels)
@@ -166,18 +172,6 @@ func (s *Server) knownModel(name string) bool {
 	return false
 }
 
-// splitModel separates an input-type suffix from a model name, so that two client
-// instances ("m:query", "m:document") can embed queries and documents without any
-// extra request fields.
-func splitModel(model string) (base, inputType string) {
-	for _, suffix := range []string{"query", "document", "passage"} {
-		if b, ok := strings.CutSuffix(model, ":"+suffix); ok {
-			return b, suffix
-		}
-	}
-	return model, ""
-}
-
 // Headers for clients that cannot add body fields (LangChain JS).
 const (
 	headerInputType   = "X-Embedding-Input-Type"
@@ -211,7 +205,7 @@ func (s *Server) logRequests() gin.HandlerFunc {
 		attrs := []any{
 			"method", c.Request.Method,
 			"path", c.Request.URL.Path,
-			"route", c.FullPath(),
+			"route", routeLabel(c),
 			"status", c.Writer.Status(),
 			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
 		}
@@ -224,24 +218,18 @@ func (s *Server) logRequests() gin.HandlerFunc {
 		if e, ok := c.Get(ctxError); ok {
 			attrs = append(attrs, "error", e)
 		}
-		level := slog.LevelInfo
-		switch status := c.Writer.Status(); {
-		case status == http.StatusServiceUnavailable:
-			// Expected while the warm worker starts or restarts; probes poll /ready.
-			level = slog.LevelWarn
-			if c.Request.URL.Path == "/ready" {
-				level = slog.LevelDebug
-			}
-		case status >= 500:
-			level = slog.LevelError
+		if e, ok := c.Get(ctxErrorCode); ok {
+			attrs = append(attrs, "error_code", e)
 		}
+		level := requestLogLevel(c.FullPath(), c.Writer.Status())
 		s.Config.Logger.Log(c.Request.Context(), level, "request", attrs...)
 	}
 }
 
 // Keys under which handlers leave facts for the request log.
 const (
-	ctxInputs = "inputs"
-	ctxTokens = "tokens"
-	ctxError  = "error"
+	ctxInputs    = "inputs"
+	ctxTokens    = "tokens"
+	ctxError     = "error"
+	ctxErrorCode = "error_code"
 )

@@ -493,7 +493,10 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		attrs []attribute.KeyValue
 	}
 	route := func(status string) []attribute.KeyValue {
-		return []attribute.KeyValue{attribute.String("route", "/v1/embeddings"), attribute.String("status", status)}
+		return []attribute.KeyValue{attribute.String("route", "/v1/embeddings"), attribute.String("code", status)}
+	}
+	errorAttrs := func(route, status, code string) []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("route", route), attribute.String("code", status), attribute.String("error_code", code)}
 	}
 	stageAttr := func(s string) []attribute.KeyValue { return []attribute.KeyValue{attribute.String("stage", s)} }
 	warm := []attribute.KeyValue{attribute.String("route", "warm")}
@@ -517,6 +520,10 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		{"embed_stack.stage.duration", stageAttr("worker.call")},
 		{"embed_stack.stage.duration", stageAttr("worker.embed")},
 		{"embed_stack.stage.duration", stageAttr("server.encode")},
+		{"embed_stack.http.errors", errorAttrs("/v1/embeddings", "400", "empty_input")},
+		{"embed_stack.http.errors", errorAttrs("/v1/embeddings", "400", "none")},
+		{"embed_stack.http.errors", errorAttrs("unmatched", "404", "not_found")},
+		{"embed_stack.http.errors", errorAttrs("unmatched", "405", "method_not_allowed")},
 	}
 	read := func() [][2]float64 {
 		out := make([][2]float64, len(points))
@@ -535,16 +542,27 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 	if w := do(h, "POST", "/v1/embeddings", `{"input":[""]}`, nil); w.Code != 400 {
 		t.Fatalf("empty input: status %d, want 400", w.Code)
 	}
+	for _, r := range []struct {
+		method, path, body string
+		status             int
+	}{{"POST", "/v1/embeddings", `{"input":`, 400}, {"GET", "/nowhere", "", 404}, {"GET", "/v1/embeddings", "", 405}} {
+		if w := do(h, r.method, r.path, r.body, nil); w.Code != r.status {
+			t.Fatalf("%s %s: status %d, want %d", r.method, r.path, w.Code, r.status)
+		}
+	}
 	after := read()
 	// Request 1: 4+5 warm tokens in one call of 2, 21 ephemeral in a call of its own;
-	// request 2: 3 warm tokens in a call of 1; request 3 is refused in routing.wrap.
+	// request 2: 3 warm tokens in a call of 1; request 3 is refused in routing.wrap;
+	// then a body that is not JSON (server.decode fails), an unknown URL and a
+	// known one with the wrong method.
 	want := [][2]float64{
-		{2, 0}, {1, 0}, {2, -1},
+		{2, 0}, {2, 0}, {2, -1},
 		{12, 0}, {21, 0},
 		{2, 4}, {2, 33},
 		{3, 4}, {3, 33},
 		{0, 0},
-		{3, -1}, {2, -1}, {3, -1}, {3, -1}, {2, -1},
+		{4, -1}, {2, -1}, {3, -1}, {3, -1}, {2, -1},
+		{1, 0}, {1, 0}, {1, 0}, {1, 0},
 	}
 	for i, p := range points {
 		d := [2]float64{after[i][0] - before[i][0], after[i][1] - before[i][1]}

@@ -357,6 +357,7 @@ func TestObserveWorkers(t *testing.T) {
 	restarts, ready := 4, true
 	if err := tel.ObserveWorkers(Workers{
 		Restarts:  func() int { return restarts },
+		HangKills: func() int { return 2 },
 		WarmPID:   func() int { return warm },
 		Ready:     func() bool { return ready },
 		Ephemeral: func() (int, int, int) { return 2, 40000, 3 },
@@ -366,6 +367,7 @@ func TestObserveWorkers(t *testing.T) {
 	text := scrape(t, tel)
 	for series, want := range map[string]float64{
 		"embed_stack_warm_restarts_total":            4,
+		"embed_stack_warm_hang_kills_total":          2,
 		"embed_stack_warm_ready":                     1,
 		`embed_stack_workers{role="warm"}`:           1,
 		`embed_stack_workers{role="ephemeral"}`:      2,

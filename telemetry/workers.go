@@ -19,6 +19,9 @@ type Workers struct {
 	// Restarts counts attempts to replace a dead warm worker
 	// (backends.Warm.Restarts).
 	Restarts func() int
+	// HangKills counts warm workers killed for answering nothing for
+	// --worker-hang-timeout (backends.HangWatch.Kills).
+	HangKills func() int
 	// WarmPID is the ready warm worker's process id, 0 while there is none
 	// (backends.Warm.PID). Every other child process counts as an ephemeral worker.
 	WarmPID func() int
@@ -44,6 +47,7 @@ const workersScope = "github.com/embed-stack/embed-stack/telemetry"
 // ObserveWorkers registers the worker gauges, read when metrics are collected:
 //
 //	embed_stack_warm_restarts_total          counter, Workers.Restarts
+//	embed_stack_warm_hang_kills_total        counter, Workers.HangKills
 //	embed_stack_warm_ready                   1 while the warm worker takes requests
 //	embed_stack_workers{role}                live worker processes (warm, ephemeral)
 //	embed_stack_worker_rss_bytes{role}       their resident memory, summed per role
@@ -60,6 +64,11 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	m := t.mp.Meter(workersScope)
 	restarts, err := m.Int64ObservableCounter("embed_stack.warm.restarts",
 		metric.WithDescription("Attempts to replace a warm worker that died."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	hangKills, err := m.Int64ObservableCounter("embed_stack.warm.hang_kills",
+		metric.WithDescription("Warm workers killed (and so restarted) for answering nothing for --worker-hang-timeout with requests outstanding."))
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
@@ -99,6 +108,9 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		if w.Restarts != nil {
 			o.ObserveInt64(restarts, int64(w.Restarts()))
 		}
+		if w.HangKills != nil {
+			o.ObserveInt64(hangKills, int64(w.HangKills()))
+		}
 		if w.Ready != nil {
 			v := int64(0)
 			if w.Ready() {
@@ -137,7 +149,7 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		o.ObserveInt64(rss, mem[0], warmAttr)
 		o.ObserveInt64(rss, mem[1], ephAttr)
 		return nil
-	}, restarts, ready, count, rss, ephTokens, queue)
+	}, restarts, hangKills, ready, count, rss, ephTokens, queue)
 	if err != nil {
 		return fmt.Errorf("telemetry: registering the worker gauges: %w", err)
 	}

@@ -137,8 +137,10 @@ type ephemeralLimits struct {
 // worker count is what that memory holds for inputs of maxInput tokens, and at most
 // one per 8 CPUs (each worker decodes with every CPU, so more at once only take
 // turns), at least 1. The token bound is what the memory left after the workers'
-// overhead holds, and never less than one input of maxInput tokens, which could
-// otherwise never be admitted.
+// overhead holds, but no more than the workers can hold at once (each one input
+// of at most maxInput tokens: a bigger figure bounds nothing, and a small model's
+// few bytes per token made it tens of millions), and never less than one input of
+// maxInput tokens, which could otherwise never be admitted.
 func defaultEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int64, cpus int) ephemeralLimits {
 	known := avail > 0
 	if !known {
@@ -153,15 +155,24 @@ func defaultEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int
 	}
 	if l.tokens == 0 {
 		fit := (budget - int64(l.workers)*workerOverhead) / max(kvPerToken, 1)
-		l.tokens = int(max(maxCtx, min(fit, 1<<30)))
+		l.tokens = int(max(maxCtx, min(fit, int64(l.workers)*maxCtx)))
 	}
 	src := fmt.Sprintf("%d MiB available", avail>>20)
 	if !known {
 		src = fmt.Sprintf("available memory unknown, %d MiB assumed", avail>>20)
 	}
-	l.basis = fmt.Sprintf("%s, half of it for ephemeral workers at %d KiB of KV cache per token and %d MiB each besides, %d CPUs",
-		src, kvPerToken>>10, workerOverhead>>20, cpus)
+	l.basis = fmt.Sprintf("%s, half of it for ephemeral workers at %s of KV cache per token and %d MiB each besides, %d CPUs",
+		src, kvSize(kvPerToken), workerOverhead>>20, cpus)
 	return l
+}
+
+// kvSize words a KV cost per token for the log: "112 KiB" for Qwen3-Embedding-0.6B,
+// "256 bytes" for the tiny test model (in KiB it would read 0).
+func kvSize(b int64) string {
+	if b >= 1<<10 && b%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", b>>10)
+	}
+	return fmt.Sprintf("%d bytes", b)
 }
 
 // checkEphemeralLimits refuses bounds under which the longest accepted input could

@@ -77,7 +77,19 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts))), nil
 	case "json":
+		opts.ReplaceAttr = durationString
 		return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}
+
+// durationString writes a duration in JSON logs as the text format writes it, a Go
+// duration string ("grace":"30s"), instead of slog's JSON default, an integer of
+// nanoseconds ("grace":30000000000) that says neither its unit nor its size at a
+// glance.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

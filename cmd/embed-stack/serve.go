@@ -129,7 +129,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.batchWindow, "batch-window", 2*time.Millisecond, "how long a request's short inputs wait for other requests' to share a warm worker call with (0 = no cross-request batching)")
 	fs.IntVar(&f.batchMaxTokens, "batch-max-tokens", 2048, "token budget of one batched warm worker call")
 	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once (0 = from memory and CPUs: see docs/routing.md)")
-	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token)")
+	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token, but at most what --max-ephemeral workers hold at --max-input-tokens each)")
 	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
 	fs.IntVar(&f.ephemeralNice, "ephemeral-nice", 10, "lower the CPU priority of ephemeral workers' decoding by `n` (0-19), so the warm worker's short requests go first on shared cores: with 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way")
 	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
@@ -156,6 +156,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	}
 	if f.printConfig {
 		printConfig(stdout, fs, sources)
+		if f.model == "" {
+			fmt.Fprintln(stderr, printConfigNoModel)
+		}
 		return f, nil
 	}
 	if f.model == "" {
@@ -211,10 +214,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := serve(ctx, f, logger); err != nil {
 		logger.Error("embed-stack serve failed", "error", err)
+		logger.Info("exit", "status", 1)
 		return 1
 	}
+	logger.Info("exit", "status", 0)
 	return 0
 }
+
+// printConfigNoModel is what --print-config adds on stderr when no --model is set,
+// since the configuration it printed is one that serve refuses.
+const printConfigNoModel = "embed-stack serve: warning: no model is set (--model, EMBED_STACK_MODEL or model in the --config file); serve would refuse to start with this configuration"
 
 // modelFacts are what serve needs to know about the GGUF without loading weights.
 type modelFacts struct {
@@ -412,7 +421,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
 		},
 	}
-	if err := tel.wire(api, router, warm, eng.long); err != nil {
+	if err := tel.wire(api, router, warm, hang, eng.long); err != nil {
 		return err
 	}
 
@@ -482,9 +491,12 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(cleanup, f.shutdownGrace)
 	defer cancel()
+	drainStart := time.Now()
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("requests still in flight when the shutdown grace ended; closing their connections", "grace", f.shutdownGrace, "error", err)
 		_ = srv.Close()
+	} else {
+		logger.Info("requests drained", "duration", time.Since(drainStart).Round(time.Millisecond))
 	}
 	abandonStart()
 	if !warmDone {
@@ -492,6 +504,8 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	}
 	if err := warm.Close(cleanup); err != nil {
 		logger.Warn("stop warm worker", "error", err)
+	} else {
+		logger.Info("warm worker stopped")
 	}
 	if cleanup.Err() != nil && runErr == nil {
 		runErr = errors.New("stopped by a second signal before the shutdown finished")

@@ -68,12 +68,12 @@ func (p *processTelemetry) stop() {
 // wire connects serve's telemetry to the API and the workers: the request spans,
 // GET /metrics, the worker gauges, and, when spans go to the console, the workers'
 // output (where their spans are printed) to serve's stderr.
-func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm *backends.Warm, long *backends.Ephemeral) error {
+func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm *backends.Warm, hang *backends.HangWatch, long *backends.Ephemeral) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState}); err != nil {
+	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, HangKills: hang.Kills, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState}); err != nil {
 		return err
 	}
 	if p.Console() {

@@ -302,6 +302,11 @@ func TestManifestsAreConsistent(t *testing.T) {
 		if code != http.StatusOK || !line.MatchString(metrics) {
 			t.Errorf("GET /metrics (%d) has no %s{route=\"warm\"} series for the adapter", code, series[1])
 		}
+		// The adapter's name must not be one /metrics serves: Prometheus queries and
+		// dashboards would then mix two meanings under one name.
+		if own := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(rule.Name.As) + `[{ ]`); own.MatchString(metrics) {
+			t.Errorf("the adapter exposes %s, a name /metrics also serves:\n%s", rule.Name.As, own.FindString(metrics))
+		}
 	})
 }
 
