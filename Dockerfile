@@ -1,6 +1,7 @@
 # Production image: embed-stack serve on 0.0.0.0:8080 as a non-root user.
 #
-#   docker build -t embed-stack .
+#   docker build -t embed-stack --build-arg VERSION="$(git describe --tags --always --dirty)" \
+#     --build-arg COMMIT="$(git rev-parse HEAD)" .
 #   docker run --rm -p 8080:8080 -v hf-cache:/data/huggingface embed-stack
 #
 # The model (by default the official Qwen3-Embedding-0.6B Q8_0 GGUF) is downloaded on
@@ -19,7 +20,11 @@ COPY . .
 # ggml's CPU kernels are compiled for MARCH: x86-64-v3 (AVX2) runs on any x86 server of
 # the last decade; use e.g. --build-arg MARCH=armv8.2-a on arm64.
 ARG MARCH=x86-64-v3
-RUN make build MARCH=${MARCH}
+# The context has no .git (.dockerignore): the version and commit come as build
+# arguments (see the top); without them --version says dev.
+ARG VERSION=dev
+ARG COMMIT=
+RUN make build MARCH=${MARCH} VERSION=${VERSION} COMMIT=${COMMIT}
 
 # --- run ------------------------------------------------------------------------------
 FROM debian:trixie-slim

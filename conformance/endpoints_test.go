@@ -123,8 +123,9 @@ func TestNativeEmbed(t *testing.T) {
 		})
 	}
 	t.Run("empty texts", func(t *testing.T) {
+		// The error names /embed's own field, not /v1/embeddings' input.
 		env := requireErrorEnvelope(t, s.do(t, http.MethodPost, "/embed", map[string]any{"texts": []string{}}, nil), http.StatusBadRequest)
-		requireParam(t, env, "input")
+		requireParam(t, env, "texts")
 	})
 }
 
@@ -249,7 +250,7 @@ func TestTokenize(t *testing.T) {
 	t.Run("over-length", func(t *testing.T) {
 		r := s.do(t, http.MethodPost, "/tokenize", map[string]any{"text": repeatedText(t, 32768)}, nil)
 		env := requireErrorEnvelope(t, r, http.StatusBadRequest)
-		requireParam(t, env, "input")
+		requireParam(t, env, "text")
 		if env.Error.Code == nil || *env.Error.Code != codeContextLength {
 			t.Errorf("code %s, want %q", strPtr(env.Error.Code), codeContextLength)
 		}
