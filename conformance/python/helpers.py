@@ -147,7 +147,7 @@ class Server:
 
     def requests(self, status, route="/v1/embeddings"):
         """Requests the server answered on route with status (its own count)."""
-        return int(self.metric("embed_stack_http_requests_total", route=route, status=str(status)))
+        return int(self.metric("embed_stack_http_requests_total", route=route, code=str(status)))
 
 
 def post(url, path, body, headers=None):
