@@ -153,7 +153,9 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("embedding on the worker at %s: %w", c.socket, ctxErr)
 	}
-	return &UnavailableError{Cause: fmt.Errorf("worker at %s: %w", c.socket, err)}
+	var op *net.OpError
+	dial := errors.As(err, &op) && op.Op == "dial"
+	return &UnavailableError{Cause: fmt.Errorf("worker at %s: %w", c.socket, err), undelivered: dial}
 }
 
 // statusError turns a non-200 answer into the error its status stands for.

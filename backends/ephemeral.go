@@ -48,6 +48,13 @@ type Ephemeral struct {
 
 	// NEmbd is the model's embedding width; see Warm.NEmbd. 0 accepts any.
 	NEmbd int
+
+	// HangTimeout is how long a worker embedding its sequence may go without
+	// answering a /health probe before it is killed as hung (stopped, or wedged
+	// so that it no longer serves its socket); its caller then gets an
+	// *UnavailableError. A worker that computes keeps answering, however long its
+	// sequence takes. 0 means DefaultHangTimeout; negative turns the watch off.
+	HangTimeout time.Duration
 }
 
 // Embed starts a worker with --ctx EphemeralContextSize(len(seq)), waits until it is
@@ -71,9 +78,13 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 		logger = slog.Default()
 	}
 
-	dir, err := os.MkdirTemp(e.SocketDir, "embed-stack-") // mode 0700
+	dir, err := newSocketDir(e.SocketDir) // mode 0700
 	if err != nil {
-		return nil, fmt.Errorf("creating an ephemeral worker's socket directory (Ephemeral.SocketDir %q): %w", e.SocketDir, err)
+		err = fmt.Errorf("creating an ephemeral worker's socket directory (Ephemeral.SocketDir %q): %w", e.SocketDir, err)
+		if exhausted(err) {
+			return nil, &UnavailableError{RetryAfter: time.Second, Cause: err}
+		}
+		return nil, err
 	}
 	defer func() {
 		if err := os.RemoveAll(dir); err != nil {
@@ -88,7 +99,11 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 		[]string{"--ctx", strconv.Itoa(nCtx)}, orDefault(e.StopTimeout, DefaultStopTimeout))
 	if err != nil {
 		endSpawn(spawn, roleEphemeral, 0, started, err)
-		return nil, fmt.Errorf("ephemeral worker: %w", err)
+		err = fmt.Errorf("ephemeral worker: %w", err)
+		if exhausted(err) {
+			return nil, &UnavailableError{RetryAfter: time.Second, Cause: err}
+		}
+		return nil, err
 	}
 	p.client.role = roleEphemeral
 	vec, err := e.embed(ctx, p, seq, nCtx, spawn, started)
@@ -105,7 +120,10 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 	}
 
 	var inputErr *WorkerInputError
+	var hung *hungError
 	switch {
+	case errors.As(err, &hung):
+		return nil, &UnavailableError{RetryAfter: time.Second, Cause: err}
 	case errors.As(err, &inputErr):
 		return nil, err
 	case ctx.Err() != nil:
@@ -133,11 +151,79 @@ func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int, s
 	if e.NEmbd > 0 && h.NEmbd != e.NEmbd {
 		return nil, &DimensionError{PID: p.pid, NEmbd: h.NEmbd, Want: e.NEmbd}
 	}
+	hung := e.watch(ctx, p, logger(e.Logger))
 	vecs, err := p.client.Embed(ctx, [][]int32{seq})
+	if h := hung(); h != nil {
+		return nil, h
+	}
 	if err != nil {
 		return nil, err
 	}
 	return vecs[0], nil
+}
+
+// hungError is an ephemeral worker killed by its hang watch.
+type hungError struct {
+	pid     int
+	timeout time.Duration
+}
+
+func (e *hungError) Error() string {
+	return fmt.Sprintf("the ephemeral worker (pid %d) answered no health probe for %s (the hang timeout) and was killed", e.pid, e.timeout)
+}
+
+// watch probes p's /health while its call runs and kills p when no probe has been
+// answered for HangTimeout: a stopped or wedged worker would otherwise hold its
+// request, and the admission slot other long inputs queue for, until the request's
+// deadline. Probes go to the worker's HTTP server, which answers while the engine
+// decodes. The returned function ends the watch and reports a kill.
+func (e *Ephemeral) watch(ctx context.Context, p *proc, logger *slog.Logger) (stop func() *hungError) {
+	timeout := orDefault(e.HangTimeout, DefaultHangTimeout)
+	if e.HangTimeout < 0 {
+		return func() *hungError { return nil }
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan *hungError, 1)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(timeout/10, 10*time.Millisecond))
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-p.done:
+				return
+			case <-t.C:
+			}
+			hctx, hcancel := context.WithTimeout(wctx, min(healthTimeout, timeout/2))
+			_, err := p.client.Health(hctx)
+			hcancel()
+			if err == nil {
+				last = time.Now()
+				continue
+			}
+			if wctx.Err() != nil || time.Since(last) < timeout {
+				continue
+			}
+			logger.Error("an ephemeral worker answered nothing for the hang timeout; killing it", "pid", p.pid, "timeout", timeout)
+			done <- &hungError{pid: p.pid, timeout: timeout}
+			_ = p.cmd.Process.Kill() // fails only if it has exited already
+			return
+		}
+	}()
+	return func() *hungError {
+		cancel()
+		return <-done
+	}
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.Default()
 }
 
 // stop ends the worker: gently when the call went its course, at once when ctx

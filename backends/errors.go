@@ -27,6 +27,10 @@ type UnavailableError struct {
 	RetryAfter time.Duration
 	// Cause says why the worker is unavailable.
 	Cause error
+
+	// undelivered says the call never reached the worker (its socket refused the
+	// connection), so it may be sent to a replacement without risk.
+	undelivered bool
 }
 
 func (e *UnavailableError) Error() string {

@@ -18,6 +18,13 @@ const (
 	DefaultMinBackoff   = 250 * time.Millisecond
 	DefaultMaxBackoff   = 30 * time.Second
 	DefaultStopTimeout  = 10 * time.Second
+	// DefaultUnhealthyAfter is Warm.UnhealthyAfter's default: with the default
+	// backoff, five failed restarts take about 8 s, long enough to ride out a
+	// passing fault, short enough that a liveness probe soon sees one that stays.
+	DefaultUnhealthyAfter = 5
+	// unreachableGrace is how long a worker that refused a connection may take to
+	// be seen exiting before it is killed as unreachable (its socket gone).
+	unreachableGrace = time.Second
 )
 
 // Warm supervises the long-lived worker: it starts it, waits until it is ready,
@@ -69,6 +76,11 @@ type Warm struct {
 	// is refused (killed, and Start fails with a *DimensionError). 0 accepts any.
 	NEmbd int
 
+	// UnhealthyAfter is how many restarts in a row may fail before Healthy reports
+	// false, so that an orchestrator's liveness probe replaces the process. 0 means
+	// DefaultUnhealthyAfter (5).
+	UnhealthyAfter int
+
 	wg sync.WaitGroup // the supervisor goroutine
 
 	mu        sync.Mutex // guards the fields below
@@ -83,6 +95,12 @@ type Warm struct {
 	restarts  int
 	spawned   int                // numbers socket names, so a new worker never meets an old socket
 	procs     map[*proc]struct{} // started and not yet cleaned up
+	// restarting is set from a worker's death until its replacement is ready:
+	// calls that find no worker then wait for the next start attempt.
+	restarting bool
+	attempts   int           // restart attempts finished, ready or not
+	failures   int           // restart attempts failed since the last ready worker
+	changed    chan struct{} // closed and replaced when cur, attempts or closed change
 }
 
 // Start creates the socket directory, starts the worker and returns once it is
@@ -102,7 +120,8 @@ func (w *Warm) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 
-	dir, err := os.MkdirTemp(w.SocketDir, "embed-stack-") // mode 0700
+	removeStaleSocketDirs(w.SocketDir, w.logger())
+	dir, err := newSocketDir(w.SocketDir) // mode 0700
 	if err != nil {
 		w.abortStart("")
 		return fmt.Errorf("creating the worker socket directory (Warm.SocketDir %q): %w", w.SocketDir, err)
@@ -111,6 +130,7 @@ func (w *Warm) Start(ctx context.Context) error {
 	w.mu.Lock()
 	w.dir, w.cancel = dir, cancel
 	w.procs = make(map[*proc]struct{})
+	w.changed = make(chan struct{})
 	w.mu.Unlock()
 
 	p, h, err := w.spawn(runCtx, ctx)
@@ -137,7 +157,7 @@ func (w *Warm) abortStart(dir string) {
 		}
 	}
 	w.mu.Lock()
-	w.started, w.dir, w.cancel, w.procs = false, "", nil, nil
+	w.started, w.dir, w.cancel, w.procs, w.changed = false, "", nil, nil, nil
 	w.mu.Unlock()
 }
 
@@ -146,8 +166,22 @@ func (w *Warm) abortStart(dir string) {
 func (w *Warm) spawn(runCtx, waitCtx context.Context) (*proc, Health, error) {
 	w.mu.Lock()
 	w.spawned++
-	socket := filepath.Join(w.dir, fmt.Sprintf("warm-%d.sock", w.spawned))
+	n, old := w.spawned, w.dir
 	w.mu.Unlock()
+	dir, fresh, err := ensureSocketDir(old, w.SocketDir)
+	if err != nil {
+		if exhausted(err) {
+			err = &UnavailableError{RetryAfter: time.Second, Cause: err}
+		}
+		return nil, Health{}, err
+	}
+	if fresh {
+		w.logger().Warn("the worker socket directory was gone or no longer private; made a new one", "old", old, "new", dir)
+		w.mu.Lock()
+		w.dir = dir
+		w.mu.Unlock()
+	}
+	socket := filepath.Join(dir, fmt.Sprintf("warm-%d.sock", n))
 
 	started := time.Now()
 	sctx, spawn := startSpawn(runCtx, roleWarm, 0)
@@ -213,7 +247,9 @@ func (w *Warm) supervise(ctx context.Context, p *proc) {
 		if w.cur == p {
 			w.cur = nil
 		}
+		w.restarting = true
 		w.cause = fmt.Errorf("the warm worker (pid %d) exited (%v) and is being restarted", exit.PID, exitReason(exit))
+		w.broadcastLocked()
 		w.mu.Unlock()
 		w.logger().Error("warm worker died; restarting it", "pid", exit.PID, "err", exitReason(exit), "in", backoff, "output", exit.Output)
 
@@ -242,6 +278,9 @@ func (w *Warm) supervise(ctx context.Context, p *proc) {
 				if !w.closed {
 					w.cur, w.info, w.cause = np, h.Info(), nil
 				}
+				w.restarting, w.failures = false, 0
+				w.attempts++
+				w.broadcastLocked()
 				w.mu.Unlock()
 				w.logger().Info("warm worker restarted", "pid", np.pid, "restarts", w.Restarts())
 				p, readyAt = np, time.Now()
@@ -252,6 +291,9 @@ func (w *Warm) supervise(ctx context.Context, p *proc) {
 			}
 			w.mu.Lock()
 			w.cause = fmt.Errorf("restarting the warm worker failed (%s) and is retried", failureReason(err))
+			w.attempts++
+			w.failures++
+			w.broadcastLocked()
 			w.mu.Unlock()
 			w.logger().Error("restarting the warm worker failed", "err", err, "retry_in", backoff)
 		}
@@ -282,41 +324,114 @@ func failureReason(err error) string {
 	return first
 }
 
-// Embed embeds the sequences on the warm worker. While no worker is ready it
+// Embed embeds the sequences on the warm worker. While the first worker loads it
 // returns at once an *UnavailableError (errors.Is ErrUnavailable) with a retry
-// hint. A request in flight on a worker that dies also gets an *UnavailableError
-// and is not retried: the request itself may be what killed the worker, and
-// replaying it would kill the next one. Input refused by the worker comes back as
+// hint. While a worker that died is being replaced, it waits for the replacement's
+// start: the call runs there if it starts, and gets an *UnavailableError if that
+// attempt fails. A call that was sent to a worker that dies also gets an
+// *UnavailableError and is not retried: the request itself may be what killed the
+// worker, and replaying it would kill the next one. A call that never reached the
+// worker (its socket refused the connection: the worker had died, or its socket
+// was removed, in which case the worker is killed as unreachable) waits for the
+// replacement the same way. Input refused by the worker comes back as
 // *WorkerInputError.
 func (w *Warm) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
-	w.mu.Lock()
-	p, started, closed := w.cur, w.started, w.closed
-	cause, hint := w.cause, w.retryAfterLocked()
-	w.mu.Unlock()
-	switch {
-	case closed:
-		return nil, &UnavailableError{Cause: ErrClosed}
-	case !started:
-		return nil, errors.New("backends: Warm.Embed called before Start")
-	case p == nil:
-		if cause == nil {
-			cause = errors.New("the warm worker is starting")
+	var dead *proc
+	for attempt := 0; ; attempt++ {
+		p, err := w.worker(ctx, dead)
+		if err != nil {
+			return nil, err
 		}
-		return nil, &UnavailableError{RetryAfter: hint, Cause: cause}
-	}
-
-	vecs, err := p.client.Embed(ctx, seqs)
-	var ue *UnavailableError
-	if err != nil && ctx.Err() == nil && errors.As(err, &ue) {
+		vecs, err := p.client.Embed(ctx, seqs)
+		var ue *UnavailableError
+		if err == nil || ctx.Err() != nil || !errors.As(err, &ue) {
+			return vecs, err
+		}
+		if ue.undelivered && attempt < 3 {
+			w.unreachable(p)
+			dead = p
+			continue
+		}
 		w.mu.Lock()
-		hint = w.retryAfterLocked()
+		hint := w.retryAfterLocked()
 		w.mu.Unlock()
 		return nil, &UnavailableError{
 			RetryAfter: max(hint, ue.RetryAfter),
 			Cause:      fmt.Errorf("the warm worker (pid %d) failed during the request, which is not retried: %w", p.pid, ue.Cause),
 		}
 	}
-	return vecs, err
+}
+
+// worker returns the ready worker, unless it is dead (the one a call could not
+// reach), waiting for a restart in progress and its outcome.
+func (w *Warm) worker(ctx context.Context, dead *proc) (*proc, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	attempts := w.attempts
+	for {
+		p, cause := w.cur, w.cause
+		switch {
+		case w.closed:
+			return nil, &UnavailableError{Cause: ErrClosed}
+		case !w.started:
+			return nil, errors.New("backends: Warm.Embed called before Start")
+		case p != nil && p != dead:
+			return p, nil
+		case p == nil && (!w.restarting || w.attempts != attempts):
+			// The first start, or the restart this call waited for failed.
+			if cause == nil {
+				cause = errors.New("the warm worker is starting")
+			}
+			return nil, &UnavailableError{RetryAfter: w.retryAfterLocked(), Cause: cause}
+		}
+		// Dead but not yet reaped, or being replaced: wait for news.
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			w.mu.Lock()
+			return nil, fmt.Errorf("waiting for the warm worker's replacement: %w", ctx.Err())
+		}
+		w.mu.Lock()
+	}
+}
+
+// unreachable handles a worker whose socket refused a call: normally it has just
+// died and is reaped at once; one still running after unreachableGrace has lost
+// its socket (a tmp cleaner) and can never be reached again, so it is killed to be
+// replaced.
+func (w *Warm) unreachable(p *proc) {
+	t := time.NewTimer(unreachableGrace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return
+	case <-t.C:
+	}
+	w.logger().Error("the warm worker does not accept connections on its socket; killing it so that it is replaced", "pid", p.pid, "socket", p.socket)
+	_ = p.cmd.Process.Kill() // fails only if it has exited meanwhile
+}
+
+// broadcastLocked wakes the calls waiting in worker. w.mu must be held.
+func (w *Warm) broadcastLocked() {
+	if w.changed != nil {
+		close(w.changed)
+	}
+	w.changed = make(chan struct{})
+}
+
+// Healthy reports false once UnhealthyAfter restarts in a row have failed: the
+// process cannot serve and should be replaced (GET /health). It is true while
+// the first worker loads and while restarts are still being tried.
+func (w *Warm) Healthy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.UnhealthyAfter
+	if n <= 0 {
+		n = DefaultUnhealthyAfter
+	}
+	return w.failures < n
 }
 
 // retryAfterLocked estimates when a worker may be ready again: the scheduled
@@ -375,6 +490,7 @@ func (w *Warm) Close(ctx context.Context) error {
 	}
 	w.closed = true
 	w.cur = nil
+	w.broadcastLocked()
 	started, cancel := w.started, w.cancel
 	w.mu.Unlock()
 	if !started {

@@ -83,12 +83,23 @@ type wireRequest struct {
 	Truncate       json.RawMessage `json:"truncate"`
 }
 
+// fields maps the exact keys to w's fields, for ExactFields.
+func (w *wireRequest) fields() map[string]*json.RawMessage {
+	return map[string]*json.RawMessage{
+		"model": &w.Model, "input": &w.Input, "encoding_format": &w.EncodingFormat, "dimensions": &w.Dimensions,
+		"user": &w.User, "input_type": &w.InputType, "instruction": &w.Instruction,
+	}
+}
+
 // DecodeEmbeddingRequest parses and type-checks a request body. It checks shapes
 // only (types, emptiness, integer-ness); limits and meaning are for routing.
 func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	}
+	if err := ExactFields(body, w.fields()); err != nil {
+		return nil, err
 	}
 	if err := CheckUTF8(body, "input", inputItem); err != nil {
 		return nil, err

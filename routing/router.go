@@ -28,6 +28,12 @@ type Tokenizer interface {
 	VocabSize() int
 }
 
+// limitedTokenizer is a Tokenizer that can stop early (package tokenizer's can):
+// see Router.encode.
+type limitedTokenizer interface {
+	EncodeLimit(text string, limit int) (ids []int32, complete bool)
+}
+
 // TextDecoder turns another vocabulary's token ids back into text (cl100k_base, as
 // sent by LangChain Python by default).
 type TextDecoder interface {
@@ -309,8 +315,13 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 
 	seqs := make([][]int32, 0, n)
 	total := 0
-	add := func(i int, seq []int32) error {
+	add := func(i int, seq []int32, complete bool) error {
 		seq = append(seq, EOS)
+		if !complete {
+			return inputErr("input", i, CodeContextLength,
+				"This model's maximum context length is %d tokens, however you requested more than %d tokens (more than %d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
+				c.maxInputTokens(), len(seq)-1, len(seq)-1, i)
+		}
 		if len(seq) > c.maxInputTokens() {
 			e := inputErr(field, i, CodeContextLength,
 				"This model's maximum context length is %d tokens, however you requested %d tokens (%d in your prompt; 0 for the completion) in %s. Please reduce your prompt; or completion length.",
@@ -346,14 +357,15 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	_, tok := stage.Start(ctx, tr, "routing.tokenize")
 	err = func() error {
 		for i, text := range wrapped {
-			seq := r.Tokenizer.Encode(text)
-			if req.Truncate != NoTruncation && len(seq) >= r.inputLimit() {
+			seq, complete := r.encode(text)
+			if req.Truncate != NoTruncation && (!complete || len(seq) >= r.inputLimit()) {
 				var err error
 				if seq, err = r.truncateText(i, typ, instruction, req.Texts[i], r.inputLimit()-1, req.Truncate); err != nil {
 					return err
 				}
+				complete = true
 			}
-			if err := add(i, seq); err != nil {
+			if err := add(i, seq, complete); err != nil {
 				return err
 			}
 		}
@@ -366,11 +378,11 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 			prefix = r.Tokenizer.Encode(queryPrefix(instruction))
 		}
 		for i, ids := range req.TokenIDs {
-			seq, err := r.fromTokenIDs(i, ids, typ, instruction, prefix, req.Truncate)
+			seq, complete, err := r.fromTokenIDs(i, ids, typ, instruction, prefix, req.Truncate)
 			if err != nil {
 				return err
 			}
-			if err := add(i, seq); err != nil {
+			if err := add(i, seq, complete); err != nil {
 				return err
 			}
 		}
@@ -383,30 +395,41 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	return seqs, nil
 }
 
+// encode tokenizes one wrapped input. A text more than twice MaxInputTokens long
+// is not tokenized to its end (complete is false): a 30 MB text would cost seconds
+// and its tokens' memory only to be refused. Up to twice the limit the count is
+// exact, so that the refusal says how much to cut.
+func (r *Router) encode(text string) (ids []int32, complete bool) {
+	if lt, ok := r.Tokenizer.(limitedTokenizer); ok {
+		return lt.EncodeLimit(text, 2*r.Config.maxInputTokens())
+	}
+	return r.Tokenizer.Encode(text), true
+}
+
 // fromTokenIDs applies the token-id policy to input i.
 // With truncation, an input over the limit is shortened: native ids by dropping
 // ids (the query prefix kept), cl100k ids as the text they decode to.
-func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32, trunc Truncation) ([]int32, error) {
+func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32, trunc Truncation) ([]int32, bool, error) {
 	if len(ids) == 0 {
-		return nil, inputErr("input", i, CodeEmptyInput, "input %d is an empty array of token ids.", i)
+		return nil, false, inputErr("input", i, CodeEmptyInput, "input %d is an empty array of token ids.", i)
 	}
 	switch r.Config.TokenIDs {
 	case TokenIDsReject:
-		return nil, inputErr("input", i, CodeTokenIDsRefused, "This server does not accept token ids as input (--token-ids=reject); send text instead.")
+		return nil, false, inputErr("input", i, CodeTokenIDsRefused, "This server does not accept token ids as input (--token-ids=reject); send text instead.")
 	case TokenIDsNative:
 		vocab := int64(r.Tokenizer.VocabSize())
 		seq := make([]int32, 0, len(queryPrefix)+len(ids)+1)
 		seq = append(seq, queryPrefix...)
 		for j, id := range ids {
 			if id < 0 || id >= vocab {
-				return nil, inputErr("input", i, CodeInvalidTokenID, "input %d holds token id %d at position %d; valid ids are 0 to %d.", i, id, j, vocab-1)
+				return nil, false, inputErr("input", i, CodeInvalidTokenID, "input %d holds token id %d at position %d; valid ids are 0 to %d.", i, id, j, vocab-1)
 			}
 			seq = append(seq, int32(id))
 		}
 		if over := len(seq) + 1 - r.inputLimit(); trunc != NoTruncation && over > 0 {
 			user := seq[len(queryPrefix):]
 			if over >= len(user) {
-				return nil, inputErr("input", i, CodeContextLength,
+				return nil, false, inputErr("input", i, CodeContextLength,
 					"input %d cannot be truncated to %d tokens and keep any of its ids: the wrapping alone (instruction prefix and <|endoftext|>) takes %d.", i, r.inputLimit(), len(queryPrefix)+1)
 			}
 			if trunc == TruncateStart {
@@ -416,20 +439,21 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 			}
 			seq = append(seq[:len(queryPrefix):len(queryPrefix)], user...)
 		}
-		return seq, nil
+		return seq, true, nil
 	}
 	text, err := r.Cl100k.Decode(ids)
 	if err != nil {
-		return nil, inputErr("input", i, CodeInvalidTokenID, "input %d: %v (token ids are read as tiktoken cl100k_base; start the server with --token-ids=native to send Qwen3 ids).", i, err)
+		return nil, false, inputErr("input", i, CodeInvalidTokenID, "input %d: %v (token ids are read as tiktoken cl100k_base; start the server with --token-ids=native to send Qwen3 ids).", i, err)
 	}
 	if text == "" {
-		return nil, inputErr("input", i, CodeEmptyInput, "input %d decodes to an empty string.", i)
+		return nil, false, inputErr("input", i, CodeEmptyInput, "input %d decodes to an empty string.", i)
 	}
-	seq := r.Tokenizer.Encode(Wrap(typ, instruction, text))
-	if trunc != NoTruncation && len(seq) >= r.inputLimit() {
-		return r.truncateText(i, typ, instruction, text, r.inputLimit()-1, trunc)
+	seq, complete := r.encode(Wrap(typ, instruction, text))
+	if trunc != NoTruncation && (!complete || len(seq) >= r.inputLimit()) {
+		seq, err := r.truncateText(i, typ, instruction, text, r.inputLimit()-1, trunc)
+		return seq, true, err
 	}
-	return seq, nil
+	return seq, complete, nil
 }
 
 // Embed runs a request: short inputs go to the warm worker in chunks, long ones each

@@ -68,7 +68,7 @@ func TestMethodNotAllowed(t *testing.T) {
 		{"PUT", "/v1/embeddings", "POST"},
 		{"GET", "/embed", "POST"},
 		{"GET", "/tokenize", "POST"},
-		{"POST", "/health", "GET"},
+		{"POST", "/health", "GET, HEAD"},
 		{"DELETE", "/v1/models", "GET"},
 	} {
 		w := do(h, c.method, c.path, "", nil)

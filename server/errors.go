@@ -39,6 +39,8 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 		overload  *overloadError
 		unavail   *routing.UnavailableError
 		busy      *routing.BusyError
+		encoding  *encodingError
+		budget    *bodyBudgetError
 	)
 	switch {
 	case errors.As(err, &statusErr):
@@ -53,6 +55,28 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 	case errors.As(err, &busy):
 		h := http.Header{"Retry-After": []string{strconv.Itoa(retrySeconds(busy.RetryAfter))}}
 		return http.StatusTooManyRequests, openai.NewError(openai.TypeRateLimit, busy.Error(), "", "rate_limit_exceeded"), h
+	case errors.As(err, &budget):
+		h := http.Header{"Retry-After": []string{strconv.Itoa(retrySeconds(overloadRetryAfter))}}
+		return http.StatusTooManyRequests, openai.NewError(openai.TypeRateLimit,
+			"The server is reading its limit of request bodies ("+strconv.FormatInt(budget.budget, 10)+" bytes: --max-concurrent-requests × --max-body-bytes); retry after 1s.", "", "rate_limit_exceeded"), h
+	case errors.Is(err, errTooManyConnections):
+		h := http.Header{"Retry-After": []string{"1"}}
+		return http.StatusServiceUnavailable, openai.NewError(openai.TypeServer,
+			"The server has its limit of open connections (--max-connections); retry after 1s.", "", "too_many_connections"), h
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout, openai.NewError(openai.TypeInvalidRequest,
+			"The request body did not arrive within the server's body timeout (--body-timeout).", "", "body_timeout"), nil
+	case errors.Is(err, errClientGone):
+		return StatusClientClosed, openai.NewError(openai.TypeInvalidRequest, "The client closed the request.", "", "client_closed"), nil
+	case errors.Is(err, errBodyIncomplete):
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest,
+			"The request body ended before it was complete (shorter than its Content-Length, or broken chunked encoding).", "", "incomplete_body"), nil
+	case errors.As(err, &encoding) && encoding.bad:
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest,
+			"We could not decompress the "+encoding.encoding+" request body: "+encoding.err.Error()+".", "", "invalid_encoding"), nil
+	case errors.As(err, &encoding):
+		return http.StatusUnsupportedMediaType, openai.NewError(openai.TypeInvalidRequest,
+			"Content-Encoding "+strconv.Quote(encoding.encoding)+" is not supported; send the body uncompressed or with Content-Encoding: gzip.", "", "unsupported_encoding"), nil
 	case errors.As(err, &decodeErr):
 		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, decodeErr.Message, decodeErr.Param, ""), nil
 	case errors.As(err, &inputErr):

@@ -2,24 +2,15 @@ package server
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
+	"reflect"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
 )
-
-// readBody reads the whole body up to the configured limit. Past the limit it
-// stops reading and fails with *http.MaxBytesError (413), so a huge body is never
-// held in memory.
-func (s *Server) readBody(c *gin.Context) ([]byte, error) {
-	if c.Request.ContentLength > s.Config.MaxBodyBytes {
-		return nil, &http.MaxBytesError{Limit: s.Config.MaxBodyBytes}
-	}
-	return io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, s.Config.MaxBodyBytes))
-}
 
 // embeddings serves POST /v1/embeddings.
 func (s *Server) embeddings(c *gin.Context) {
@@ -128,6 +119,33 @@ type nativeRequest struct {
 	Truncate json.RawMessage `json:"truncate"`
 }
 
+// exactNative redoes nr from body's exactly matching keys (openai.ExactFields):
+// encoding/json matched them case-insensitively. The keys are nativeRequest's
+// json tags.
+func exactNative(body []byte, nr *nativeRequest) error {
+	fields := map[string]*json.RawMessage{}
+	typ := reflect.TypeFor[nativeRequest]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		fields[name] = new(json.RawMessage)
+	}
+	if err := openai.ExactFields(body, fields); err != nil {
+		return err
+	}
+	exact := map[string]json.RawMessage{}
+	for k, v := range fields {
+		if *v != nil {
+			exact[k] = *v
+		}
+	}
+	canonical, err := json.Marshal(exact)
+	if err != nil {
+		return err
+	}
+	*nr = nativeRequest{}
+	return json.Unmarshal(canonical, nr) // the values were valid in body, so they are here
+}
+
 // decodeNative reads a native request; acceptText allows the single "text" of POST
 // /tokenize.
 func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request, bool) {
@@ -139,6 +157,10 @@ func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request
 	var nr nativeRequest
 	if err := json.Unmarshal(body, &nr); err != nil {
 		writeError(c, &openai.DecodeError{Message: "We could not parse the JSON body of your request: " + err.Error() + "."})
+		return nil, false
+	}
+	if err := exactNative(body, &nr); err != nil {
+		writeError(c, err)
 		return nil, false
 	}
 	if err := openai.CheckUTF8(body, "texts", textsItem); err != nil {

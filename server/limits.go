@@ -111,6 +111,11 @@ func (s *Server) debugVars(c *gin.Context) {
 		"requests_rejected_total":  s.limits.rejected.Load(),
 		"requests_timed_out_total": s.limits.timedOut.Load(),
 	}
+	if s.conns != nil {
+		vars["connections_open"] = s.conns.open.Load()
+		vars["connections_refused_total"] = s.conns.refused.Load()
+	}
+	vars["body_bytes_held"] = s.bodies.held.Load()
 	if s.Vars != nil {
 		for k, v := range s.Vars() {
 			vars[k] = v

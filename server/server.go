@@ -59,6 +59,22 @@ type Config struct {
 	// RequestTimeout bounds one work request; past it the request gets 504 and its
 	// work is cancelled. 0 = DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// BodyTimeout bounds reading a work request's body, which happens before
+	// admission; past it 408. 0 = DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// WriteStallTimeout bounds how long writing a work request's answer may make
+	// no progress (per 64 KiB); past it the connection is closed. 0 =
+	// DefaultWriteStallTimeout.
+	WriteStallTimeout time.Duration
+	// HeaderTimeout bounds reading a request's headers. 0 = DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections. 0 = DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (431). 0 = DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// MaxConnections bounds the open connections (LimitListener). 0 =
+	// DefaultMaxConnections.
+	MaxConnections int
 	// DebugVars serves GET /debug/vars: goroutines, heap and limiter counters, for
 	// leak checks (behind APIKeys when set).
 	DebugVars bool
@@ -75,6 +91,10 @@ type Server struct {
 	// Metrics, when set, is served at GET /metrics (the Prometheus registry of
 	// package telemetry).
 	Metrics http.Handler
+	// Healthy, when set, reports whether the process can still serve (GET
+	// /health): false once the warm worker cannot be restarted, so that an
+	// orchestrator replaces the process.
+	Healthy func() bool
 	// Vars, when set, adds figures (worker restarts, ...) to GET /debug/vars.
 	Vars func() map[string]any
 	// Info is GET /info's description of the models and device (info.go); its
@@ -82,6 +102,8 @@ type Server struct {
 	Info Info
 
 	limits   *limiter    // built by Handler from Config.MaxConcurrentRequests
+	bodies   *bodyBudget // built by Handler: MaxConcurrentRequests × MaxBodyBytes
+	conns    *connLimit  // set by LimitListener
 	draining atomic.Bool // set by Drain
 }
 
@@ -111,7 +133,18 @@ func (s *Server) Handler() http.Handler {
 	if s.Config.RequestTimeout <= 0 {
 		s.Config.RequestTimeout = DefaultRequestTimeout
 	}
+	s.Config.BodyTimeout = orDefault(s.Config.BodyTimeout, DefaultBodyTimeout)
+	s.Config.WriteStallTimeout = orDefault(s.Config.WriteStallTimeout, DefaultWriteStallTimeout)
+	s.Config.HeaderTimeout = orDefault(s.Config.HeaderTimeout, DefaultHeaderTimeout)
+	s.Config.IdleTimeout = orDefault(s.Config.IdleTimeout, DefaultIdleTimeout)
+	if s.Config.MaxHeaderBytes <= 0 {
+		s.Config.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if s.Config.MaxConnections <= 0 {
+		s.Config.MaxConnections = DefaultMaxConnections
+	}
 	s.limits = newLimiter(s.Config.MaxConcurrentRequests)
+	s.bodies = &bodyBudget{limit: int64(s.Config.MaxConcurrentRequests) * s.Config.MaxBodyBytes}
 	r := gin.New()
 	r.Use(s.traceRequests(), s.observeRequests(), s.recovery(), s.logRequests(), s.closeWhenDraining())
 	if auth := s.authenticate(); auth != nil {
@@ -129,13 +162,14 @@ func (s *Server) Handler() http.Handler {
 			msg: c.Request.Method + " is not allowed on " + c.Request.URL.Path + "; use " + c.Writer.Header().Get("Allow") + "."})
 	})
 
-	r.POST("/v1/embeddings", s.admit(), s.embeddings)
+	// The body is read before admission (body.go): a slow sender holds no slot.
+	r.POST("/v1/embeddings", s.readRequestBody(), s.admit(), s.embeddings)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/:model", s.getModel)
-	r.POST("/embed", s.admit(), s.nativeEmbed)
-	r.POST("/tokenize", s.admit(), s.tokenize)
-	r.POST("/v1/rerank", s.admit(), s.rerank)
-	r.POST("/rerank", s.admit(), s.teiRerank)
+	r.POST("/embed", s.readRequestBody(), s.admit(), s.nativeEmbed)
+	r.POST("/tokenize", s.readRequestBody(), s.admit(), s.tokenize)
+	r.POST("/v1/rerank", s.readRequestBody(), s.admit(), s.rerank)
+	r.POST("/rerank", s.readRequestBody(), s.admit(), s.teiRerank)
 	s.describeRoutes(r)
 	if s.Config.DebugVars {
 		r.GET("/debug/vars", s.debugVars)
@@ -143,8 +177,9 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		r.GET("/metrics", gin.WrapH(s.Metrics))
 	}
-	r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.GET("/ready", func(c *gin.Context) {
+	// HEAD as well as GET: load balancers probe with either.
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/health", s.health)
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/ready", func(c *gin.Context) {
 		if s.draining.Load() {
 			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "draining"})
 			return
@@ -157,6 +192,23 @@ func (s *Server) Handler() http.Handler {
 		c.JSON(http.StatusOK, gin.H{"status": "ready"})
 	})
 	return r
+}
+
+// health serves GET /health: 200 while the process serves, 503 once Healthy says
+// it cannot recover by itself (the warm worker failed to restart too often).
+func (s *Server) health(c *gin.Context) {
+	if s.Healthy != nil && !s.Healthy() {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unhealthy", "reason": "the warm worker failed to restart repeatedly; see the log"})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 // knownModel says whether name (without a :query/:document suffix) is served here.

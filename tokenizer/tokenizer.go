@@ -168,8 +168,44 @@ func (t *Tokenizer) Encode(text string) []int32 {
 	return t.appendText(ids, text[start:])
 }
 
+// EncodeLimit is Encode that stops once it has more than limit ids, so that a
+// text far over a length limit costs what limit tokens cost, not what the whole
+// text does. complete is true when text has at most limit ids, which ids then are;
+// otherwise ids are more than limit of its first ids. limit <= 0 means no limit.
+func (t *Tokenizer) EncodeLimit(text string, limit int) (ids []int32, complete bool) {
+	if limit <= 0 {
+		return t.Encode(text), true
+	}
+	text = toValidUTF8(text)
+	ids = make([]int32, 0, min(len(text)/3, limit)+1)
+	start := 0
+	for pos := 0; pos < len(text); {
+		at, tok, ok := t.added.find(text, pos)
+		if !ok {
+			break
+		}
+		pos = at + len(tok.text)
+		if tok.control {
+			continue
+		}
+		if ids = t.appendTextLimit(ids, text[start:at], limit); len(ids) > limit {
+			return ids, false
+		}
+		ids = append(ids, tok.id)
+		start = pos
+	}
+	ids = t.appendTextLimit(ids, text[start:], limit)
+	return ids, len(ids) <= limit
+}
+
 // appendText appends the ids of a stretch of text that holds no added token.
 func (t *Tokenizer) appendText(ids []int32, text string) []int32 {
+	return t.appendTextLimit(ids, text, 0)
+}
+
+// appendTextLimit is appendText that stops once ids hold more than limit ids
+// (limit > 0).
+func (t *Tokenizer) appendTextLimit(ids []int32, text string, limit int) []int32 {
 	if text == "" {
 		return ids
 	}
@@ -178,6 +214,9 @@ func (t *Tokenizer) appendText(ids []int32, text string) []int32 {
 		j := nextPiece(text, i)
 		ids = t.appendPiece(ids, text[i:j])
 		i = j
+		if limit > 0 && len(ids) > limit {
+			break
+		}
 	}
 	return ids
 }

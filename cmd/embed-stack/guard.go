@@ -9,12 +9,11 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // checkGuardFlags validates serve's robustness and security flags (--api-key,
-// --max-concurrent-requests, --request-timeout, --max-header-bytes,
-// --worker-hang-timeout).
+// --max-concurrent-requests, --request-timeout, --max-header-bytes, the body,
+// write and header timeouts, --max-connections, --worker-hang-timeout).
 func checkGuardFlags(f *serveFlags) error {
 	switch {
 	case f.maxConcurrent < 1:
@@ -23,6 +22,10 @@ func checkGuardFlags(f *serveFlags) error {
 		return fmt.Errorf("--request-timeout must be positive; got %s", f.requestTimeout)
 	case f.maxHeaderBytes < 1024:
 		return fmt.Errorf("--max-header-bytes must be at least 1024; got %d", f.maxHeaderBytes)
+	case f.bodyTimeout <= 0 || f.writeStall <= 0 || f.headerTimeout <= 0:
+		return fmt.Errorf("--body-timeout, --write-stall-timeout and --header-timeout must be positive; got %s, %s, %s", f.bodyTimeout, f.writeStall, f.headerTimeout)
+	case f.maxConnections < 1:
+		return fmt.Errorf("--max-connections must be at least 1; got %d", f.maxConnections)
 	case f.workerHangTimeout < 0:
 		return fmt.Errorf("--worker-hang-timeout must not be negative (0 turns hang detection off); got %s", f.workerHangTimeout)
 	}
@@ -111,13 +114,4 @@ func notifySecondSignal() (second <-chan struct{}, release func()) {
 		signal.Stop(sigs)
 		close(done)
 	}
-}
-
-// serverTimeouts are the http.Server timeouts that follow from --request-timeout:
-// reading a request (headers and body) may take as long as handling it, writing the
-// answer must be done within another such period. They bound what a client that
-// sends or reads very slowly can hold; idle keep-alive connections are closed after
-// idleTimeout.
-func serverTimeouts(requestTimeout time.Duration) (read, write, idle time.Duration) {
-	return requestTimeout, 2*requestTimeout + time.Minute, 2 * time.Minute
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -69,6 +68,10 @@ type serveFlags struct {
 	requestTimeout    time.Duration
 	maxHeaderBytes    int
 	workerHangTimeout time.Duration
+	bodyTimeout       time.Duration
+	writeStall        time.Duration
+	headerTimeout     time.Duration
+	maxConnections    int
 	debugVars         bool
 	// Routing of long inputs and batching (admission.go, docs/routing.md).
 	warmBuckets        string
@@ -123,8 +126,12 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.BoolVar(&f.metricsAuth, "metrics-auth", false, "require an API key on /metrics too (by default scrapers need none)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-requests", 64, "most /v1/embeddings, /embed and /tokenize requests in flight; more get 429 with Retry-After")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take, waiting for a worker included; past it 504 and its work is cancelled")
-	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block in `bytes` (larger ones get 431)")
-	fs.DurationVar(&f.workerHangTimeout, "worker-hang-timeout", 5*time.Minute, "a warm worker with requests outstanding that answers none for this long is killed and restarted (0 = never)")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block in `bytes` (larger ones get 431)")
+	fs.DurationVar(&f.headerTimeout, "header-timeout", server.DefaultHeaderTimeout, "longest a client may take to send a request's headers; past it the connection is closed")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest a client may take to send a request body, which is read before admission (a slow sender holds no --max-concurrent-requests slot); past it 408")
+	fs.DurationVar(&f.writeStall, "write-stall-timeout", server.DefaultWriteStallTimeout, "longest writing an answer may make no progress (per 64 KiB); past it the connection is closed and the request's slot freed")
+	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "most open client connections, idle keep-alive ones included; more are answered 503 with Retry-After and closed")
+	fs.DurationVar(&f.workerHangTimeout, "worker-hang-timeout", 5*time.Minute, "a warm worker with requests outstanding that answers none for this long is killed and restarted, and an ephemeral worker that answers no health probe for this long is killed (0 = never)")
 	fs.StringVar(&f.warmBuckets, "warm-buckets", "256,1024,8192", "comma-separated input `lengths` (tokens) the warm worker is warmed with before it reports ready, so that the first request of each size is as fast as the hundredth (lengths above --warm-max-tokens are capped to it)")
 	fs.DurationVar(&f.batchWindow, "batch-window", 2*time.Millisecond, "how long a request's short inputs wait for other requests' to share a warm worker call with (0 = no cross-request batching)")
 	fs.IntVar(&f.batchMaxTokens, "batch-max-tokens", 2048, "token budget of one batched warm worker call")
@@ -390,6 +397,10 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	})
 	// A worker that stops answering is killed, and so restarted, by the hang watch.
 	hang := &backends.HangWatch{Warm: warm, Timeout: f.workerHangTimeout, Logger: logger.With("worker", "warm")}
+	eng.long.HangTimeout = f.workerHangTimeout
+	if f.workerHangTimeout == 0 {
+		eng.long.HangTimeout = -1 // off, as for the warm worker
+	}
 	if f.workerHangTimeout > 0 {
 		router.Warm = warmBackend{hang}
 		hangCtx, stopHang := context.WithCancel(context.WithoutCancel(ctx))
@@ -409,11 +420,17 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			MetricsAuth:           f.metricsAuth,
 			MaxConcurrentRequests: f.maxConcurrent,
 			RequestTimeout:        f.requestTimeout,
+			BodyTimeout:           f.bodyTimeout,
+			WriteStallTimeout:     f.writeStall,
+			HeaderTimeout:         f.headerTimeout,
+			MaxHeaderBytes:        f.maxHeaderBytes,
+			MaxConnections:        f.maxConnections,
 			DebugVars:             f.debugVars,
 		},
 		Embedder: router,
 		Reranker: router,
 		Ready:    warm.Ready,
+		Healthy:  warm.Healthy,
 		Info: server.Info{Device: "cpu", Models: []server.ModelInfo{
 			{ID: name, Aliases: f.aliases, Task: infoTask(facts.rerank), Pooling: "last", Limits: router.Limits()},
 		}},
@@ -435,10 +452,8 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--addr): %w", f.addr, err)
 	}
-	readTimeout, writeTimeout, idleTimeout := serverTimeouts(f.requestTimeout)
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
-		MaxHeaderBytes: f.maxHeaderBytes}
+	srv := api.HTTPServer()
+	ln = api.LimitListener(ln)
 	logger.Info("listening", "addr", ln.Addr().String(), "model", name, "dim", facts.dim, "rerank", facts.rerank)
 
 	// The API answers at once (GET /ready says 503 and requests get 503 with

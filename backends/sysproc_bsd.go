@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package backends
+
+import "syscall"
+
+// dieWithParent has no kernel support here; the worker stops on stdin EOF.
+func dieWithParent(*syscall.SysProcAttr) {}
