@@ -202,7 +202,8 @@ func TestErrorEnvelopes(t *testing.T) {
 }
 
 // TestStrictModel: a --strict-model server accepts its configured id (also with a
-// suffix) and refuses every other name with 404 model_not_found.
+// suffix) and refuses every other name with 404 model_not_found, except its id with
+// a suffix that is not an input type (400, as without --strict-model).
 func TestStrictModel(t *testing.T) {
 	s := serverWith(t, "--strict-model")
 	id := s.modelID(t)
@@ -224,12 +225,18 @@ func TestStrictModel(t *testing.T) {
 			requireReference(t, "vector", f64(resp.Data[0].Embedding), tc.want)
 		})
 	}
-	for _, model := range []string{"text-embedding-3-small", id + "-other", strings.ToUpper(id) + "X", id + ":querying"} {
+	for _, model := range []string{"text-embedding-3-small", id + "-other", strings.ToUpper(id) + "X"} {
 		t.Run("refuse "+model, func(t *testing.T) {
 			e := embedErr(t, c, openai.EmbeddingRequestStrings{Input: []string{text}, Model: openai.EmbeddingModel(model)})
 			requireAPIError(t, e, http.StatusNotFound, "model", codeModelNotFound)
 		})
 	}
+	// The served id with a suffix that is not an input type is a typo of one: 400
+	// naming the valid suffixes, not a 404 that says the model does not exist.
+	t.Run("refuse "+id+":querying", func(t *testing.T) {
+		e := embedErr(t, c, openai.EmbeddingRequestStrings{Input: []string{text}, Model: openai.EmbeddingModel(id + ":querying")})
+		requireAPIError(t, e, http.StatusBadRequest, "model", codeInvalidValue)
+	})
 }
 
 // TestTokenIDPolicies: native ids are Qwen3 ids taken literally (a query gets the

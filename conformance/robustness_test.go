@@ -97,7 +97,7 @@ func TestBadInputTable(t *testing.T) {
 		// Bytes that are not UTF-8: refused, naming the input (RFC 8259).
 		{"invalid UTF-8 in the only input", "/v1/embeddings", []byte("{\"input\":\"caf\xe9 bar\"}"), fmt.Sprintf(notUTF8, "input 0", "0xE9", "input")},
 		{"invalid UTF-8 in input 2", "/v1/embeddings", []byte("{\"input\":[\"a\",\"b\",\"\xff\xfe\"]}"), fmt.Sprintf(notUTF8, "input 2", "0xFF", "input")},
-		{"invalid UTF-8 in the instruction", "/v1/embeddings", []byte("{\"input\":\"a\",\"instruction\":\"t\xc3\"}"), fmt.Sprintf(notUTF8, "'instruction'", "0xC3", "instruction")},
+		{"invalid UTF-8 in the instruction", "/v1/embeddings", []byte("{\"input\":\"a\",\"instruction\":\"t\xc3\"}"), strings.Replace(fmt.Sprintf(notUTF8, "'instruction'", "0xC3", ""), `"param":""`, `"param":null`, 1)},
 		{"invalid UTF-8 in /embed texts", "/embed", []byte("{\"texts\":[\"a\",\"caf\xe9\"]}"), fmt.Sprintf(notUTF8, "texts[1]", "0xE9", "texts")},
 		// A suffix that is not an input type, on the served model.
 		{"unknown model suffix", "/v1/embeddings", []byte(`{"input":"a","model":"` + id + `:search"}`), "{\"error\":{\"message\":\"The model suffix `:search` is not an input type; use `" + id + ":query`, `" + id + ":document` or `" + id + ":passage` (case-insensitive), or send input_type.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"invalid_value\"}}"},

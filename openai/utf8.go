@@ -15,7 +15,8 @@ import (
 //
 // The error names where the bytes are: inputs is the field that holds the inputs
 // ("input"; "texts" for POST /embed), searched element by element so that item(i)
-// names the bad one in the message ("input 2"); any other field is named by itself.
+// names the bad one in the message ("input 2"), and param names the field; any other
+// field is named in the message only.
 // It returns nil for a body that is UTF-8, after one scan of it.
 //
 // A lone surrogate escape ("\ud800") is not refused: it is valid JSON syntax made of
@@ -47,11 +48,12 @@ func CheckUTF8(body []byte, inputs string, item func(int) string) error {
 					return &DecodeError{Param: k, Message: fmt.Sprintf("%s is not valid UTF-8 (byte %s); %s", item(i), firstInvalid(raw), advice)}
 				}
 			}
-			param := k
 			if !utf8.ValidString(k) {
 				break // the key itself: name no field
 			}
-			return &DecodeError{Param: param, Message: fmt.Sprintf("'%s' is not valid UTF-8 (byte %s); %s", k, firstInvalid(raw), advice)}
+			// Another field is named in the message only: it may be one the request
+			// does not know (and ignores), which param must not name.
+			return &DecodeError{Message: fmt.Sprintf("'%s' is not valid UTF-8 (byte %s); %s", k, firstInvalid(raw), advice)}
 		}
 	}
 	return &DecodeError{Message: fmt.Sprintf("The request body is not valid UTF-8 (byte %s); %s", firstInvalid(body), advice)}

@@ -173,6 +173,9 @@ func FuzzPrepareText(f *testing.F) {
 			t.Fatalf("%d sequences for 2 inputs", len(seqs))
 		}
 		kind, _ := routing.ParseInputType(req.InputType)
+		if req.InputType == "" && withInstruction {
+			kind = routing.Query // an instruction alone makes a query
+		}
 		task := routing.DefaultInstruction
 		if withInstruction {
 			task = strings.TrimSpace(instruction)

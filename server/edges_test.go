@@ -95,10 +95,10 @@ func TestInvalidUTF8(t *testing.T) {
 	}{
 		{"one string", "/v1/embeddings", "{\"input\":\"caf\xe9\"}", envelope("input 0 is not valid UTF-8 (byte 0xE9); ", "input")},
 		{"third of three", "/v1/embeddings", "{\"input\":[\"a\",\"b\",\"\xff\xfe\"]}", envelope("input 2 is not valid UTF-8 (byte 0xFF); ", "input")},
-		{"in the model", "/v1/embeddings", "{\"input\":\"a\",\"model\":\"m\xc3\"}", envelope("'model' is not valid UTF-8 (byte 0xC3); ", "model")},
-		{"in an unknown field", "/v1/embeddings", "{\"input\":\"a\",\"x\":\"\xc0\"}", envelope("'x' is not valid UTF-8 (byte 0xC0); ", "x")},
+		{"in the model", "/v1/embeddings", "{\"input\":\"a\",\"model\":\"m\xc3\"}", envelope("'model' is not valid UTF-8 (byte 0xC3); ", "")},
+		{"in an unknown field", "/v1/embeddings", "{\"input\":\"a\",\"x\":\"\xc0\"}", envelope("'x' is not valid UTF-8 (byte 0xC0); ", "")},
 		{"embed texts", "/embed", "{\"texts\":[\"ok\",\"caf\xe9\"]}", envelope("texts[1] is not valid UTF-8 (byte 0xE9); ", "texts")},
-		{"tokenize text", "/tokenize", "{\"text\":\"caf\xe9\"}", envelope("'text' is not valid UTF-8 (byte 0xE9); ", "text")},
+		{"tokenize text", "/tokenize", "{\"text\":\"caf\xe9\"}", envelope("'text' is not valid UTF-8 (byte 0xE9); ", "")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
