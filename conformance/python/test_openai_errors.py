@@ -8,7 +8,6 @@ SDK waited, which must be the Retry-After the server sent, not the SDK's own bac
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.error
@@ -20,7 +19,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from helpers import Server, assert_same, raw_embed
+from helpers import Server, assert_same, post, raw_embed
 
 KEY = "sk-python-suite"
 BODY_LIMIT = 4096
@@ -66,26 +65,32 @@ def wait_for(cond, what, timeout=30.0):
 
 
 class HeldRequest:
-    """A /v1/embeddings request whose body is still on its way: once admitted it holds
-    one of the server's --max-concurrent-requests slots until finish()."""
+    """A /v1/embeddings request held in flight: the warm worker is paused (SIGSTOP)
+    before it is sent, so once admitted it holds one of the server's
+    --max-concurrent-requests slots until finish() lets the worker go on (SIGCONT).
+    (A slow body would not do: the server reads bodies before admission.)"""
 
     def __init__(self, s, model):
-        body = json.dumps({"model": model, "input": "held", "encoding_format": "float"}).encode()
-        self.sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
-        head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAuthorization: Bearer {KEY}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-        self.sock.sendall(head.encode() + body[:10])
-        self.rest = body[10:]
-        wait_for(lambda: debug_vars(s)["requests_in_flight"] == 1, "the held request to be admitted")
+        self.worker = debug_vars(s)["warm_worker_pid"]
+        os.kill(self.worker, signal.SIGSTOP)
+        self.result = {}
+
+        def send():
+            self.result["status"] = post(s.url, "/v1/embeddings", {"model": model, "input": "held"}, HEADERS)[0]
+
+        self.thread = threading.Thread(target=send)
+        self.thread.start()
+        try:
+            wait_for(lambda: debug_vars(s)["requests_in_flight"] == 1, "the held request to be admitted")
+        except BaseException:
+            self.finish()
+            raise
 
     def finish(self):
-        """Sends the rest of the body and returns the status of the answer."""
-        self.sock.sendall(self.rest)
-        data = b""
-        while chunk := self.sock.recv(65536):
-            data += chunk
-        self.sock.close()
-        return int(data.split(b" ", 2)[1])
+        """Lets the worker go on and returns the held request's status."""
+        os.kill(self.worker, signal.SIGCONT)
+        self.thread.join(60)
+        return self.result.get("status")
 
 
 def check_error(err, cls, status, body):
