@@ -176,7 +176,7 @@ test-scale: build models
 # FUZZTIME (their committed seed corpora also run as plain tests in test-go). A
 # failing input is written to the package's testdata/fuzz; commit it with the fix.
 FUZZTIME ?= 20s
-FUZZERS  = openai:FuzzDecodeEmbeddingRequest routing:FuzzPrepareText routing:FuzzPrepareTokenIDs
+FUZZERS  = openai:FuzzDecodeEmbeddingRequest routing:FuzzPrepareText routing:FuzzPrepareTokenIDs routing:FuzzTruncate
 
 fuzz: models
 	@set -e; for f in $(FUZZERS); do \

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -50,7 +51,24 @@ func TestOpenAPIFuzz(t *testing.T) {
 		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, tail(out, 12000), s.stderr)
 	}
 	t.Logf("schemathesis:\n%s", tail(out, 3000))
+	// schemathesis exits 0 when its time ran out before it tested anything: require
+	// that every operation was tested, with enough cases to mean something.
+	selected := regexp.MustCompile(`Selected: (\d+)/(\d+)`).FindSubmatch(out)
+	tested := regexp.MustCompile(`Tested: (\d+)`).FindSubmatch(out)
+	generated := regexp.MustCompile(`(\d+) generated`).FindSubmatch(out)
+	if selected == nil || tested == nil || generated == nil {
+		t.Fatalf("no summary in the schemathesis output")
+	}
+	ops, _ := strconv.Atoi(string(selected[2]))
+	n, _ := strconv.Atoi(string(generated[1]))
+	if string(selected[1]) != string(selected[2]) || string(tested[1]) != string(selected[2]) || ops < 11 || n < minFuzzCases {
+		t.Fatalf("schemathesis tested %s of %s operations (%s selected) with %d cases; want all, at least 11, and %d cases", tested[1], selected[2], selected[1], n, minFuzzCases)
+	}
 }
+
+// minFuzzCases is the least number of generated requests a run must send: 711 in
+// 75 s on a loaded 2-core machine.
+const minFuzzCases = 200
 
 func tail(b []byte, n int) string {
 	if len(b) > n {
