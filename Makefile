@@ -195,23 +195,6 @@ test-node: build models
 	cd conformance/node && npm ci --no-audit --no-fund --loglevel=error && node --test
 	cd docs/clients && npm ci --no-audit --no-fund --loglevel=error && node --test
 
-# The OpenAPI fuzzer (conformance/openapi_fuzz_test.go): schemathesis, pinned with
-# everything it pulls in by conformance/openapi/requirements.txt, in a virtual
-# environment created on first use and again when that file changes (nothing is
-# installed outside it), against the real binary for about a minute and a half.
-ST_VENV ?= .cache/venv-schemathesis
-ST_REQS := conformance/openapi/requirements.txt
-
-$(ST_VENV)/installed: $(ST_REQS)
-	rm -rf $(ST_VENV)
-	python3 -m venv $(ST_VENV)
-	$(ST_VENV)/bin/pip install -q --disable-pip-version-check -r $(ST_REQS)
-	touch $@
-
-test-openapi: build models $(ST_VENV)/installed
-	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(ST_VENV)/bin/schemathesis \
-		$(GO) test -count=1 -timeout 5m -run '^TestOpenAPIFuzz$$' -v ./conformance/
-
 # The Python client suite (conformance/python, pytest) in a virtual environment of
 # the pinned packages of its requirements.txt, created on first use and again when
 # that file changes; nothing is installed outside it (--no-compile: Python compiles
@@ -233,6 +216,13 @@ test-python: build models $(VENV)/installed
 	$(GO) run ./tools/tiktoken-cl100k -dir $(TIKTOKEN_DIR) >/dev/null
 	cd conformance/python && TIKTOKEN_CACHE_DIR=$(CURDIR)/$(TIKTOKEN_DIR) EMBED_STACK_REQUIRE_E2E=1 \
 		$(CURDIR)/$(VENV)/bin/python -m pytest
+
+# The OpenAPI fuzzer (conformance/openapi_fuzz_test.go): schemathesis, pinned in
+# conformance/python/requirements.txt and installed with the Python clients into
+# $(VENV) (above), against the real binary for about a minute and a half.
+test-openapi: build models $(VENV)/installed
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(VENV)/bin/schemathesis \
+		$(GO) test -count=1 -timeout 5m -run '^TestOpenAPIFuzz$$' -v ./conformance/
 
 # The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
 # against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as

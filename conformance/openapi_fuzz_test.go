@@ -14,7 +14,7 @@ import (
 // adds room for start-up and the last requests.
 const fuzzBudget = 75 * time.Second
 
-// A property-based fuzzer (schemathesis, pinned in conformance/openapi/requirements.txt)
+// A property-based fuzzer (schemathesis, pinned in conformance/python/requirements.txt)
 // generates requests from GET /openapi.json, valid and invalid, and sends them to the
 // real binary: every answer must be documented for its status, match its schema,
 // content type and headers, and none may be a 5xx.
