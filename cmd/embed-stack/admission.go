@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
 
 // parseLengths reads a comma-separated list of token counts (--warm-buckets,
@@ -83,33 +82,6 @@ func kvBytesPerToken(path string) (int64, error) {
 	return layers * kvHeads * (keyLen + valueLen) * f16, nil
 }
 
-// memAvailable reads MemAvailable from /proc/meminfo: the memory the kernel can
-// hand out without swapping. ok is false where there is no /proc (macOS).
-func memAvailable() (bytes int64, ok bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	return parseMemAvailable(f)
-}
-
-func parseMemAvailable(r io.Reader) (int64, bool) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:")
-		if !found {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		return kb << 10, true
-	}
-	return 0, false
-}
-
 const (
 	// ephemeralShare is the part of the available memory that ephemeral workers
 	// may use by default; the rest is the warm worker's, the page cache's (the
@@ -175,6 +147,44 @@ func kvSize(b int64) string {
 	return fmt.Sprintf("%d bytes", b)
 }
 
+// GPU sizing. NOT MEASURED: chosen by reasoning, to be checked on a GPU
+// (scripts/gpu-check.sh).
+const (
+	// gpuShareNum/gpuShareDen of the device's free memory is the workers', the
+	// rest is left for the driver and fragmentation.
+	gpuShareNum, gpuShareDen = 9, 10
+	// gpuWorkerOverhead is a worker's device memory besides weights and KV cache:
+	// the CUDA context and the compute buffers of 2048-token decode calls.
+	gpuWorkerOverhead = 1 << 30
+	// gpuMaxEphemeral caps the count: the workers share one GPU's compute, so
+	// more at once mostly take turns.
+	gpuMaxEphemeral = 4
+)
+
+// gpuEphemeralLimits fills the bounds a flag left at 0 for workers on a GPU, where
+// each ephemeral worker holds its own copy of the weights (weightBytes) and its KV
+// cache in device memory. free is the device's free memory before any worker has
+// loaded; the warm worker's share (weights, a warmCtx-token KV cache, overhead)
+// comes off first. The count is what the rest holds for inputs of maxInput tokens
+// (1 to gpuMaxEphemeral), the token bound what it holds after the workers' weights
+// and overhead, never less than one maxInput input.
+func gpuEphemeralLimits(workers, tokens, maxInput, warmCtx int, kvPerToken, weightBytes, free int64, device string) ephemeralLimits {
+	perWorker := weightBytes + gpuWorkerOverhead
+	budget := free/gpuShareDen*gpuShareNum - perWorker - kvPerToken*int64(warmCtx)
+	maxCtx := int64(backends.EphemeralContextSize(maxInput))
+	l := ephemeralLimits{workers: workers, tokens: tokens}
+	if l.workers == 0 {
+		l.workers = int(max(1, min(budget/(perWorker+kvPerToken*maxCtx), gpuMaxEphemeral)))
+	}
+	if l.tokens == 0 {
+		fit := (budget - int64(l.workers)*perWorker) / max(kvPerToken, 1)
+		l.tokens = int(max(maxCtx, min(fit, 1<<30)))
+	}
+	l.basis = fmt.Sprintf("%s: %d MiB free, %d/%d of it for the workers, the warm worker's share off first; each ephemeral worker %d MiB of weights and %d MiB besides, %s of KV cache per token, at most %d workers",
+		device, free>>20, gpuShareNum, gpuShareDen, weightBytes>>20, gpuWorkerOverhead>>20, kvSize(kvPerToken), gpuMaxEphemeral)
+	return l
+}
+
 // checkEphemeralLimits refuses bounds under which the longest accepted input could
 // never run.
 func checkEphemeralLimits(l ephemeralLimits, maxInput int) error {
@@ -234,12 +244,21 @@ func warmStartError(err error, warmMax int) error {
 
 // ephemeralLimits returns the admission bounds of the ephemeral workers: the flags,
 // with those left at 0 sized to this machine and model (defaultEphemeralLimits).
-func (e *engine) ephemeralLimits(workers, tokens, maxInput int) (ephemeralLimits, error) {
+func (e *engine) ephemeralLimits(workers, tokens, maxInput, warmCtx int) (ephemeralLimits, error) {
 	kv, err := kvBytesPerToken(e.modelPath)
 	if err != nil {
 		return ephemeralLimits{}, err
 	}
-	avail, _ := memAvailable()
+	if d := e.device; d != nil && d.GPU {
+		st, err := os.Stat(e.modelPath)
+		if err != nil {
+			return ephemeralLimits{}, fmt.Errorf("model: %w", err)
+		}
+		l := gpuEphemeralLimits(workers, tokens, maxInput, warmCtx, kv, st.Size(), d.MemoryFree, d.Name+" ("+d.Description+")")
+		return l, checkEphemeralLimits(l, maxInput)
+	}
+	mem, _ := hostmem.Read()
+	avail := mem.Available
 	l := defaultEphemeralLimits(workers, tokens, maxInput, kv, avail, runtime.NumCPU())
 	return l, checkEphemeralLimits(l, maxInput)
 }

@@ -40,17 +40,6 @@ func TestParseLengths(t *testing.T) {
 	}
 }
 
-func TestParseMemAvailable(t *testing.T) {
-	in := "MemTotal:       24557816 kB\nMemFree:        19000000 kB\nMemAvailable:   21474836 kB\n"
-	got, ok := parseMemAvailable(strings.NewReader(in))
-	if !ok || got != 21474836<<10 {
-		t.Errorf("parseMemAvailable = %d, %v; want %d", got, ok, int64(21474836)<<10)
-	}
-	if _, ok := parseMemAvailable(strings.NewReader("MemTotal: 1 kB\n")); ok {
-		t.Error("parseMemAvailable found MemAvailable where there is none")
-	}
-}
-
 // TestKVBytesPerToken: layers x KV heads x (key + value width) x 2 bytes.
 func TestKVBytesPerToken(t *testing.T) {
 	root := testrepo.RootOf(t)
