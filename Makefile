@@ -10,7 +10,8 @@
 #     resolves its directory; when that fails the build stops here, naming the fix,
 #     instead of passing include paths rooted at / to the compiler.
 # macOS: `brew install nlohmann-json` and put stb_image.h on the include path (or
-# set EXTRA_CPPFLAGS=-I/path/to/stb-parent); Metal is not enabled by this build.
+# set EXTRA_CPPFLAGS=-I/path/to/stb-parent); on Apple Silicon ggml's Metal backend is
+# compiled in (the ollama module enables it for darwin/arm64). NVIDIA GPUs: `make cuda`.
 
 GO          ?= go
 OLLAMA_MOD  := github.com/ollama/ollama
@@ -61,7 +62,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-python test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cuda cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-python test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -251,6 +252,24 @@ conformance-mlx: build
 	python3 mlx-embed-server/scripts/crosscheck.py --min-cosine $(MLX_COSINE_MIN) \
 		--mlx-cmd "$(MLX_SERVER) --model $(MLX_MODEL)" \
 		--llama-cmd "bin/embed-stack worker --model $(MLX_GGUF)"
+
+# ggml's CUDA backend, built with CMake (and nvcc) from the pinned module's sources
+# into $(BACKEND_DIR), where bin/embed-stack loads it (docs/building.md):
+# libggml-cuda.so and the libggml-base.so it links against. CUDA_ARCHITECTURES is
+# CMake's list, e.g. 90 for an H100/H200, "80;86;89;90" for several; native builds
+# for the GPUs of this machine.
+CUDA_ARCHITECTURES ?= native
+CUDA_BUILD_DIR     ?= .cache/cuda-build
+BACKEND_DIR        ?= lib/embed-stack
+CUDA_JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
+
+cuda:
+	@command -v cmake >/dev/null || { echo "make cuda needs cmake (apt-get install cmake)"; exit 1; }
+	cmake -S cmake/cuda -B $(CUDA_BUILD_DIR) -DOLLAMA_DIR=$(OLLAMA_DIR) \
+		-DEMBED_STACK_BACKEND_DIR=$(abspath $(BACKEND_DIR)) \
+		-DCMAKE_CUDA_ARCHITECTURES="$(CUDA_ARCHITECTURES)" $(CUDA_CMAKE_FLAGS)
+	cmake --build $(CUDA_BUILD_DIR) --target ggml-cuda -j $(CUDA_JOBS)
+	@ls -l $(BACKEND_DIR)
 
 clean:
 	rm -rf bin

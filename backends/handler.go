@@ -29,10 +29,18 @@ type Engine interface {
 
 // EngineInfo describes a loaded engine; GET /health reports it.
 type EngineInfo struct {
-	NEmbd          int    // vector length
-	MaxTokens      int    // longest single sequence accepted (the context size)
-	MaxBatchTokens int    // tokens decoded together; see Health.MaxBatchTokens
-	Model          string // model name, for logs and /health
+	NEmbd          int     // vector length
+	MaxTokens      int     // longest single sequence accepted (the context size)
+	MaxBatchTokens int     // tokens decoded together; see Health.MaxBatchTokens
+	Model          string  // model name, for logs and /health
+	Device         *Device // where it computes; nil if unknown
+}
+
+// deviceMemory is implemented by engines that can read their device's memory at
+// any time (the llama engine); /health then reports it fresh instead of as it was
+// at load.
+type deviceMemory interface {
+	DeviceMemory() (free, total int64)
 }
 
 // validate refuses an EngineInfo a client could not work with.
@@ -114,8 +122,21 @@ func (h *workerHandler) health(w http.ResponseWriter) {
 		MaxTokens:      h.info.MaxTokens,
 		MaxBatchTokens: h.info.MaxBatchTokens,
 		Model:          h.info.Model,
+		Device:         h.device(),
 		PID:            h.pid,
 	})
+}
+
+// device is the engine's device with its memory as of now.
+func (h *workerHandler) device() *Device {
+	if h.info.Device == nil {
+		return nil
+	}
+	d := *h.info.Device
+	if m, ok := h.engine.(deviceMemory); ok {
+		d.MemoryFree, d.MemoryTotal = m.DeviceMemory()
+	}
+	return &d
 }
 
 func (h *workerHandler) embed(w http.ResponseWriter, r *http.Request) {

@@ -34,6 +34,10 @@ type Health struct {
 	// Model names the loaded model (its GGUF general.name or file name).
 	Model string `json:"model,omitempty"`
 
+	// Device is where the worker computes, with its memory read at the time of
+	// the answer; absent for workers that do not say (mlx-embed-server).
+	Device *Device `json:"device,omitempty"`
+
 	// PID is the worker's process id, set in every state, for logs and for checks
 	// that a stopped worker is gone.
 	PID int `json:"pid"`
@@ -41,8 +45,31 @@ type Health struct {
 
 // Info returns the engine description carried by a ready Health.
 func (h Health) Info() EngineInfo {
-	return EngineInfo{NEmbd: h.NEmbd, MaxTokens: h.MaxTokens, MaxBatchTokens: h.MaxBatchTokens, Model: h.Model}
+	return EngineInfo{NEmbd: h.NEmbd, MaxTokens: h.MaxTokens, MaxBatchTokens: h.MaxBatchTokens, Model: h.Model, Device: h.Device}
 }
+
+// Device describes the device a worker computes on, as its /health reports it.
+type Device struct {
+	// Name is the device: "CPU", "CUDA0", "Metal".
+	Name string `json:"name"`
+	// Description is the hardware: "NVIDIA H200", "Apple M1", the CPU model.
+	Description string `json:"description,omitempty"`
+	// Backend is the ggml backend in use: "CPU", "CUDA" or "Metal".
+	Backend string `json:"backend"`
+	// GPU says the model's layers run on a GPU; GPULayers how many of them.
+	GPU       bool `json:"gpu"`
+	GPULayers int  `json:"gpu_layers,omitempty"`
+	// MemoryTotal and MemoryFree are the device's memory in bytes: on a GPU its
+	// driver's figures (every process's allocations counted), on the CPU the
+	// host's MemTotal and MemAvailable.
+	MemoryTotal int64 `json:"memory_total_bytes"`
+	MemoryFree  int64 `json:"memory_free_bytes"`
+	// Note says why a worker that could have used a GPU runs on the CPU.
+	Note string `json:"note,omitempty"`
+}
+
+// MemoryUsed is the device memory in use, by every process: total less free.
+func (d *Device) MemoryUsed() int64 { return max(0, d.MemoryTotal-d.MemoryFree) }
 
 // embedRequest is the body of POST /embed.
 type embedRequest struct {

@@ -142,7 +142,15 @@ func (w *Warm) Start(ctx context.Context) error {
 	w.mu.Lock()
 	w.cur, w.info = p, h.Info()
 	w.mu.Unlock()
-	w.logger().Info("warm worker ready", "pid", p.pid, "model", h.Model, "n_embd", h.NEmbd, "max_tokens", h.MaxTokens)
+	attrs := []any{"pid", p.pid, "model", h.Model, "n_embd", h.NEmbd, "max_tokens", h.MaxTokens}
+	if d := h.Device; d != nil {
+		attrs = append(attrs, "device", d.Name, "device_description", d.Description, "backend", d.Backend,
+			"gpu_layers", d.GPULayers, "device_memory_total_mib", d.MemoryTotal>>20, "device_memory_free_mib", d.MemoryFree>>20)
+		if d.Note != "" {
+			attrs = append(attrs, "device_note", d.Note)
+		}
+	}
+	w.logger().Info("warm worker ready", attrs...)
 
 	w.wg.Add(1)
 	go w.supervise(runCtx, p)
@@ -457,6 +465,23 @@ func (w *Warm) Info() EngineInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.info
+}
+
+// Device asks the ready worker for its device and that device's memory now. ok
+// is false while no worker is ready, when the worker does not report a device, or
+// when it does not answer within ctx.
+func (w *Warm) Device(ctx context.Context) (d Device, ok bool) {
+	w.mu.Lock()
+	p := w.cur
+	w.mu.Unlock()
+	if p == nil {
+		return Device{}, false
+	}
+	h, err := p.client.Health(ctx)
+	if err != nil || h.Device == nil {
+		return Device{}, false
+	}
+	return *h.Device, true
 }
 
 // Restarts counts the attempts to start a replacement worker, whether or not it

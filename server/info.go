@@ -28,7 +28,7 @@ type ModelInfo struct {
 // limits and the build). The embed-stack command fills it.
 type Info struct {
 	Models []ModelInfo `json:"models"`
-	// Device is where the workers compute: "cpu".
+	// Device is where the workers compute: "cpu", "cuda:N" or "metal".
 	Device string `json:"device"`
 }
 

@@ -100,6 +100,11 @@ type Server struct {
 	// Info is GET /info's description of the models and device (info.go); its
 	// first model's limits also fill the bounds of GET /openapi.json.
 	Info Info
+	// Device, when set, describes where the vectors are computed (the warm
+	// worker's device, as of when it became ready); GET /health reports it as
+	// "device" when it returns non-nil. It must not block: /health is a liveness
+	// probe.
+	Device func() any
 
 	limits   *limiter    // built by Handler from Config.MaxConcurrentRequests
 	bodies   *bodyBudget // built by Handler: MaxConcurrentRequests × MaxBodyBytes
@@ -201,7 +206,13 @@ func (s *Server) health(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unhealthy", "reason": "the warm worker failed to restart repeatedly; see the log"})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	body := gin.H{"status": "ok"}
+	if s.Device != nil {
+		if d := s.Device(); d != nil {
+			body["device"] = d
+		}
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

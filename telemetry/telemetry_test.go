@@ -355,24 +355,30 @@ func TestObserveWorkers(t *testing.T) {
 	warm := startSleeper(t)
 	eph1, eph2 := startSleeper(t), startSleeper(t)
 	restarts, ready := 4, true
+	devOK := true
 	if err := tel.ObserveWorkers(Workers{
 		Restarts:  func() int { return restarts },
 		HangKills: func() int { return 2 },
 		WarmPID:   func() int { return warm },
 		Ready:     func() bool { return ready },
 		Ephemeral: func() (int, int, int) { return 2, 40000, 3 },
+		Device: func(context.Context) (DeviceMemory, bool) {
+			return DeviceMemory{Name: "CUDA0", Backend: "CUDA", Used: 3 << 30, Total: 141 << 30}, devOK
+		},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	text := scrape(t, tel)
 	for series, want := range map[string]float64{
-		"embed_stack_warm_restarts_total":            4,
-		"embed_stack_warm_hang_kills_total":          2,
-		"embed_stack_warm_ready":                     1,
-		`embed_stack_workers{role="warm"}`:           1,
-		`embed_stack_workers{role="ephemeral"}`:      2,
-		"embed_stack_ephemeral_tokens":               40000,
-		`embed_stack_queue_depth{queue="ephemeral"}`: 3,
+		"embed_stack_warm_restarts_total":                                      4,
+		"embed_stack_warm_hang_kills_total":                                    2,
+		"embed_stack_warm_ready":                                               1,
+		`embed_stack_workers{role="warm"}`:                                     1,
+		`embed_stack_workers{role="ephemeral"}`:                                2,
+		"embed_stack_ephemeral_tokens":                                         40000,
+		`embed_stack_queue_depth{queue="ephemeral"}`:                           3,
+		`embed_stack_device_memory_used_bytes{backend="CUDA",device="CUDA0"}`:  3 << 30,
+		`embed_stack_device_memory_total_bytes{backend="CUDA",device="CUDA0"}`: 141 << 30,
 	} {
 		if v := sample(text, series); v != want {
 			t.Errorf("%s = %v, want %v", series, v, want)
@@ -387,8 +393,11 @@ func TestObserveWorkers(t *testing.T) {
 			t.Errorf("%s = %v, want %v ± 5%%", series, v, want)
 		}
 	}
-	restarts, ready = 5, false
+	restarts, ready, devOK = 5, false, false
 	text = scrape(t, tel)
+	if strings.Contains(text, "embed_stack_device_memory") {
+		t.Errorf("device memory reported while no worker reports a device:\n%s", text)
+	}
 	if v := sample(text, "embed_stack_warm_restarts_total"); v != 5 {
 		t.Errorf("restarts after one more: %v, want 5", v)
 	}

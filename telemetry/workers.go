@@ -33,6 +33,15 @@ type Workers struct {
 	// the tokens of their inputs (what the memory budget counts), and the inputs
 	// queued for a slot (routing.Router.EphemeralState).
 	Ephemeral func() (running, tokens, queued int)
+	// Device reads the memory of the warm worker's device now (backends.Warm.Device):
+	// ok is false while there is no ready worker or it reports no device.
+	Device func(ctx context.Context) (d DeviceMemory, ok bool)
+}
+
+// DeviceMemory is a device's memory, labelled by the device and its backend.
+type DeviceMemory struct {
+	Name, Backend string // "CUDA0", "CUDA"; "CPU", "CPU"
+	Used, Total   int64  // bytes; Used counts every process's allocations
 }
 
 // Worker roles, the role label of the worker gauges.
@@ -53,6 +62,12 @@ const workersScope = "github.com/embed-stack/embed-stack/telemetry"
 //	embed_stack_worker_rss_bytes{role}       their resident memory, summed per role
 //	embed_stack_ephemeral_tokens             tokens held by running ephemeral workers
 //	embed_stack_queue_depth{queue}           long inputs waiting for an ephemeral worker (queue="ephemeral")
+//	embed_stack_device_memory_used_bytes{device,backend}   memory in use on the warm worker's device
+//	embed_stack_device_memory_total_bytes{device,backend}  and all of it
+//
+// Device memory is what the device's backend reports: on a GPU the driver's
+// figures, on the CPU the host's (MemTotal less MemAvailable), every process's
+// allocations counted either way.
 //
 // RSS comes from /proc/<pid>/status (VmRSS) of each child of Workers.Parent, so on
 // systems without /proc the last two stay empty. It does nothing when no metric
@@ -97,6 +112,16 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
+	devUsed, err := m.Int64ObservableGauge("embed_stack.device.memory.used", metric.WithUnit("By"),
+		metric.WithDescription("Memory in use on the warm worker's device (GPU: the driver's figure; CPU: MemTotal less MemAvailable), every process counted."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	devTotal, err := m.Int64ObservableGauge("embed_stack.device.memory.total", metric.WithUnit("By"),
+		metric.WithDescription("Memory of the warm worker's device."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
 	ephQueue := metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", RoleEphemeral)))
 	parent := w.Parent
 	if parent == 0 {
@@ -104,7 +129,14 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	}
 	warmAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleWarm)))
 	ephAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleEphemeral)))
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if w.Device != nil {
+			if d, ok := w.Device(ctx); ok {
+				attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("device", d.Name), attribute.String("backend", d.Backend)))
+				o.ObserveInt64(devUsed, d.Used, attrs)
+				o.ObserveInt64(devTotal, d.Total, attrs)
+			}
+		}
 		if w.Restarts != nil {
 			o.ObserveInt64(restarts, int64(w.Restarts()))
 		}
@@ -149,7 +181,7 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		o.ObserveInt64(rss, mem[0], warmAttr)
 		o.ObserveInt64(rss, mem[1], ephAttr)
 		return nil
-	}, restarts, hangKills, ready, count, rss, ephTokens, queue)
+	}, restarts, hangKills, ready, count, rss, ephTokens, queue, devUsed, devTotal)
 	if err != nil {
 		return fmt.Errorf("telemetry: registering the worker gauges: %w", err)
 	}

@@ -155,21 +155,39 @@ type Config struct {
 	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call, and
 	// the token budget of one packed round of short sequences (see plan); a long
 	// sequence's calls take at most LongCallTokens of it. 0 means
-	// min(ContextTokens, 512).
+	// min(ContextTokens, 512) on the CPU, and the GPU schedule's (see schedule)
+	// on a GPU.
 	BatchTokens int
 
-	// Threads is llama.cpp's thread count for decoding. 0 means runtime.NumCPU().
+	// Threads is llama.cpp's thread count for decoding. 0 means runtime.NumCPU()
+	// on the CPU and at most 4 on a GPU (see gpuSchedule).
 	// ggml's threads spin while they wait for each other, so more threads than free
 	// cores makes decoding slower, not faster.
 	Threads int
 
-	// MaxSeqs is the number of sequences packed into one round. 0 means 64; llama.cpp
-	// allows at most 256 (LLAMA_MAX_SEQ).
+	// MaxSeqs is the number of sequences packed into one round. 0 means 64 on the
+	// CPU (128 on a GPU); llama.cpp allows at most 256 (LLAMA_MAX_SEQ).
 	MaxSeqs int
 
-	// GPULayers is the number of layers offloaded to a GPU; 0 runs on the CPU only.
-	// A build without a GPU backend (the default build) ignores it.
+	// Device is where the model runs: "auto" (or ""), "cpu", "cuda", "cuda:N" or
+	// "metal" (see ParseDevice). auto takes the first GPU ggml has, after loading
+	// the backends of BackendDir, and else the CPU, which Info().Device.Note then
+	// explains; a device asked for by name that is not there fails Open with a
+	// *DeviceError, never falling back to the CPU. cpu loads no backend library.
+	// The device picks the batching defaults (see schedule): on the CPU they are
+	// the measured ones the constants of this package state.
+	Device string
+
+	// GPULayers is the number of layers whose weights live on the GPU, the output
+	// layer counting as one, when Device is a GPU. 0 means all of them.
 	GPULayers int
+
+	// BackendDir is the folder of loadable ggml backends (libggml-cuda.so); "" means
+	// DefaultBackendDir(), where a missing folder just means no GPU backend, while a
+	// folder given here must exist. ggml's registry is per process: a folder is
+	// loaded once and stays loaded, and every file in it that is a backend must
+	// load (a *BackendError otherwise).
+	BackendDir string
 
 	// AttentionBytes bounds the attention scores of one decode call of a long
 	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
@@ -226,6 +244,7 @@ type Info struct {
 	BatchTokens   int    // tokens per decode call
 	TrainContext  int    // the model's training context
 	ModelName     string // general.name from the GGUF, else the file name
+	Device        DeviceInfo
 }
 
 // kctx is one llama.cpp context, with its kernel and sizes, and the batch its decode
@@ -267,6 +286,7 @@ type Engine struct {
 	// Owned by the owner goroutine after Open returns (and the contexts' lctx and
 	// batch with it); freed by Close once the owner has returned.
 	model *C.struct_llama_model
+	dev   C.ggml_backend_dev_t // the GPU the layers are offloaded to; nil on the CPU
 
 	// Test hooks, set before the first Embed and called on the owner goroutine:
 	// beforeDecode just before each llama_decode, decodeHook after each successful
@@ -278,8 +298,9 @@ type Engine struct {
 var backendInit = sync.OnceValue(func() error {
 	C.llama_backend_init()
 	// The CPU backend is compiled in (ggml is built with GGML_USE_CPU) and registers
-	// itself statically; ollama's ggml.OnceLoad only adds dynamically loaded GPU
-	// backends from lib/ollama, which this build does not ship.
+	// itself statically, as Metal does on darwin/arm64; loadable GPU backends come
+	// from Config.BackendDir (loadBackends), not from ollama's ggml.OnceLoad, which
+	// this package never calls.
 	if C.ggml_backend_dev_count() == 0 {
 		return errors.New("llama: no ggml compute device is registered; the binary was built without ggml's CPU backend")
 	}
@@ -330,9 +351,17 @@ func Open(cfg Config) (*Engine, error) {
 	if cfg.Nice < 0 || cfg.Nice > 19 {
 		return nil, fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
 	}
+	if err := backendInit(); err != nil {
+		return nil, err
+	}
+	dev, device, err := selectDevice(cfg.Device, cfg.BackendDir, cfg.BackendDir != "")
+	if err != nil {
+		return nil, err
+	}
+	sched := scheduleFor(device.GPU)
 	maxSeqs := cfg.MaxSeqs
 	if maxSeqs == 0 {
-		maxSeqs = DefaultMaxSeqs
+		maxSeqs = sched.maxSeqs
 	}
 	// One sequence id is reserved for the padding token (see embed).
 	if limit := int(C.llama_max_parallel_sequences()) - 1; maxSeqs > limit {
@@ -340,14 +369,28 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	threads := cfg.Threads
 	if threads == 0 {
-		threads = runtime.NumCPU()
-	}
-	if err := backendInit(); err != nil {
-		return nil, err
+		threads = sched.threads()
 	}
 
 	mp := C.llama_model_default_params()
-	mp.n_gpu_layers = C.int32_t(cfg.GPULayers)
+	// One device or none: split mode NONE keeps the model on devices[main_gpu],
+	// and main_gpu -1 on no GPU at all, whatever backends are registered.
+	mp.split_mode = C.LLAMA_SPLIT_MODE_NONE
+	mp.main_gpu = -1
+	mp.n_gpu_layers = 0
+	if dev != nil {
+		devs := (*[2]C.ggml_backend_dev_t)(C.calloc(2, C.size_t(unsafe.Sizeof(dev))))
+		defer C.free(unsafe.Pointer(devs))
+		devs[0] = dev
+		mp.devices = &devs[0]
+		mp.main_gpu = 0
+		// More layers than the model has means all of them, the output layer too
+		// (999 is llama.cpp's own default).
+		mp.n_gpu_layers = 999
+		if cfg.GPULayers > 0 {
+			mp.n_gpu_layers = C.int32_t(cfg.GPULayers)
+		}
+	}
 	mp.use_mmap = true
 	mp.use_mlock = false
 	// Load the model without its tokenizer: the engine takes token ids, and building
@@ -392,7 +435,7 @@ func Open(cfg Config) (*Engine, error) {
 	batchTokens := cfg.BatchTokens
 	switch {
 	case batchTokens == 0:
-		batchTokens = min(ctxTokens, DefaultBatchTokens)
+		batchTokens = min(ctxTokens, sched.batchTokens)
 	case batchTokens > ctxTokens:
 		return nil, fmt.Errorf("llama: Config.BatchTokens is %d, more than ContextTokens %d; a decode call cannot hold more tokens than the context, lower BatchTokens", batchTokens, ctxTokens)
 	}
@@ -400,7 +443,10 @@ func Open(cfg Config) (*Engine, error) {
 	if attnBytes == 0 {
 		attnBytes = DefaultAttentionBytes
 	}
-	plainBatch := min(batchTokens, LongCallTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
+	plainBatch := min(batchTokens, sched.longCallTokens, attentionFit(attnBytes, ctxTokens, int(C.llama_model_n_head(model))))
+	if dev != nil {
+		device.GPULayers = min(int(mp.n_gpu_layers), int(C.llama_model_n_layer(model))+1)
+	}
 
 	hidden := int(C.llama_model_n_embd(model))
 	var head *yesNoHead
@@ -422,6 +468,7 @@ func Open(cfg Config) (*Engine, error) {
 			BatchTokens:   batchTokens,
 			TrainContext:  trainCtx,
 			ModelName:     modelName(model, cfg.ModelPath),
+			Device:        device,
 		},
 		threads: threads,
 		nice:    cfg.Nice,
@@ -429,6 +476,7 @@ func Open(cfg Config) (*Engine, error) {
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 		model:   model,
+		dev:     dev,
 		// Lets a cancelled or closing call stop inside a decode call, which can take
 		// tens of seconds for a full batch of a large model on a small CPU.
 		abort: (*C.es_abort)(C.calloc(1, C.sizeof_es_abort)),
@@ -437,13 +485,18 @@ func Open(cfg Config) (*Engine, error) {
 	switch cfg.attention {
 	case attnHybrid:
 		// A round of short sequences holds at most a decode call's worth, or one
-		// sequence of FlashMaxTokens split over several calls (see plan).
-		shortCtx := min(ctxTokens, max(batchTokens, FlashMaxTokens))
-		e.short = &kctx{kernel: attnFlashBF16V, ctxTokens: shortCtx, batchTokens: min(batchTokens, shortCtx), maxSeqs: maxSeqs}
-		e.shortMax = min(ctxTokens, FlashMaxTokens)
-		if ctxTokens > FlashMaxTokens {
+		// sequence of the schedule's shortMax (FlashMaxTokens on the CPU) split over
+		// several calls (see plan).
+		shortCtx := min(ctxTokens, max(batchTokens, sched.shortMax))
+		e.short = &kctx{kernel: sched.short, ctxTokens: shortCtx, batchTokens: min(batchTokens, shortCtx), maxSeqs: maxSeqs}
+		e.shortMax = min(ctxTokens, sched.shortMax)
+		if ctxTokens > sched.shortMax {
 			// One sequence a round, so that each starts at KV cell 0.
-			e.long = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: 1}
+			longBatch := min(batchTokens, sched.longCallTokens)
+			if sched.long == attnPlain {
+				longBatch = plainBatch
+			}
+			e.long = &kctx{kernel: sched.long, ctxTokens: ctxTokens, batchTokens: longBatch, maxSeqs: 1}
 		}
 	case attnPlain:
 		e.short = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: maxSeqs}

@@ -26,7 +26,7 @@ type engineConfig struct {
 	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
 	// last-token; see readModelFacts.
 	AllowPoolingMismatch bool
-	// Threads per worker; 0 means the number of CPUs.
+	// Threads per worker; 0 means the worker's default for its device.
 	Threads int
 	// BatchTokens is the warm worker's tokens per decode call; 0 means its default.
 	BatchTokens int
@@ -45,6 +45,9 @@ type engineConfig struct {
 	ReadyTimeout time.Duration
 	// LogFormat and LogLevel are passed on to the workers so their lines match ours.
 	LogFormat, LogLevel string
+	// Device is where the workers compute (their --device, --gpu-layers and
+	// --backend-dir).
+	Device deviceFlags
 }
 
 // engine is the model side of both commands: the resolved GGUF, its facts, the
@@ -56,6 +59,10 @@ type engine struct {
 	tok       *tokenizer.Tokenizer
 	warm      *backends.Warm
 	long      *backends.Ephemeral
+	// device is where the workers will run, probed before any starts (probeDevice);
+	// nil when no GPU can be there (--device cpu, or auto with no backend folder
+	// off darwin/arm64), which means the CPU.
+	device *backends.Device
 }
 
 // newEngine resolves the model (downloading a Hub reference into the Hugging Face
@@ -107,12 +114,21 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if err != nil {
 		return nil, fmt.Errorf("find own executable to start workers: %w", err)
 	}
-	threads := cfg.Threads
-	if threads == 0 {
-		threads = runtime.NumCPU()
+	var device *backends.Device
+	if mayHaveGPU(cfg.Device) {
+		if device, err = probeDevice(exe, cfg.Device); err != nil {
+			return nil, err
+		}
+		logger.Info("device", "device", device.Name, "description", device.Description, "backend", device.Backend,
+			"memory_total_mib", device.MemoryTotal>>20, "memory_free_mib", device.MemoryFree>>20, "note", device.Note)
 	}
-	workerArgs := []string{"worker", "--model", modelPath, "--threads", strconv.Itoa(threads),
-		"--log-format", cfg.LogFormat, "--log-level", cfg.LogLevel}
+	// --threads only when set: a worker's default depends on its device (every
+	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
+	workerArgs := []string{"worker", "--model", modelPath}
+	if cfg.Threads > 0 {
+		workerArgs = append(workerArgs, "--threads", strconv.Itoa(cfg.Threads))
+	}
+	workerArgs = append(append(workerArgs, "--log-format", cfg.LogFormat, "--log-level", cfg.LogLevel), cfg.Device.args()...)
 	// A reranker's workers return the two logits of yes and no per sequence.
 	outputs := facts.dim
 	if facts.rerank {
@@ -132,6 +148,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	}
 	return &engine{
 		modelPath: modelPath,
+		device:    device,
 		facts:     facts,
 		tok:       tok,
 		warm: &backends.Warm{

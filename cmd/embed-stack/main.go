@@ -30,6 +30,7 @@ Usage:
   embed-stack worker --model PATH --socket PATH [flags]
                                             run one llama.cpp worker (started by serve)
   embed-stack bench  --model PATH [flags]   benchmark against the engine floor and peers (docs/performance.md)
+  embed-stack devices [--device D]          print the device (CPU, CUDA, Metal) a worker would run on
   embed-stack version                       print the version
 
 Run "embed-stack COMMAND --help" (serve, embed, merge, worker, bench) for its flags.
@@ -55,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runWorker(args[1:], stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "devices":
+		return runDevices(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0

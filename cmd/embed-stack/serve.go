@@ -82,6 +82,8 @@ type serveFlags struct {
 	maxEphemeralTokens int
 	ephemeralQueue     int
 	ephemeralNice      int
+	// device is --device, --gpu-layers and --backend-dir (device.go).
+	device deviceFlags
 }
 
 // stringList is a repeatable flag.
@@ -139,6 +141,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token, but at most what --max-ephemeral workers hold at --max-input-tokens each)")
 	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
 	fs.IntVar(&f.ephemeralNice, "ephemeral-nice", 10, "lower the CPU priority of ephemeral workers' decoding by `n` (0-19), so the warm worker's short requests go first on shared cores: with 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way")
+	addDeviceFlags(fs, &f.device)
 	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
@@ -184,6 +187,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 		return nil, err
 	}
 	if err := checkRoutingFlags(f); err != nil {
+		return nil, err
+	}
+	if err := f.device.check(); err != nil {
 		return nil, err
 	}
 	if err := checkGuardFlags(f); err != nil {
@@ -353,6 +359,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		ReadyTimeout:         f.readyTimeout,
 		LogFormat:            f.logFormat,
 		LogLevel:             f.logLevel,
+		Device:               f.device,
 	}, logger)
 	if err != nil {
 		return err
@@ -369,7 +376,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			name = "qwen3-reranker"
 		}
 	}
-	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens)
+	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens)
 	if err != nil {
 		return err
 	}
@@ -431,9 +438,15 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		Reranker: router,
 		Ready:    warm.Ready,
 		Healthy:  warm.Healthy,
-		Info: server.Info{Device: "cpu", Models: []server.ModelInfo{
+		Info: server.Info{Device: deviceName(eng.device), Models: []server.ModelInfo{
 			{ID: name, Aliases: f.aliases, Task: infoTask(facts.rerank), Pooling: "last", Limits: router.Limits()},
 		}},
+		Device: func() any {
+			if d := warm.Info().Device; d != nil {
+				return d
+			}
+			return nil
+		},
 		Vars: func() map[string]any {
 			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
 		},

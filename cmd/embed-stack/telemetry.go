@@ -73,7 +73,14 @@ func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, HangKills: hang.Kills, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState}); err != nil {
+	device := func(ctx context.Context) (telemetry.DeviceMemory, bool) {
+		// A scrape waits for the worker's answer at most this long.
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		d, ok := warm.Device(ctx)
+		return telemetry.DeviceMemory{Name: d.Name, Backend: d.Backend, Used: d.MemoryUsed(), Total: d.MemoryTotal}, ok
+	}
+	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, HangKills: hang.Kills, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState, Device: device}); err != nil {
 		return err
 	}
 	if p.Console() {

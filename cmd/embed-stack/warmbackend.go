@@ -134,6 +134,12 @@ func (b warmChoice) spec(llama backends.WorkerSpec) (backends.WorkerSpec, error)
 		return llama, fmt.Errorf("the warm worker's arguments %q hold no --model to replace", llama.Args)
 	}
 	args[i+1] = b.MLXModel
+	// The device flags choose a ggml device; MLX always runs on the Mac's GPU.
+	for _, name := range []string{"--device", "--gpu-layers", "--backend-dir"} {
+		if j := slices.Index(args, name); j >= 0 && j+1 < len(args) {
+			args = slices.Delete(args, j, j+2)
+		}
+	}
 	out := llama
 	out.Path, out.Args = b.MLXServer, args
 	return out, nil

@@ -27,7 +27,6 @@ func runWorker(args []string, stderr io.Writer) int {
 		batch       = fs.Int("batch", 0, "`tokens` per llama.cpp decode call of packed short inputs (n_batch = n_ubatch; 0 = min(ctx, 512)); a long input's calls take at most 256 of them, fewer where their attention scores would pass 512 MiB")
 		threads     = fs.Int("threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
 		seqs        = fs.Int("seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
-		gpuLayers   = fs.Int("gpu-layers", 0, "layers to offload to a GPU (0 = CPU only)")
 		buckets     = fs.String("buckets", "", "comma-separated sequence `lengths` warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length is created and decodes one short throwaway input, so that the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
 		task        = fs.String("task", taskEmbed, "`embed`: return each sequence's last-token hidden state; rerank: return the logits of the tokens yes and no at its last token, for a Qwen3-Reranker (serve passes it when it serves one)")
 		nice        = fs.Int("nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
@@ -35,6 +34,8 @@ func runWorker(args []string, stderr io.Writer) int {
 		logFormat   = fs.String("log-format", "text", "log `format`: text or json")
 		logLevel    = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	)
+	var dev deviceFlags
+	addDeviceFlags(fs, &dev)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack worker --model PATH --socket PATH [flags]\n\n"+
 			"Loads a GGUF through llama.cpp and embeds token-id sequences sent over the worker\n"+
@@ -60,6 +61,10 @@ func runWorker(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "embed-stack worker: --task %q is not one of embed, rerank\n", *task)
 		return 2
 	}
+	if err := dev.check(); err != nil {
+		fmt.Fprintln(stderr, "embed-stack worker:", err)
+		return 2
+	}
 	tel, err := startTelemetry("worker", false, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
@@ -73,14 +78,19 @@ func runWorker(args []string, stderr io.Writer) int {
 	}
 	cfg := backends.WorkerConfig{SocketPath: *socket, IgnoreStdin: *ignoreStdin, Logger: logger}
 	load := func() (backends.Engine, backends.EngineInfo, error) {
-		e, err := llama.Open(llama.Config{
+		c := llama.Config{
 			ModelPath: *model, ContextTokens: *ctxTokens, BatchTokens: *batch,
-			Threads: *threads, MaxSeqs: *seqs, GPULayers: *gpuLayers, Nice: *nice,
+			Threads: *threads, MaxSeqs: *seqs, Nice: *nice,
 			Rerank: *task == taskRerank,
-		})
-		if err != nil {
-			return nil, backends.EngineInfo{}, err
 		}
+		dev.config(&c)
+		e, err := llama.Open(c)
+		if err != nil {
+			return nil, backends.EngineInfo{}, explainDeviceError(err)
+		}
+		d := e.Info().Device
+		logger.Info("device", "device", d.Name, "description", d.Description, "backend", d.Backend,
+			"gpu_layers", d.GPULayers, "memory_total_mib", d.MemoryTotal>>20, "memory_free_mib", d.MemoryFree>>20, "note", d.Note)
 		// Log before and after warming: the serve side's ready timer is a stall
 		// timer that any worker output resets, so a slow warm-up on a loaded
 		// machine is not mistaken for a hang.
@@ -98,7 +108,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		if name == "" {
 			name = filepath.Base(*model)
 		}
-		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name}, nil
+		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name, Device: deviceOf(info.Device)}, nil
 	}
 	if err := backends.RunWorker(context.Background(), cfg, traceLoad(load)); err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -440,5 +444,83 @@ func TestRerankLayout(t *testing.T) {
 	}
 	if lo > 0.3 || hi < 0.7 || lo < 1e-4 || hi > 1-1e-4 {
 		t.Errorf("P(yes) over eight inputs spans [%.4f, %.4f]; want it to reach below 0.3 and above 0.7 without saturating", lo, hi)
+	}
+}
+
+// TestHFSnapshot: -hf writes the GGUF's tensors, byte for byte, under their
+// Hugging Face names with PyTorch-order shapes, and a Qwen3 config of the shape.
+func TestHFSnapshot(t *testing.T) {
+	o := miniOptions(t, gguf.TypeF16, 3)
+	var tensors []tensorSpec
+	o.record = &tensors
+	p, _ := generateTemp(t, o)
+	dir := filepath.Join(t.TempDir(), "hf")
+	if err := writeHF(dir, o.shape, len(o.vocab.tokens), tensors); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(st[:8])
+	if n%8 != 0 {
+		t.Errorf("header length %d is not a multiple of 8", n)
+	}
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(st[8:8+n], &header); err != nil {
+		t.Fatal(err)
+	}
+	data := st[8+n:]
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if len(header) != len(f.Tensors())+1 {
+		t.Errorf("%d safetensors entries, want the GGUF's %d tensors and __metadata__", len(header), len(f.Tensors()))
+	}
+	for _, ti := range f.Tensors() {
+		name, err := hfName(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Dtype       string    `json:"dtype"`
+			Shape       []uint64  `json:"shape"`
+			DataOffsets [2]uint64 `json:"data_offsets"`
+		}
+		if err := json.Unmarshal(header[name], &e); err != nil {
+			t.Fatalf("%s (%s): %v", name, ti.Name, err)
+		}
+		want := slices.Clone(ti.Dims)
+		slices.Reverse(want)
+		wantType := map[gguf.GGMLType]string{gguf.TypeF16: "F16", gguf.TypeF32: "F32"}[ti.Type]
+		if e.Dtype != wantType || !slices.Equal(e.Shape, want) || e.DataOffsets[1]-e.DataOffsets[0] != ti.Bytes() {
+			t.Errorf("%s: %+v, want %s %v of %d bytes", name, e, wantType, want, ti.Bytes())
+			continue
+		}
+		raw, err := io.ReadAll(f.TensorReader(ti))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(raw, data[e.DataOffsets[0]:e.DataOffsets[1]]) {
+			t.Errorf("%s: data differs from the GGUF's %s", name, ti.Name)
+		}
+	}
+	var cfg map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]float64{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 192, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "vocab_size": float64(len(o.vocab.tokens))} {
+		if cfg[k] != v {
+			t.Errorf("config %s = %v, want %v", k, cfg[k], v)
+		}
+	}
+	if cfg["model_type"] != "qwen3" || cfg["torch_dtype"] != "float16" {
+		t.Errorf("config = %v", cfg)
+	}
+	if err := run([]string{"-tokenizer", miniTokenizer, "-type", "q8_0", "-out", filepath.Join(t.TempDir(), "q.gguf"), "-hf", dir}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-hf needs -type f16 or f32") {
+		t.Errorf("-hf with q8_0: %v", err)
 	}
 }

@@ -44,9 +44,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		out       = fs.String("out", "", "output GGUF path (required); parent directories are created")
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
 		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head)")
+		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME]")
+		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME] [-hf DIR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -83,9 +84,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum, err := generate(*out, options{shape: s, typ: typ, seed: *seed, name: *name, vocab: v, rerank: rerank})
+	o := options{shape: s, typ: typ, seed: *seed, name: *name, vocab: v, rerank: rerank}
+	var tensors []tensorSpec
+	if *hfDir != "" {
+		if typ != gguf.TypeF16 && typ != gguf.TypeF32 {
+			return fmt.Errorf("-hf needs -type f16 or f32; safetensors have no %s", typ)
+		}
+		o.record = &tensors
+	}
+	sum, err := generate(*out, o)
 	if err != nil {
 		return err
+	}
+	if *hfDir != "" {
+		if err := writeHF(*hfDir, s, len(v.tokens), tensors); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s: config.json, model.safetensors\n", *hfDir)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d bytes (%.1f MiB), %d parameters in %d tensors, shape %s, %s matrices, seed %d, %.1fs\n",
 		*out, sum.bytes, float64(sum.bytes)/(1<<20), sum.parameters, sum.tensors, s.name, typ, *seed, time.Since(start).Seconds())

@@ -77,6 +77,8 @@ type options struct {
 	// type RANK, classifier labels ["yes", "no"], the rerank chat template, and
 	// cls.output.weight holding the LM head's "yes" and "no" rows (here random).
 	rerank bool
+	// record, when set, receives every tensor as it is added (for writeHF).
+	record *[]tensorSpec
 }
 
 type summary struct {
@@ -145,7 +147,11 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 
 	hidden, q, kv, ffn := uint64(s.hidden), uint64(s.heads*s.headDim), uint64(s.kvHeads*s.headDim), uint64(s.ffn)
 	add := func(name string, typ gguf.GGMLType, dims []uint64, in dist) {
-		w.AddTensor(name, typ, dims, fillRandom(o.seed, name, typ, dims, in))
+		fill := fillRandom(o.seed, name, typ, dims, in)
+		w.AddTensor(name, typ, dims, fill)
+		if o.record != nil {
+			*o.record = append(*o.record, tensorSpec{name: name, typ: typ, dims: dims, fill: fill})
+		}
 		n := uint64(1)
 		for _, d := range dims {
 			n *= d

@@ -1,0 +1,75 @@
+package llama
+
+import "runtime"
+
+// schedule is how an engine batches its work on one kind of device: the defaults
+// of the Config fields left at 0, and the kernel and split that no Config field
+// sets (they are part of what a vector is; see FlashMaxTokens).
+type schedule struct {
+	// batchTokens is DefaultBatchTokens' counterpart: tokens per decode call and
+	// per round of short sequences.
+	batchTokens int
+	// maxSeqs is DefaultMaxSeqs' counterpart: sequences per round.
+	maxSeqs int
+	// shortMax is FlashMaxTokens' counterpart: the longest sequence packed with
+	// others into the short context; longer ones are decoded alone from KV cell 0.
+	shortMax int
+	// longCallTokens is LongCallTokens' counterpart: the most tokens one decode
+	// call of a long sequence takes.
+	longCallTokens int
+	// short and long are the attention kernels of the two contexts.
+	short, long attentionKind
+	// threads is the default of Config.Threads.
+	threads func() int
+}
+
+// cpuSchedule is the CPU's: every value measured on the 0.6B shape (see the
+// constants it names and Open).
+var cpuSchedule = schedule{
+	batchTokens:    DefaultBatchTokens,
+	maxSeqs:        DefaultMaxSeqs,
+	shortMax:       FlashMaxTokens,
+	longCallTokens: LongCallTokens,
+	short:          attnFlashBF16V,
+	long:           attnPlain,
+	threads:        runtime.NumCPU,
+}
+
+// gpuSchedule is for CUDA and Metal. NOT MEASURED: these are defaults chosen by
+// reasoning, to be replaced by the figures of scripts/gpu-check.sh on a GPU
+// (docs/performance.md says how to run it). The reasoning:
+//
+//   - Attention: flash attention over the default f16 KV cache at every length.
+//     The CPU's reasons for the plain kernel on long sequences do not carry over:
+//     llama.cpp asks ggml for f32 precision in flash attention (the CPU kernel's
+//     f16 accumulation over an f16 V cache is what cost accuracy there), and on a
+//     GPU flash attention is the fast kernel, where the plain one writes a
+//     cells x tokens x heads f32 score matrix per layer to device memory. A bf16 V
+//     cache (the CPU's short-sequence choice) is not among the types CUDA's flash
+//     attention kernels take; ggml would run that operation on the CPU.
+//   - 2048-token decode calls: a GPU needs thousands of rows per matrix product
+//     to fill its tensor cores on the 1024-wide 0.6B model, and the compute
+//     buffers this costs (tens of MiB per activation) are small beside the
+//     weights; long sequences take whole calls, as no score matrix bounds them.
+//   - Sequences of up to 512 tokens are packed (a 32 x 512 batch fills 8 calls
+//     of 2048), longer ones decoded alone from KV cell 0 as on the CPU, and 128
+//     sequences a round, so that short queries fill a call too.
+//   - 4 threads: on a GPU the host runs only the token-embedding lookup and the
+//     graph scheduling, and ggml's idle threads spin.
+var gpuSchedule = schedule{
+	batchTokens:    2048,
+	maxSeqs:        128,
+	shortMax:       512,
+	longCallTokens: 2048,
+	short:          attnFlash,
+	long:           attnFlash,
+	threads:        func() int { return min(4, runtime.NumCPU()) },
+}
+
+// scheduleFor returns the schedule of a device: gpu is DeviceInfo.GPU.
+func scheduleFor(gpu bool) schedule {
+	if gpu {
+		return gpuSchedule
+	}
+	return cpuSchedule
+}

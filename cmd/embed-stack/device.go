@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/llama"
+)
+
+// deviceFlags are --device, --gpu-layers and --backend-dir: where the workers
+// compute. serve, embed and worker take them alike; serve and embed pass them on
+// to every worker they start.
+type deviceFlags struct {
+	device     string
+	gpuLayers  int
+	backendDir string
+}
+
+// addDeviceFlags defines the device flags on fs, bound to f.
+func addDeviceFlags(fs *flag.FlagSet, f *deviceFlags) {
+	fs.StringVar(&f.device, "device", llama.DeviceAuto, "where the model runs: `auto` (the first GPU of a loaded backend, else the CPU), cpu (loads no GPU backend), cuda, cuda:N or metal; a GPU asked for by name that is missing is an error, never a fallback to the CPU")
+	fs.IntVar(&f.gpuLayers, "gpu-layers", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU")
+	fs.StringVar(&f.backendDir, "backend-dir", "", "`folder` of loadable ggml GPU backends such as libggml-cuda.so, which `make cuda` builds (default: "+llama.BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+llama.BackendDirName+"/); every backend library in it must load")
+}
+
+// check refuses a malformed device name or a negative layer count.
+func (f *deviceFlags) check() error {
+	if _, _, err := llama.ParseDevice(f.device); err != nil {
+		return fmt.Errorf("--device: %w", err)
+	}
+	if f.gpuLayers < 0 {
+		return fmt.Errorf("--gpu-layers must not be negative (0 = all layers); got %d", f.gpuLayers)
+	}
+	return nil
+}
+
+// args are the worker flags that carry f.
+func (f *deviceFlags) args() []string {
+	out := []string{"--device", f.device, "--gpu-layers", strconv.Itoa(f.gpuLayers)}
+	if f.backendDir != "" {
+		out = append(out, "--backend-dir", f.backendDir)
+	}
+	return out
+}
+
+// config fills the device fields of an engine configuration.
+func (f *deviceFlags) config(c *llama.Config) {
+	c.Device, c.GPULayers, c.BackendDir = f.device, f.gpuLayers, f.backendDir
+}
+
+// explainDeviceError adds to an engine's device or backend error the flags that
+// change the outcome.
+func explainDeviceError(err error) error {
+	var de *llama.DeviceError
+	var be *llama.BackendError
+	switch {
+	case errors.As(err, &de):
+		return fmt.Errorf("--device %s: %w (the folder: --backend-dir or EMBED_STACK_BACKEND_DIR; or --device auto to run on the CPU when no GPU is there)", de.Device, err)
+	case errors.As(err, &be):
+		return fmt.Errorf("--backend-dir: %w (--device cpu loads none)", err)
+	}
+	return err
+}
+
+// deviceOf converts the engine's device description to the worker protocol's.
+func deviceOf(d llama.DeviceInfo) *backends.Device {
+	return &backends.Device{
+		Name: d.Name, Description: d.Description, Backend: d.Backend, GPU: d.GPU, GPULayers: d.GPULayers,
+		MemoryTotal: d.MemoryTotal, MemoryFree: d.MemoryFree, Note: d.Note,
+	}
+}
+
+// runDevices is `embed-stack devices`: the device a worker would run on, found as a
+// worker finds it (backends loaded from the folder), without loading a model.
+// serve runs it before its workers, to size the ephemeral workers against the
+// GPU's memory.
+func runDevices(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("embed-stack devices", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f deviceFlags
+	addDeviceFlags(fs, &f)
+	asJSON := fs.Bool("json", false, "print the device as the JSON object of a worker's /health \"device\" field")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack devices [flags]\n\n"+
+			"Prints the device a worker would run on with these flags, and its memory, without\n"+
+			"loading a model: a check of a GPU setup (`make cuda`, drivers).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := f.check(); err != nil {
+		fmt.Fprintln(stderr, "embed-stack devices:", err)
+		return 2
+	}
+	var c llama.Config
+	f.config(&c)
+	info, err := llama.Probe(c)
+	if err != nil {
+		fmt.Fprintln(stderr, "embed-stack devices:", explainDeviceError(err))
+		return 1
+	}
+	d := deviceOf(info)
+	if *asJSON {
+		_ = json.NewEncoder(stdout).Encode(d)
+		return 0
+	}
+	fmt.Fprintf(stdout, "device %s (%s), backend %s, gpu %t, memory %d MiB total, %d MiB free\n",
+		d.Name, d.Description, d.Backend, d.GPU, d.MemoryTotal>>20, d.MemoryFree>>20)
+	if d.Note != "" {
+		fmt.Fprintln(stdout, "note:", d.Note)
+	}
+	return 0
+}
+
+// mayHaveGPU says whether a worker started with f might run on a GPU, so that
+// serve must probe where (probeDevice): a GPU asked for by name, or auto where
+// Metal is compiled in or a backend folder exists.
+func mayHaveGPU(f deviceFlags) bool {
+	kind, _, _ := llama.ParseDevice(f.device)
+	switch kind {
+	case llama.DeviceCPU:
+		return false
+	case llama.DeviceAuto:
+		if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+			return true
+		}
+		if f.backendDir != "" {
+			return true // and a folder that is not there fails now, not in a worker
+		}
+		_, err := os.Stat(llama.DefaultBackendDir())
+		return err == nil
+	}
+	return true
+}
+
+// deviceName is GET /info's word for where the workers compute: "cpu", "cuda:N"
+// or "metal", from the probed device (nil: the CPU).
+func deviceName(d *backends.Device) string {
+	switch {
+	case d == nil || !d.GPU:
+		return "cpu"
+	case strings.HasPrefix(d.Name, "CUDA"):
+		return "cuda:" + strings.TrimPrefix(d.Name, "CUDA")
+	}
+	return strings.ToLower(d.Name)
+}
+
+// probeDevice runs `embed-stack devices --json` with f as a child process (ggml's
+// backends, once loaded, stay in a process, and serve itself never loads them) and
+// returns what it printed. The error is the child's message.
+func probeDevice(exe string, f deviceFlags) (*backends.Device, error) {
+	out, err := exec.Command(exe, append([]string{"devices", "--json"}, f.args()...)...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			return nil, errors.New(strings.TrimSpace(strings.TrimPrefix(string(ee.Stderr), "embed-stack devices: ")))
+		}
+		return nil, fmt.Errorf("probing the device with %s devices: %w", exe, err)
+	}
+	var d backends.Device
+	if err := json.Unmarshal(out, &d); err != nil {
+		return nil, fmt.Errorf("probing the device: %q: %w", out, err)
+	}
+	return &d, nil
+}
