@@ -116,6 +116,10 @@ func (e *BackendError) Error() string {
 	return fmt.Sprintf("llama: %s is not a loadable ggml backend: %s. Rebuild it with `make cuda`, move it out of the folder, or run on the CPU without loading any backend (device cpu)", e.Path, e.Reason)
 }
 
+// ErrBackendFolder is wrapped by the error of a backend folder that was named
+// (Config.BackendDir) but cannot be read.
+var ErrBackendFolder = errors.New("the GPU backend folder cannot be read")
+
 // ErrNoDevice is what every *DeviceError matches with errors.Is.
 var ErrNoDevice = errors.New("requested device not found")
 
@@ -175,7 +179,15 @@ func loadBackends(dir string, explicit bool) ([]string, error) {
 	if r, ok := backends.loaded[dir]; ok {
 		return r.libs, r.err
 	}
-	libs, err := readBackendDir(dir, explicit)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// Nothing loaded, nothing to remember: whether that is an error depends on
+		// explicit, which may differ from one call to the next.
+		if explicit {
+			return nil, fmt.Errorf("llama: %w: %w", ErrBackendFolder, err)
+		}
+		return nil, nil
+	}
+	libs, err := readBackendDir(dir)
 	if backends.loaded == nil {
 		backends.loaded = map[string]backendLoad{}
 	}
@@ -183,13 +195,10 @@ func loadBackends(dir string, explicit bool) ([]string, error) {
 	return libs, err
 }
 
-func readBackendDir(dir string, explicit bool) ([]string, error) {
+func readBackendDir(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !explicit {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("llama: backend folder: %w", err)
+		return nil, fmt.Errorf("llama: %w: %w", ErrBackendFolder, err)
 	}
 	var libs []string
 	for _, ent := range entries {

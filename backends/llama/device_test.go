@@ -86,7 +86,7 @@ func TestNoBackendLibrary(t *testing.T) {
 	if _, info, err := selectDevice("auto", missing, false); err != nil || info.Backend != "CPU" {
 		t.Errorf("default folder missing: %+v, %v; want the CPU and no error", info, err)
 	}
-	if _, _, err := selectDevice("auto", missing, true); err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+	if _, _, err := selectDevice("auto", missing, true); !errors.Is(err, ErrBackendFolder) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("explicit folder missing: err = %v, want one naming the missing folder", err)
 	}
 

@@ -64,9 +64,11 @@ func explainDeviceError(err error) error {
 	var be *llama.BackendError
 	switch {
 	case errors.As(err, &de):
-		return fmt.Errorf("--device %s: %w (the folder: --backend-dir or EMBED_STACK_BACKEND_DIR; or --device auto to run on the CPU when no GPU is there)", de.Device, err)
+		return fmt.Errorf("--device: %w (the folder: --backend-dir or EMBED_STACK_BACKEND_DIR; or --device auto to run on the CPU when no GPU is there)", err)
 	case errors.As(err, &be):
 		return fmt.Errorf("--backend-dir: %w (--device cpu loads none)", err)
+	case errors.Is(err, llama.ErrBackendFolder):
+		return fmt.Errorf("--backend-dir: %w", err)
 	}
 	return err
 }

@@ -175,13 +175,13 @@ func TestWorkerDeviceErrors(t *testing.T) {
 		want []string
 	}{
 		{"cuda without backend", []string{"--device", "cuda", "--backend-dir", empty}, 1, []string{
-			"embed-stack worker: --device cuda: llama: device cuda: no CUDA backend is loaded: the backend folder " + empty + " holds no libggml-cuda library. Build it with `make cuda`",
+			"embed-stack worker: loading the model: --device: llama: device cuda: no CUDA backend is loaded: the backend folder " + empty + " holds no libggml-cuda library. Build it with `make cuda`",
 			"(the folder: --backend-dir or EMBED_STACK_BACKEND_DIR; or --device auto to run on the CPU when no GPU is there)"}},
-		{"cuda:2 without backend", []string{"--device", "cuda:2", "--backend-dir", empty}, 1, []string{"--device cuda:2: llama: device cuda:2: no CUDA backend is loaded"}},
+		{"cuda:2 without backend", []string{"--device", "cuda:2", "--backend-dir", empty}, 1, []string{"--device: llama: device cuda:2: no CUDA backend is loaded"}},
 		{"corrupt library", []string{"--backend-dir", corrupt}, 1, []string{
-			"embed-stack worker: --backend-dir: llama: " + lib + " is not a loadable ggml backend: llama.cpp: load_backend: failed to load " + lib + ":",
+			"embed-stack worker: loading the model: --backend-dir: llama: " + lib + " is not a loadable ggml backend: llama.cpp: load_backend: failed to load " + lib + ":",
 			"Rebuild it with `make cuda`, move it out of the folder, or run on the CPU without loading any backend (device cpu) (--device cpu loads none)"}},
-		{"missing folder", []string{"--backend-dir", filepath.Join(empty, "nope")}, 1, []string{"--backend-dir" /* in the wrapped error */, "no such file or directory"}},
+		{"missing folder", []string{"--backend-dir", filepath.Join(empty, "nope")}, 1, []string{"embed-stack worker: loading the model: --backend-dir: llama: the GPU backend folder cannot be read: stat " + filepath.Join(empty, "nope") + ": no such file or directory"}},
 		{"bad name", []string{"--device", "gpu0"}, 2, []string{`embed-stack worker: --device: device "gpu0" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -241,9 +241,9 @@ func TestServeRefusesMissingCUDA(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"flag", []string{"--device", "cuda"}, nil, "--device cuda: llama: device cuda: no CUDA backend is loaded"},
-		{"env", nil, []string{"EMBED_STACK_DEVICE=cuda:0"}, "--device cuda:0: llama: device cuda:0: no CUDA backend is loaded"},
-		{"file", []string{"--config", cfg}, nil, "--device cuda:1: llama: device cuda:1: no CUDA backend is loaded"},
+		{"flag", []string{"--device", "cuda"}, nil, "--device: llama: device cuda: no CUDA backend is loaded"},
+		{"env", nil, []string{"EMBED_STACK_DEVICE=cuda:0"}, "--device: llama: device cuda:0: no CUDA backend is loaded"},
+		{"file", []string{"--config", cfg}, nil, "--device: llama: device cuda:1: no CUDA backend is loaded"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"serve", "--model", model, "--addr", e2e.FreeAddr(t), "--backend-dir", empty}, tt.args...)
