@@ -23,12 +23,29 @@ func TestHealthAndReady(t *testing.T) {
 			if r.status != http.StatusOK {
 				t.Fatalf("status %d, want 200: %s", r.status, truncate(r.body))
 			}
+			// /health also says where vectors are computed (the warm worker's device).
 			var body struct {
 				Status string `json:"status"`
+				Device *struct {
+					Name        string `json:"name"`
+					Description string `json:"description"`
+					Backend     string `json:"backend"`
+					GPU         bool   `json:"gpu"`
+					GPULayers   int    `json:"gpu_layers"`
+					MemoryTotal int64  `json:"memory_total_bytes"`
+					MemoryFree  int64  `json:"memory_free_bytes"`
+					Note        string `json:"note"`
+				} `json:"device"`
 			}
 			r.decode(t, &body)
 			if body.Status != tc.want {
 				t.Errorf("status field %q, want %q", body.Status, tc.want)
+			}
+			switch d := body.Device; {
+			case tc.path == "/ready" && d != nil:
+				t.Errorf("/ready reports a device: %+v", d)
+			case tc.path == "/health" && (d == nil || d.Name == "" || d.Backend == "" || d.MemoryTotal <= 0 || d.MemoryFree > d.MemoryTotal || d.GPU != (d.GPULayers > 0)):
+				t.Errorf("/health device = %+v, want a named device with its memory", d)
 			}
 		})
 	}
