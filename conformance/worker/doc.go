@@ -13,7 +13,8 @@
 // What is checked, with exact values:
 //   - /health: 503 {"status":"loading","pid":P} (Retry-After: 1) while loading, if seen,
 //     then 200 with exactly status "ready", n_embd, max_tokens, max_batch_tokens, model
-//     and pid, the pid being the process the suite started;
+//     and pid, the pid being the process the suite started, and optionally device (name,
+//     backend and memory: where the worker computes);
 //   - /embed: one vector of n_embd finite floats per sequence, in input order; the same
 //     request twice gives bit-identical vectors; a sequence alone and inside a batch of
 //     mixed lengths agree to cosine ≥ 0.99999; with a reference GGUF, every vector
