@@ -138,8 +138,19 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 	}
 }
 
-// embed waits for the worker, ending the stage spawn, and embeds one sequence on it.
+// embed waits for the worker, ending the stage spawn, and embeds one sequence on it,
+// under the hang watch (which covers the load too: a loading worker answers
+// "loading").
 func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int, spawn stage.Stage, started time.Time) ([]float32, error) {
+	hung := e.watch(ctx, p, logger(e.Logger))
+	vec, err := e.embedOn(ctx, p, seq, nCtx, spawn, started)
+	if h := hung(); h != nil {
+		return nil, h
+	}
+	return vec, err
+}
+
+func (e *Ephemeral) embedOn(ctx context.Context, p *proc, seq []int32, nCtx int, spawn stage.Stage, started time.Time) ([]float32, error) {
 	h, err := p.waitReady(ctx, orDefault(e.ReadyTimeout, DefaultReadyTimeout))
 	endSpawn(spawn, roleEphemeral, p.pid, started, err)
 	if err != nil {
@@ -151,11 +162,7 @@ func (e *Ephemeral) embed(ctx context.Context, p *proc, seq []int32, nCtx int, s
 	if e.NEmbd > 0 && h.NEmbd != e.NEmbd {
 		return nil, &DimensionError{PID: p.pid, NEmbd: h.NEmbd, Want: e.NEmbd}
 	}
-	hung := e.watch(ctx, p, logger(e.Logger))
 	vecs, err := p.client.Embed(ctx, [][]int32{seq})
-	if h := hung(); h != nil {
-		return nil, h
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,45 +1,99 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // ExactFields fills fields (key → destination) from the top-level keys of a JSON
 // object, matching keys exactly, as OpenAI's API does: encoding/json alone matches
 // them case-insensitively and lets the last of duplicate keys win, so that a proxy
 // inspecting the body could read another request than the server. A key given
-// twice is a *DecodeError naming it; keys not in fields are ignored. body must be a
-// valid JSON object (check it with json.Unmarshal first, for its error messages).
+// twice is a *DecodeError naming it; keys not in fields are ignored. The values
+// are slices of body, not copies (a 30 MB input is not copied again). body must
+// be valid JSON (check it with json.Unmarshal first, for its error messages); one
+// that is not an object leaves every field nil.
 func ExactFields(body []byte, fields map[string]*json.RawMessage) error {
 	for _, dst := range fields {
 		*dst = nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil { // '{'
-		return &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil
 	}
 	seen := make(map[string]bool, len(fields))
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	i = skipSpace(body, i+1)
+	for i < len(body) && body[i] != '}' {
+		end := skipString(body, i)
+		key := string(body[i+1 : end-1])
+		if strings.IndexByte(key, '\\') >= 0 {
+			_ = json.Unmarshal(body[i:end], &key) // valid, as the body is
 		}
-		key, _ := t.(string)
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+		i = skipSpace(body, end)
+		i = skipSpace(body, i+1) // past ':'
+		vend := skipValue(body, i)
+		if dst, ok := fields[key]; ok {
+			if seen[key] {
+				return &DecodeError{Param: key, Message: fmt.Sprintf("The JSON body holds the key '%s' more than once; send each key once.", key)}
+			}
+			seen[key] = true
+			*dst = body[i:vend:vend]
 		}
-		dst, ok := fields[key]
-		if !ok {
-			continue
+		i = skipSpace(body, vend)
+		if i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
 		}
-		if seen[key] {
-			return &DecodeError{Param: key, Message: fmt.Sprintf("The JSON body holds the key '%s' more than once; send each key once.", key)}
-		}
-		seen[key] = true
-		*dst = value
 	}
 	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index after the valid JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
 }

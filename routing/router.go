@@ -320,7 +320,7 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 		if !complete {
 			return inputErr("input", i, CodeContextLength,
 				"This model's maximum context length is %d tokens, however you requested more than %d tokens (more than %d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
-				c.maxInputTokens(), len(seq)-1, len(seq)-1, i)
+				c.maxInputTokens(), 2*c.maxInputTokens(), 2*c.maxInputTokens(), i)
 		}
 		if len(seq) > c.maxInputTokens() {
 			e := inputErr(field, i, CodeContextLength,

@@ -137,7 +137,17 @@ func (s *Server) readAll(c *gin.Context) (body []byte, held int64, err error) {
 	// cleared once the body is in: net/http's background read, which notices a
 	// client that leaves, would otherwise cancel the request when it passed.
 	_ = rc.SetReadDeadline(time.Now().Add(s.Config.BodyTimeout)) // unsupported only in tests' recorders
-	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	defer func() {
+		if err != nil {
+			// net/http reads what is left of a body before it answers (up to 256
+			// KiB); a past deadline makes that fail at once, and the connection is
+			// closed after the answer, instead of waiting for a client that may
+			// never send it.
+			_ = rc.SetReadDeadline(time.Now())
+			return
+		}
+		_ = rc.SetReadDeadline(time.Time{})
+	}()
 
 	if gz {
 		zr, err := gzip.NewReader(http.MaxBytesReader(c.Writer, r.Body, limit))
