@@ -62,7 +62,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cuda cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-python test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cuda cgo-env deps tokenizer models bench-model bench bench-peers run test test-go test-pure test-node test-openapi test-python test-cohere test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -141,8 +141,9 @@ vet:
 # Go-level concurrency the unit tests do not already cover.
 # EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
 # failure. Then the node clients (openai, @langchain/openai) and the Python ones
-# (openai, langchain-openai, llama-index, litellm) against the binary.
-test: build models vet test-pure fuzz test-go test-node test-openapi test-python
+# (openai, langchain-openai, llama-index, litellm) against the binary, and
+# the Cohere SDK against a reranker.
+test: build models vet test-pure fuzz test-go test-node test-openapi test-python test-cohere
 
 E2E_PKGS     = $(shell $(GO) list ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -224,6 +225,22 @@ test-python: build models $(VENV)/installed
 test-openapi: build models $(VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(VENV)/bin/schemathesis \
 		$(GO) test -count=1 -timeout 5m -run '^TestOpenAPIFuzz$$' -v ./conformance/
+
+# A real rerank client (conformance/cohere_test.go): the Cohere Python SDK, pinned with
+# everything it pulls in by conformance/cohere/requirements.txt, in its own virtual
+# environment, against the real binary and the tiny reranker.
+COHERE_VENV ?= .cache/venv-cohere
+COHERE_REQS := conformance/cohere/requirements.txt
+
+$(COHERE_VENV)/installed: $(COHERE_REQS)
+	rm -rf $(COHERE_VENV)
+	python3 -m venv $(COHERE_VENV)
+	$(COHERE_VENV)/bin/pip install -q --disable-pip-version-check -r $(COHERE_REQS)
+	touch $@
+
+test-cohere: build models $(COHERE_VENV)/installed
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_COHERE_PYTHON=$(CURDIR)/$(COHERE_VENV)/bin/python \
+		$(GO) test -count=1 -timeout 5m -run '^TestCohereClient$$' -v ./conformance/
 
 # The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
 # against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as

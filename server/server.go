@@ -174,6 +174,7 @@ func (s *Server) Handler() http.Handler {
 	r.POST("/embed", s.readRequestBody(), s.admit(), s.nativeEmbed)
 	r.POST("/tokenize", s.readRequestBody(), s.admit(), s.tokenize)
 	r.POST("/v1/rerank", s.readRequestBody(), s.admit(), s.rerank)
+	r.POST("/v2/rerank", s.readRequestBody(), s.admit(), s.rerank) // Cohere's v2 client; the same shape
 	r.POST("/rerank", s.readRequestBody(), s.admit(), s.teiRerank)
 	s.describeRoutes(r)
 	if s.Config.DebugVars {
