@@ -28,16 +28,18 @@ log() { echo "gpu-check: $*" >&2; }
 prepare() {
 	cd "$ROOT"
 	export STANDIN_INCLUDE=${STANDIN_INCLUDE:-$ROOT/backends/llama/include}
+	# The same flags as make build (no -trimpath): llama.cpp comes from the build cache
+	# instead of being compiled again.
 	eval "$(make -s cgo-env)"
 	local ollama
 	ollama=$(go list -m -f '{{.Dir}}' github.com/ollama/ollama)
 	rm -rf "$PACK" && mkdir -p "$BIN" "$PACK/src"
 	make -s tokenizer
 	local ld="-s -w -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(git describe --tags --always --dirty)"
-	go build -trimpath -ldflags "$ld" -o "$BIN/embed-stack" ./cmd/embed-stack
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/genmodel" ./cmd/genmodel
-	go test -c -trimpath -ldflags "-s -w" -o "$BIN/llama.test" ./backends/llama
-	CGO_ENABLED=0 go test -c -trimpath -ldflags "-s -w" -o "$BIN/conformance.test" ./conformance
+	go build -ldflags "$ld" -o "$BIN/embed-stack" ./cmd/embed-stack
+	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN/genmodel" ./cmd/genmodel
+	go test -c -ldflags "-s -w" -o "$BIN/llama.test" ./backends/llama
+	CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$BIN/conformance.test" ./conformance
 	# The ggml tree of the module (sources, headers, CMake files), where cmake/cuda
 	# looks for it: OLLAMA_DIR/ml/backend/ggml/ggml.
 	mkdir -p "$PACK/src/ml/backend/ggml"
