@@ -113,6 +113,13 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 	reranker := documentedServer(&fakeEmbedder{}, true, Config{})
 	reranker.Reranker = &fakeReranker{}
 	reranker.Info.Models[0].Task = "rerank"
+	onGPU := documentedServer(&fakeEmbedder{}, true, Config{})
+	onGPU.Device = func() any {
+		return map[string]any{"name": "CUDA0", "description": "NVIDIA H200", "backend": "CUDA", "gpu": true, "gpu_layers": 29,
+			"memory_total_bytes": 150 << 30, "memory_free_bytes": 140 << 30, "note": "n"}
+	}
+	unhealthy := documentedServer(&fakeEmbedder{}, true, Config{})
+	unhealthy.Healthy = func() bool { return false }
 	calls := []call{
 		{"POST", "/v1/embeddings", "", `{"input":["a","b"]}`, 200, ready, nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"base64"}`, 200, ready, nil},
@@ -143,6 +150,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/rerank", "", `{"query":"q","texts":["a"],"truncate":true}`, 400, reranker, nil},
 		{"POST", "/rerank", "", `{"query":"q","texts":["a"]}`, 404, ready, nil},
 		{"GET", "/health", "", "", 200, ready, nil},
+		{"GET", "/health", "", "", 200, onGPU, nil},
+		{"GET", "/health", "", "", 503, unhealthy, nil},
 		{"GET", "/ready", "", "", 200, ready, nil},
 		{"GET", "/ready", "", "", 503, loading, nil},
 		{"GET", "/openapi.json", "", "", 200, ready, nil},
@@ -187,7 +196,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			t.Errorf("%s: %v\nbody: %s", name, err, w.Body)
 		}
 	}
-	for _, schema := range []string{"RerankResponse", "RerankResult", "TEIRerankResult", "EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Error"} {
+	for _, schema := range []string{"RerankResponse", "RerankResult", "TEIRerankResult", "EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Device", "Error"} {
 		for _, p := range served.Properties(schema) {
 			if !served.Seen[schema+"."+p] {
 				t.Errorf("%s.%s is documented but no answer carried it", schema, p)
