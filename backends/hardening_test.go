@@ -107,7 +107,17 @@ func TestStaleSocketDirsRemoved(t *testing.T) {
 		"other-1-2",
 	}
 	gone := fmt.Sprintf("embed-stack-%d-456", dead)
-	for _, d := range append(keep, gone) {
+	dirs := append(keep, gone)
+	if z := zombiePID(t); z != 0 { // SIGKILLed, not yet reaped: dead all the same
+		zdir := fmt.Sprintf("embed-stack-%d-789", z)
+		dirs = append(dirs, zdir)
+		t.Cleanup(func() {
+			if _, err := os.Stat(filepath.Join(socketParent, zdir)); err == nil {
+				t.Errorf("the zombie's directory %s is still there", zdir)
+			}
+		})
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(socketParent, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -129,6 +139,25 @@ func TestStaleSocketDirsRemoved(t *testing.T) {
 	if want := fmt.Sprintf("embed-stack-%d-", os.Getpid()); !strings.HasPrefix(filepath.Base(w.dir), want) {
 		t.Errorf("socket directory %s does not start with %s", w.dir, want)
 	}
+}
+
+// zombiePID returns the pid of a child killed and not yet waited for (0 where
+// zombies cannot be told), and reaps it when the test ends.
+func zombiePID(t *testing.T) int {
+	t.Helper()
+	if !fileExists("/proc/self/stat") {
+		return 0
+	}
+	p, err := os.StartProcess("/bin/sleep", []string{"sleep", "100"}, &os.ProcAttr{})
+	if err != nil {
+		return 0
+	}
+	t.Cleanup(func() { p.Wait() })
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the child to be a zombie", func() bool { return zombie(p.Pid) })
+	return p.Pid
 }
 
 // deadPID returns the pid of a process that has exited.

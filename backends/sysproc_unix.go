@@ -24,10 +24,12 @@ func isolate(cmd *exec.Cmd) {
 // terminate asks a worker to stop; RunWorker drains and exits on SIGTERM.
 func terminate(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }
 
-// processAlive says whether pid names a running process (of any user).
+// processAlive says whether pid names a running process (of any user). A zombie,
+// exited but not yet reaped (a SIGKILLed process whose parent has not waited), is
+// not running.
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	return (err == nil || errors.Is(err, syscall.EPERM)) && !zombie(pid)
 }
 
 // ownedByUs says whether path belongs to this process's user.
