@@ -31,10 +31,12 @@ func TestServeWithoutHub(t *testing.T) {
 	bin, _ := e2e.Paths(t)
 	endpoint := "http://" + e2e.FreeAddr(t) // nothing listens there any more
 	const ref = officialRepo + ":Q8_0"
+	// serve ends every run with its exit line (TestServeLifecycleLog).
+	const exitLine = `time=\S+ level=INFO msg=exit status=1`
 	refused := `level=ERROR msg="embed-stack serve failed" error="--model: cannot reach the hub at ` + regexp.QuoteMeta(endpoint) +
 		` to list the files of ` + regexp.QuoteMeta(officialRepo) + `: Get \\"` + regexp.QuoteMeta(endpoint) +
 		`/api/models/` + regexp.QuoteMeta(officialRepo) + `/revision/main\\": dial tcp [0-9.:]+: connect: connection refused` +
-		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice+`"`) + "\n$"
+		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice+`"`) + "\n" + exitLine + "\n$"
 
 	run := func(t *testing.T, env []string, args ...string) (string, time.Duration) {
 		t.Helper()
@@ -59,8 +61,8 @@ func TestServeWithoutHub(t *testing.T) {
 			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
 		}
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-		if len(lines) != 1 || !regexp.MustCompile(refused).MatchString(out) {
-			t.Errorf("output:\n%s\nwant one line matching\n%s", out, refused)
+		if len(lines) != 2 || !regexp.MustCompile(refused).MatchString(out) {
+			t.Errorf("output:\n%s\nwant the error line and the exit line, matching\n%s", out, refused)
 		}
 	})
 
@@ -74,8 +76,9 @@ func TestServeWithoutHub(t *testing.T) {
 		want := `level=ERROR msg="embed-stack serve failed" error="--model: ` + officialRepo + ` (revision main) is not in the Hugging Face cache at ` + cache +
 			`; offline mode is on (HF_HUB_OFFLINE=1): unset HF_HUB_OFFLINE and run once with network access to download it, or pass the path of a local .gguf file` +
 			noHubAdvice + "\"\n"
-		if !strings.HasSuffix(out, want) || strings.Count(out, "\n") != 1 {
-			t.Errorf("output:\n%s\nwant one line ending\n%s", out, want)
+		errLine, last, _ := strings.Cut(out, "\n")
+		if !strings.HasSuffix(errLine+"\n", want) || !regexp.MustCompile("^"+exitLine+"\n$").MatchString(last) {
+			t.Errorf("output:\n%s\nwant one line ending\n%s\nthen the exit line", out, want)
 		}
 	})
 
