@@ -149,8 +149,8 @@ def test_rate_limit_error_without_retries(guarded):
 
 def test_rate_limit_retry_waits_retry_after(server, guarded):
     """Default client (max_retries=2): the first attempt is refused while another
-    request holds the only slot; the slot frees at once; the SDK still waits the full
-    Retry-After (1 s) and its one retry succeeds."""
+    request holds the only slot, released right after the refusal; the SDK waits the
+    full Retry-After (1 s), not its own shorter backoff, and its one retry succeeds."""
     model = served_model(guarded)
     text = "retried after a 429"
     held = HeldRequest(guarded, model)
@@ -173,16 +173,17 @@ def test_rate_limit_retry_waits_retry_after(server, guarded):
     assert guarded.requests(429) == refused + 1, "one refusal, so one retry"
     assert guarded.requests(200) == ok + 2, "the held request and the retry"
     assert end - start < 5.0, f"{end - start:.3f}s"
-    # The retry arrived Retry-After (1 s) after the refusal, although the slot was free
-    # long before: the SDK's own backoff would have retried after 0.375 to 0.5 s.
+    # The retry arrived Retry-After (1 s) after the refusal.
     attempts = [r for r in log_records(guarded) if r["route"] == "/v1/embeddings"]
     refusal = [r for r in attempts if r["status"] == 429][-1]
     retry = [r for r in attempts if r["status"] == 200 and r["time"] > refusal["time"]]
     assert len(retry) == 1, attempts
     gap = retry[0]["time"] - refusal["time"]
     assert 1.0 <= gap < 1.5, f"the retry came {gap:.3f}s after the 429 (Retry-After: 1)"
-    held_done = max(r["time"] + r["duration_ms"] / 1000 for r in attempts if r["status"] == 200 and r["time"] < refusal["time"])
-    assert held_done < retry[0]["time"] - 0.5, "the slot was not free well before the retry"
+    # When the held request finishes is not asserted: the worker resumes from SIGSTOP
+    # when the machine's load lets it (once almost a second later). One refusal and a
+    # 200 retry already show the retry came once the slot was free, and the gap above
+    # rules out the SDK's own backoff (0.375 to 0.5 s).
     want, _ = raw_embed(server.url, {"input": text})
     assert_same(res.data[0].embedding, want[0], "the retried request")
 
