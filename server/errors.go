@@ -107,6 +107,14 @@ func writeError(c *gin.Context, err error) {
 	for k, v := range header {
 		c.Writer.Header()[k] = v
 	}
+	// A body the server could not decode (an unsupported or broken Content-Encoding)
+	// may be left partly unread: close the connection after this answer, so that the
+	// client's next request does not start on a connection in an unknown state
+	// (that request used to be answered 499).
+	var enc *encodingError
+	if errors.As(err, &enc) {
+		c.Writer.Header().Set("Connection", "close")
+	}
 	c.Set(ctxError, err.Error())
 	recordError(c, err, status, body)
 	c.AbortWithStatusJSON(status, body)
