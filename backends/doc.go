@@ -6,6 +6,7 @@
 // private directory:
 //
 //	GET  /health  200 {"status":"ready","n_embd":1024,"max_tokens":8192,"max_batch_tokens":8192,"model":"...","pid":123}
+//	              (optionally "short_jobs":{"max_tokens":128,"batch_tokens":512,"max_seqs":64}: see [ShortJobs])
 //	              503 {"status":"loading","pid":123}
 //	POST /embed   {"tokens":[[151643],[1,2,3,151643]]} → 200 {"embeddings":[[...],[...]]}
 //	              400 {"error":"...","index":1} bad input, 503 loading, 500 engine failure

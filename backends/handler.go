@@ -29,11 +29,12 @@ type Engine interface {
 
 // EngineInfo describes a loaded engine; GET /health reports it.
 type EngineInfo struct {
-	NEmbd          int     // vector length
-	MaxTokens      int     // longest single sequence accepted (the context size)
-	MaxBatchTokens int     // tokens decoded together; see Health.MaxBatchTokens
-	Model          string  // model name, for logs and /health
-	Device         *Device // where it computes; nil if unknown
+	NEmbd          int        // vector length
+	MaxTokens      int        // longest single sequence accepted (the context size)
+	MaxBatchTokens int        // tokens decoded together; see Health.MaxBatchTokens
+	Model          string     // model name, for logs and /health
+	Device         *Device    // where it computes; nil if unknown
+	ShortJobs      *ShortJobs // requests run ahead of a long input; nil if none
 }
 
 // deviceMemory is implemented by engines that can read their device's memory at
@@ -122,6 +123,7 @@ func (h *workerHandler) health(w http.ResponseWriter) {
 		MaxTokens:      h.info.MaxTokens,
 		MaxBatchTokens: h.info.MaxBatchTokens,
 		Model:          h.info.Model,
+		ShortJobs:      h.info.ShortJobs,
 		Device:         h.device(),
 		PID:            h.pid,
 	})

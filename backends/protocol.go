@@ -33,6 +33,9 @@ type Health struct {
 	MaxBatchTokens int `json:"max_batch_tokens,omitempty"`
 	// Model names the loaded model (its GGUF general.name or file name).
 	Model string `json:"model,omitempty"`
+	// ShortJobs, when set, says which /embed requests the worker runs ahead of a
+	// long input it is decoding (see ShortJobs); absent, requests run in turn.
+	ShortJobs *ShortJobs `json:"short_jobs,omitempty"`
 
 	// Device is where the worker computes, with its memory read at the time of
 	// the answer; absent for workers that do not say (mlx-embed-server).
@@ -45,7 +48,35 @@ type Health struct {
 
 // Info returns the engine description carried by a ready Health.
 func (h Health) Info() EngineInfo {
-	return EngineInfo{NEmbd: h.NEmbd, MaxTokens: h.MaxTokens, MaxBatchTokens: h.MaxBatchTokens, Model: h.Model, Device: h.Device}
+	return EngineInfo{NEmbd: h.NEmbd, MaxTokens: h.MaxTokens, MaxBatchTokens: h.MaxBatchTokens, Model: h.Model, Device: h.Device, ShortJobs: h.ShortJobs}
+}
+
+// ShortJobs describes the /embed requests a worker lets jump ahead: while it
+// decodes a long input, a request of at most MaxSeqs sequences, each of at most
+// MaxTokens tokens and BatchTokens in all, runs between (or by interrupting) the
+// long input's decode calls instead of waiting for it to finish. Queries are such
+// requests; sending them apart from documents (as routing's batcher does) keeps
+// their latency near idle beside long documents. The vectors are the same either
+// way.
+type ShortJobs struct {
+	MaxTokens   int `json:"max_tokens"`
+	BatchTokens int `json:"batch_tokens"`
+	MaxSeqs     int `json:"max_seqs"`
+}
+
+// Fits says whether a request of seqs is a short job.
+func (s *ShortJobs) Fits(seqs [][]int32) bool {
+	if s == nil || len(seqs) == 0 || len(seqs) > s.MaxSeqs {
+		return false
+	}
+	total := 0
+	for _, q := range seqs {
+		if len(q) > s.MaxTokens {
+			return false
+		}
+		total += len(q)
+	}
+	return total <= s.BatchTokens
 }
 
 // Device describes the device a worker computes on, as its /health reports it.

@@ -204,7 +204,7 @@ func TestPlanShapes(t *testing.T) {
 		ShortTokens: 40, MediumTokens: 64, LongTokens: 300, OverLimitTokens: 400,
 		Batches: []int{1, 4}, Lengths: []int{16, 128}, MaxGridTokens: 256,
 		Clients: []int{1, 2}, ClientDuration: time.Second, Reps: 2, HeavyTokens: 300,
-		Skip: []string{ShapeTwo1k},
+		Skip: []string{ShapeTwo1k}, InFlightTokens: []int{300},
 	}
 	shapes, err := p.Shapes(c)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestPlanShapes(t *testing.T) {
 	for _, s := range shapes {
 		ids = append(ids, s.ID)
 	}
-	want := []string{ShapeShort, ShapeLong, ShapeShortLong, ShapeOverLimit, "grid/1x16", "grid/1x128", "grid/4x16", "clients/1", "clients/2", ShapeInFlight}
+	want := []string{ShapeShort, ShapeLong, ShapeShortLong, ShapeOverLimit, "grid/1x16", "grid/1x128", "grid/4x16", "clients/1", "clients/2", ShapeInFlight, "in-flight/300"}
 	if !slices.Equal(ids, want) {
 		t.Fatalf("shapes %v, want %v (grid/4x128 is over MaxGridTokens, seed/2x1k skipped)", ids, want)
 	}

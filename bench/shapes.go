@@ -35,6 +35,10 @@ func GridShape(b, n int) string { return fmt.Sprintf("grid/%dx%d", b, n) }
 // ClientsShape is the ID of the concurrency level n.
 func ClientsShape(n int) string { return fmt.Sprintf("clients/%d", n) }
 
+// InFlightShape is the ID of the in-flight shape whose long input has n tokens
+// (Plan.InFlightTokens); ShapeInFlight is the one of Plan.LongTokens.
+func InFlightShape(n int) string { return fmt.Sprintf("in-flight/%d", n) }
+
 // Shape is one workload.
 type Shape struct {
 	ID    string    `json:"id"`
@@ -131,6 +135,10 @@ type Plan struct {
 	// InFlightWindow (15s) beside the long input.
 	InFlightIdle   int
 	InFlightWindow time.Duration
+	// InFlightTokens are the lengths of further in-flight shapes' long inputs
+	// ({4000, 8000}): documents under the warm limit, which the warm worker embeds
+	// while the queries arrive (ShapeInFlight's goes to an ephemeral worker).
+	InFlightTokens []int
 	// Skip lists shape IDs to leave out; Only, when not empty, the only ones to run.
 	Skip, Only []string
 }
@@ -168,6 +176,9 @@ func (p Plan) withDefaults() Plan {
 	p.InFlightIdle = orInt(p.InFlightIdle, 10)
 	if p.InFlightWindow == 0 {
 		p.InFlightWindow = 15 * time.Second
+	}
+	if p.InFlightTokens == nil {
+		p.InFlightTokens = []int{4000, 8000}
 	}
 	return p
 }
@@ -264,16 +275,29 @@ func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 			About: fmt.Sprintf("%s sending single %d-token queries back to back for %s", plural(n, "client"), p.QueryTokens, p.ClientDuration),
 		})
 	}
-	if !skip(ShapeInFlight) {
-		long, err := c.Document(p.LongTokens)
+	inFlight := []struct {
+		id     string
+		tokens int
+	}{{ShapeInFlight, p.LongTokens}}
+	for _, n := range p.InFlightTokens {
+		inFlight = append(inFlight, struct {
+			id     string
+			tokens int
+		}{InFlightShape(n), n})
+	}
+	for _, f := range inFlight {
+		if skip(f.id) {
+			continue
+		}
+		long, err := c.Document(f.tokens)
 		if err != nil {
-			return nil, fmt.Errorf("shape %s: %w", ShapeInFlight, err)
+			return nil, fmt.Errorf("shape %s: %w", f.id, err)
 		}
 		shapes = append(shapes, Shape{
-			ID: ShapeInFlight, Kind: KindInFlight, ServersOnly: true, Reps: 1,
+			ID: f.id, Kind: KindInFlight, ServersOnly: true, Reps: 1,
 			Pool: pool, Long: long, Idle: p.InFlightIdle, Window: p.InFlightWindow,
 			About: fmt.Sprintf("%d-token queries one after another while a %d-token document is in flight (at most %s), against the same queries idle",
-				p.QueryTokens, p.LongTokens, p.InFlightWindow),
+				p.QueryTokens, f.tokens, p.InFlightWindow),
 		})
 	}
 	return shapes, nil

@@ -503,3 +503,54 @@ func TestMeasureShortLatency(t *testing.T) {
 		filepath.Base(shortModel), percentile(idle, 50).Round(time.Millisecond), percentile(idle, 90).Round(time.Millisecond), len(idle),
 		percentile(busy, 50).Round(time.Millisecond), percentile(busy, 90).Round(time.Millisecond), n+1, len(busy), took.Round(time.Millisecond))
 }
+
+// TestQueriesBesideDocuments: queries sent while the warm worker embeds a request of
+// long documents (two of 5000 tokens, under --warm-max-tokens, so on the warm
+// worker) are answered before the documents are, each with the vector it gets on
+// an idle server, bit for bit. The batcher sends them beside the documents' batch
+// and the worker runs them between (or by interrupting) the documents' decode calls
+// (docs/routing.md); without that they would wait for both documents.
+func TestQueriesBesideDocuments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: embeds 10k tokens")
+	}
+	s := serverWith(t, routingFlags...)
+	queries := make([]string, 6)
+	idle := make([][]float64, len(queries))
+	for i := range queries {
+		queries[i] = fmt.Sprintf("which shop sells item %d near the station", i)
+		idle[i] = s.rawEmbed(t, map[string]any{"input": queries[i], "input_type": "query"}, nil).Data[0].Embedding
+	}
+	doc := repeatedText(t, 4999)
+	type answer struct {
+		r   httpResult
+		err error
+		at  time.Time
+	}
+	docDone := make(chan answer, 1)
+	docStart := time.Now()
+	go func() {
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{doc, doc + " b"}}, nil)
+		docDone <- answer{r, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond) // the documents are being decoded by now
+	var slowest time.Duration
+	for i, q := range queries {
+		start := time.Now()
+		got := s.rawEmbed(t, map[string]any{"input": q, "input_type": "query"}, nil).Data[0].Embedding
+		slowest = max(slowest, time.Since(start))
+		if !slices.Equal(got, idle[i]) {
+			t.Errorf("query %d beside the documents: its vector differs from the idle one", i)
+		}
+	}
+	queriesDone := time.Now()
+	d := <-docDone
+	if d.err != nil || d.r.status != http.StatusOK {
+		t.Fatalf("the documents: %v, status %d: %s", d.err, d.r.status, d.r.body)
+	}
+	docTime := d.at.Sub(docStart)
+	t.Logf("documents: %s; slowest of %d queries beside them: %s", docTime.Round(time.Millisecond), len(queries), slowest.Round(time.Millisecond))
+	if d.at.Before(queriesDone) {
+		t.Errorf("the documents (%s) were answered before the queries sent beside them; the queries waited for them", docTime.Round(time.Millisecond))
+	}
+}

@@ -33,19 +33,37 @@ const DefaultBatchMaxTokens = 2048
 // The vectors do not depend on the company: the engine packs sequences without
 // letting them see each other (cosine ≥ 1 - 1e-6 to the sequence embedded alone).
 //
+// Short calls (queries, as the backend defines them: see Config.ShortCalls) are
+// batched in a lane of their own, with its own batch in flight: the warm worker
+// runs such a batch ahead of a long input it is decoding, so a query does not
+// wait behind a batch of documents. Among themselves they batch as above.
+//
 // Safe for concurrent use.
 type batcher struct {
 	backend   Backend
 	window    time.Duration
 	maxTokens int
+	// short says whether a call (or a batch of calls) is short; nil: one lane.
+	short func(seqs [][]int32) bool
 
-	mu       sync.Mutex // guards the fields below and every batch's unsent state
-	queue    []*batch   // not yet sent, oldest first; only the last one takes newcomers
-	inFlight bool       // a batch is being embedded
+	mu    sync.Mutex // guards the fields below and every batch's unsent state
+	lanes [2]lane    // bulk and short
 }
+
+// lane is a queue of batches of which one at a time is sent.
+type lane struct {
+	queue    []*batch // not yet sent, oldest first; only the last one takes newcomers
+	inFlight bool     // a batch is being embedded
+}
+
+const (
+	bulkLane  = 0
+	shortLane = 1
+)
 
 // batch is the calls sent to the backend together.
 type batch struct {
+	lane   int
 	calls  []*call
 	tokens int
 	due    bool // its window has passed, or it is full
@@ -69,8 +87,8 @@ type call struct {
 	queued stage.Stage // routing.queue: from joining until the batch is sent or the caller leaves
 }
 
-func newBatcher(backend Backend, window time.Duration, maxTokens int) *batcher {
-	return &batcher{backend: backend, window: window, maxTokens: maxTokens}
+func newBatcher(backend Backend, window time.Duration, maxTokens int, short func([][]int32) bool) *batcher {
+	return &batcher{backend: backend, window: window, maxTokens: maxTokens, short: short}
 }
 
 // Embed embeds seqs as part of a batch.
@@ -83,9 +101,13 @@ func (b *batcher) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error
 		c.tokens += len(s)
 	}
 	c.queued = startQueue(ctx, len(seqs), c.tokens)
+	lane := bulkLane
+	if b.short != nil && b.short(seqs) {
+		lane = shortLane
+	}
 	b.mu.Lock()
-	b.joinLocked(c)
-	b.dispatchLocked()
+	b.joinLocked(c, lane)
+	b.dispatchLocked(lane)
 	b.mu.Unlock()
 
 	select {
@@ -97,23 +119,25 @@ func (b *batcher) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error
 	}
 }
 
-// joinLocked adds c to the newest unsent batch if it has room, else to a new one.
-func (b *batcher) joinLocked(c *call) {
+// joinLocked adds c to the newest unsent batch of its lane if it has room (and, in
+// the short lane, the batch stays short), else to a new one.
+func (b *batcher) joinLocked(c *call, lane int) {
+	l := &b.lanes[lane]
 	var cur *batch
-	if n := len(b.queue); n > 0 && b.queue[n-1].tokens+c.tokens <= b.maxTokens {
-		cur = b.queue[n-1]
+	if n := len(l.queue); n > 0 && b.room(l.queue[n-1], c) {
+		cur = l.queue[n-1]
 	} else {
 		if n > 0 {
 			// It has no room for this call, so no more company is coming its way.
-			b.queue[n-1].due = true
+			l.queue[n-1].due = true
 		}
-		cur = &batch{}
-		b.queue = append(b.queue, cur)
+		cur = &batch{lane: lane}
+		l.queue = append(l.queue, cur)
 		cur.timer = time.AfterFunc(b.window, func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			cur.due = true
-			b.dispatchLocked()
+			b.dispatchLocked(lane)
 		})
 	}
 	cur.calls = append(cur.calls, c)
@@ -124,13 +148,30 @@ func (b *batcher) joinLocked(c *call) {
 	}
 }
 
-// dispatchLocked sends the oldest batch when it is due and nothing is in flight.
-func (b *batcher) dispatchLocked() {
-	if b.inFlight || len(b.queue) == 0 || !b.queue[0].due {
+// room says whether c may join bt.
+func (b *batcher) room(bt *batch, c *call) bool {
+	if bt.tokens+c.tokens > b.maxTokens {
+		return false
+	}
+	if bt.lane != shortLane {
+		return true
+	}
+	seqs := make([][]int32, 0, len(c.seqs)+len(bt.calls))
+	for _, o := range bt.calls {
+		seqs = append(seqs, o.seqs...)
+	}
+	return b.short(append(seqs, c.seqs...))
+}
+
+// dispatchLocked sends the lane's oldest batch when it is due and nothing of the
+// lane is in flight.
+func (b *batcher) dispatchLocked(lane int) {
+	l := &b.lanes[lane]
+	if l.inFlight || len(l.queue) == 0 || !l.queue[0].due {
 		return
 	}
-	bt := b.queue[0]
-	b.queue = b.queue[1:]
+	bt := l.queue[0]
+	l.queue = l.queue[1:]
 	bt.timer.Stop()
 	bt.sent = true
 	bt.live = len(bt.calls)
@@ -138,7 +179,7 @@ func (b *batcher) dispatchLocked() {
 	// it ends when every caller has left (see leave).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(bt.calls[0].ctx))
 	bt.cancel = cancel
-	b.inFlight = true
+	l.inFlight = true
 	ctx, bt.stage = startBatch(ctx, bt)
 	go b.run(ctx, bt)
 }
@@ -166,8 +207,8 @@ func (b *batcher) run(ctx context.Context, bt *batch) {
 		close(c.done)
 	}
 	b.mu.Lock()
-	b.inFlight = false
-	b.dispatchLocked()
+	b.lanes[bt.lane].inFlight = false
+	b.dispatchLocked(bt.lane)
 	b.mu.Unlock()
 }
 
@@ -188,9 +229,10 @@ func (b *batcher) leave(c *call) {
 	c.queued.End(c.ctx.Err())
 	bt.calls = slices.DeleteFunc(bt.calls, func(x *call) bool { return x == c })
 	bt.tokens -= c.tokens
+	l := &b.lanes[bt.lane]
 	if len(bt.calls) == 0 {
 		bt.timer.Stop()
-		b.queue = slices.DeleteFunc(b.queue, func(x *batch) bool { return x == bt })
+		l.queue = slices.DeleteFunc(l.queue, func(x *batch) bool { return x == bt })
 	}
-	b.dispatchLocked()
+	b.dispatchLocked(bt.lane)
 }

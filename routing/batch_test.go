@@ -63,10 +63,13 @@ func (g *gatedBackend) waitCalls(t *testing.T, n int) {
 func (b *batcher) queued() (calls, batches int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, bt := range b.queue {
-		calls += len(bt.calls)
+	for _, l := range b.lanes {
+		for _, bt := range l.queue {
+			calls += len(bt.calls)
+		}
+		batches += len(l.queue)
 	}
-	return calls, len(b.queue)
+	return calls, batches
 }
 
 func waitBatcher(t *testing.T, b *batcher, calls, batches int) {
@@ -122,7 +125,7 @@ func requireOwn(t *testing.T, r result, seqs ...[]int32) {
 
 func TestBatcherPacksUntilFull(t *testing.T) {
 	g := &gatedBackend{}
-	b := newBatcher(g, time.Hour, 10) // only a full batch is sent
+	b := newBatcher(g, time.Hour, 10, nil) // only a full batch is sent
 	a1, a2 := seqOf(3, 1), seqOf(2, 2)
 	ra := goEmbed(context.Background(), b, a1, a2)
 	waitBatcher(t, b, 1, 1)
@@ -141,7 +144,7 @@ func TestBatcherPacksUntilFull(t *testing.T) {
 func TestBatcherWindow(t *testing.T) {
 	g := &gatedBackend{}
 	const window = 30 * time.Millisecond
-	b := newBatcher(g, window, 1000)
+	b := newBatcher(g, window, 1000, nil)
 	start := time.Now()
 	v, err := b.Embed(context.Background(), [][]int32{seqOf(4, 7)})
 	took := time.Since(start)
@@ -155,7 +158,7 @@ func TestBatcherWindow(t *testing.T) {
 // its window, up to the token budget, and the overflow opens a third.
 func TestBatcherAccumulatesWhileBusy(t *testing.T) {
 	g := &gatedBackend{gate: make(chan struct{})}
-	b := newBatcher(g, time.Millisecond, 10)
+	b := newBatcher(g, time.Millisecond, 10, nil)
 	first := goEmbed(context.Background(), b, seqOf(2, 1))
 	g.waitCalls(t, 1)
 
@@ -188,7 +191,7 @@ func TestBatcherAccumulatesWhileBusy(t *testing.T) {
 func TestBatcherCallerLeaves(t *testing.T) {
 	t.Run("before the batch is sent", func(t *testing.T) {
 		g := &gatedBackend{}
-		b := newBatcher(g, time.Hour, 10)
+		b := newBatcher(g, time.Hour, 10, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		gone := goEmbed(ctx, b, seqOf(4, 1))
 		waitBatcher(t, b, 1, 1)
@@ -205,7 +208,7 @@ func TestBatcherCallerLeaves(t *testing.T) {
 	})
 	t.Run("after it is sent", func(t *testing.T) {
 		g := &gatedBackend{gate: make(chan struct{})}
-		b := newBatcher(g, time.Hour, 4)
+		b := newBatcher(g, time.Hour, 4, nil)
 		ctx1, cancel1 := context.WithCancel(context.Background())
 		ctx2, cancel2 := context.WithCancel(context.Background())
 		r1 := goEmbed(ctx1, b, seqOf(2, 1))
@@ -231,7 +234,7 @@ func TestBatcherCallerLeaves(t *testing.T) {
 
 func TestBatcherErrorReachesEveryCaller(t *testing.T) {
 	g := &gatedBackend{err: &UnavailableError{RetryAfter: 2 * time.Second}}
-	b := newBatcher(g, time.Hour, 4)
+	b := newBatcher(g, time.Hour, 4, nil)
 	r1 := goEmbed(context.Background(), b, seqOf(2, 1))
 	r2 := goEmbed(context.Background(), b, seqOf(2, 2))
 	for _, r := range []result{<-r1, <-r2} {
@@ -282,4 +285,67 @@ func TestRouterBatching(t *testing.T) {
 		t.Errorf("%d warm calls for %d concurrent requests: nothing was batched", calls, n)
 	}
 	t.Logf("%d concurrent requests in %d warm calls", n, calls)
+}
+
+// shortOf is a ShortCalls for tests: at most 4 sequences of at most 8 tokens, 16 in
+// all.
+func shortOf(seqs [][]int32) bool {
+	total := 0
+	for _, q := range seqs {
+		if len(q) > 8 {
+			return false
+		}
+		total += len(q)
+	}
+	return len(seqs) <= 4 && total <= 16
+}
+
+// TestBatcherShortLane checks that short calls go to the backend while a batch of
+// documents is in flight, batched among themselves within the short limit, while
+// a second batch of documents still waits for the first.
+func TestBatcherShortLane(t *testing.T) {
+	g := &gatedBackend{gate: make(chan struct{})}
+	b := newBatcher(g, time.Millisecond, 1000, shortOf)
+	doc1, doc2 := seqOf(50, 1), seqOf(40, 2)
+	r1 := goEmbed(context.Background(), b, doc1)
+	g.waitCalls(t, 1)
+	// A query is sent beside the document in flight.
+	q1 := seqOf(5, 3)
+	rq1 := goEmbed(context.Background(), b, q1)
+	g.waitCalls(t, 2)
+	// A second document waits for the first; so do queries, for the query in
+	// flight, and they share a batch while it stays short: q2+q3 (12 tokens), then
+	// q4 (6 more would make 18).
+	r2 := goEmbed(context.Background(), b, doc2)
+	q2, q3, q4 := seqOf(6, 4), seqOf(6, 5), seqOf(6, 6)
+	rq2 := goEmbed(context.Background(), b, q2)
+	waitBatcher(t, b, 2, 2)
+	rq3 := goEmbed(context.Background(), b, q3)
+	waitBatcher(t, b, 3, 2)
+	rq4 := goEmbed(context.Background(), b, q4)
+	waitBatcher(t, b, 4, 3)
+	if n := g.callCount(); n != 2 {
+		t.Fatalf("%d backend calls with one batch of each lane in flight; want 2", n)
+	}
+	close(g.gate)
+	requireOwn(t, <-r1, doc1)
+	requireOwn(t, <-rq1, q1)
+	requireOwn(t, <-r2, doc2)
+	requireOwn(t, <-rq2, q2)
+	requireOwn(t, <-rq3, q3)
+	requireOwn(t, <-rq4, q4)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	// doc1, q1, then in some order doc2, [q2 q3], q4.
+	if len(sizes) != 5 || sizes[0] != 1 || sizes[1] != 1 {
+		t.Fatalf("backend call sizes %v; want doc1, q1, then doc2, q2+q3 and q4", sizes)
+	}
+	slices.Sort(sizes[2:])
+	if !slices.Equal(sizes[2:], []int{1, 1, 2}) {
+		t.Fatalf("backend call sizes %v; want doc2, q4 alone and q2+q3 together", sizes)
+	}
 }

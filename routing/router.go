@@ -117,6 +117,11 @@ type Config struct {
 	// BatchMaxTokens is the token budget of one batched warm call; 0 =
 	// DefaultBatchMaxTokens.
 	BatchMaxTokens int
+	// ShortCalls, when set, says whether the warm backend runs a call of seqs ahead
+	// of longer work it is doing (backends.ShortJobs.Fits). The batcher then sends
+	// such calls in a lane of their own, beside a batch of documents in flight, so
+	// that queries are answered while documents are embedded. nil: one lane.
+	ShortCalls func(seqs [][]int32) bool
 	// MaxEphemeral bounds the ephemeral workers running at once; 0 =
 	// DefaultMaxEphemeral.
 	MaxEphemeral int
@@ -257,7 +262,7 @@ func (r *Router) init() {
 	r.initOnce.Do(func() {
 		r.warm = r.Warm
 		if r.Config.BatchWindow > 0 && r.Warm != nil {
-			r.warm = newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens())
+			r.warm = newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens(), r.Config.ShortCalls)
 		}
 		queue := r.Config.EphemeralQueue
 		if queue == 0 {

@@ -48,7 +48,7 @@ func (e *Engine) pooled(ctx context.Context, seq []int32, pooling C.enum_llama_p
 	if err := e.validate([][]int32{seq}); err != nil {
 		return nil, err
 	}
-	return do(ctx, e, func() ([]float32, error) {
+	return do(ctx, e, false, func() ([]float32, error) {
 		nt := len(seq)
 		cp := C.llama_context_default_params()
 		cp.n_ctx = C.uint32_t(nt)

@@ -50,16 +50,22 @@ static int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, in
 // es_abort is what llama.cpp's abort callback reads, between graph nodes, to stop a
 // decode call early. Jobs are numbered; a caller that gives up raises cancelled to its
 // job's number (never lowers it), so a late cancellation cannot abort a later job.
+//
+// A decode call of a long sequence is also stopped when a short job is waiting
+// (preempt > 0) while that call may give way (yield != 0): see Engine.yield.
 typedef struct {
 	int64_t closed;    // non-zero once the engine is closing
 	int64_t job;       // number of the job now running
 	int64_t cancelled; // highest job number whose caller gave up
+	int64_t preempt;   // short jobs waiting to be taken
+	int64_t yield;     // non-zero while the decode call in flight may give way to them
 } es_abort;
 
 static bool es_should_abort(void *data) {
 	es_abort *a = data;
 	return __atomic_load_n(&a->closed, __ATOMIC_RELAXED) != 0 ||
-	       __atomic_load_n(&a->cancelled, __ATOMIC_RELAXED) == __atomic_load_n(&a->job, __ATOMIC_RELAXED);
+	       __atomic_load_n(&a->cancelled, __ATOMIC_RELAXED) == __atomic_load_n(&a->job, __ATOMIC_RELAXED) ||
+	       (__atomic_load_n(&a->yield, __ATOMIC_RELAXED) != 0 && __atomic_load_n(&a->preempt, __ATOMIC_RELAXED) > 0);
 }
 
 // es_abort_callback hands Go the address of the static es_should_abort.
@@ -96,6 +102,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/gguf"
@@ -140,6 +147,19 @@ const FlashMaxTokens = 128
 // per CPU-second with 256-token calls, 73.9 and 64.0 with 512, 68.5 and 59.8 with
 // 1024; 128 and 192 within 1% of 256.
 const LongCallTokens = 256
+
+// YieldCallTokens and YieldSmallCalls bound how long a short job (a query) waits
+// behind a long sequence on the same engine. A long sequence's decode call gives
+// way as soon as a short job is waiting (it is aborted, the short job runs, the
+// call is done again); after that its next YieldSmallCalls calls take at most
+// YieldCallTokens tokens each and are not aborted, so that a stream of queries
+// cannot stall it, while a query arriving meanwhile waits at most one such call.
+// Calls of 128 tokens were within 1% of 256 (LongCallTokens); 32 keeps the wait
+// behind one call near a short query's own cost on the 0.6B shape.
+const (
+	YieldCallTokens = 32
+	YieldSmallCalls = 8
+)
 
 // Config says which model to load and how to size the context. The zero value of every
 // field but ModelPath picks a documented default.
@@ -245,6 +265,16 @@ type Info struct {
 	TrainContext  int    // the model's training context
 	ModelName     string // general.name from the GGUF, else the file name
 	Device        DeviceInfo
+	// ShortJobs bounds the Embed calls that run inside a long sequence's (see
+	// YieldCallTokens); zero when the engine has no long context.
+	ShortJobs ShortJobs
+}
+
+// ShortJobs bounds an Embed call that runs ahead of a long sequence: at most
+// MaxSeqs sequences of at most MaxTokens tokens, BatchTokens in all (one decode
+// call of the short context).
+type ShortJobs struct {
+	MaxTokens, BatchTokens, MaxSeqs int
 }
 
 // kctx is one llama.cpp context, with its kernel and sizes, and the batch its decode
@@ -273,7 +303,10 @@ type Engine struct {
 	short, long *kctx
 	shortMax    int
 
-	jobs chan func()   // work for the owner goroutine
+	jobs chan func() // work for the owner goroutine
+	// prio takes the jobs that may run inside another job (see yield); the owner
+	// goroutine also takes them from it when idle.
+	prio chan func()
 	quit chan struct{} // closed by Close
 	done chan struct{} // closed when the owner goroutine has returned
 
@@ -282,6 +315,12 @@ type Engine struct {
 
 	// abort is C memory (llama.cpp reads it from its threads); written with atomics.
 	abort *C.es_abort
+
+	// nested is set while a job runs inside another (yield); smallCalls is how many
+	// more of the current long sequence's decode calls are cut to YieldCallTokens
+	// after short jobs ran inside it. Both belong to the owner goroutine.
+	nested     bool
+	smallCalls int
 
 	// Owned by the owner goroutine after Open returns (and the contexts' lctx and
 	// batch with it); freed by Close once the owner has returned.
@@ -473,6 +512,7 @@ func Open(cfg Config) (*Engine, error) {
 		threads: threads,
 		nice:    cfg.Nice,
 		jobs:    make(chan func()),
+		prio:    make(chan func()),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 		model:   model,
@@ -497,6 +537,7 @@ func Open(cfg Config) (*Engine, error) {
 				longBatch = plainBatch
 			}
 			e.long = &kctx{kernel: sched.long, ctxTokens: ctxTokens, batchTokens: longBatch, maxSeqs: 1}
+			e.info.ShortJobs = ShortJobs{MaxTokens: e.shortMax, BatchTokens: e.short.batchTokens, MaxSeqs: e.short.maxSeqs}
 		}
 	case attnPlain:
 		e.short = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: maxSeqs}
@@ -650,6 +691,8 @@ func (e *Engine) own() {
 			return
 		case job := <-e.jobs:
 			job()
+		case job := <-e.prio:
+			job()
 		}
 	}
 }
@@ -658,7 +701,10 @@ func (e *Engine) own() {
 // runs, it aborts the decode call in flight and waits for fn to return before
 // returning ctx.Err(): fn reads the caller's slices, which must not be in use once
 // Embed has returned.
-func do[T any](ctx context.Context, e *Engine, fn func() (T, error)) (T, error) {
+//
+// A short job (see Engine.short) may also run inside a long one, where that job
+// gives way (yield); fn must then touch only the short context.
+func do[T any](ctx context.Context, e *Engine, short bool, fn func() (T, error)) (T, error) {
 	var zero T
 	type result struct {
 		v   T
@@ -671,11 +717,28 @@ func do[T any](ctx context.Context, e *Engine, fn func() (T, error)) (T, error) 
 		v, err := fn()
 		reply <- result{v, err}
 	}
+	var prio chan func() // nil: never ready
+	if short {
+		prio = e.prio
+		// Counted before offering the job, so that a decode call in flight gives
+		// way at once; uncounted as soon as the job is taken (or given up).
+		atomic.AddInt64((*int64)(unsafe.Pointer(&e.abort.preempt)), 1)
+	}
+	uncount := func() {
+		if short {
+			atomic.AddInt64((*int64)(unsafe.Pointer(&e.abort.preempt)), -1)
+		}
+	}
 	select {
 	case e.jobs <- job:
+		uncount()
+	case prio <- job:
+		uncount()
 	case <-ctx.Done():
+		uncount()
 		return zero, ctx.Err()
 	case <-e.quit:
+		uncount()
 		return zero, ErrClosed
 	}
 	select {
@@ -787,91 +850,215 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 	clean := false
 	defer func() { C.llama_memory_clear(mem, C.bool(!clean)) }()
 
-	padSeq := C.llama_seq_id(k.maxSeqs) // the slot no input sequence uses
-	outIdx := make([]C.int32_t, 0, k.maxSeqs)
-	outInput := make([]int, 0, k.maxSeqs)
+	yieldable := k == e.long && !e.nested
+	if !e.nested {
+		e.smallCalls = 0
+	}
 	for _, r := range plan(lengths, k.ctxTokens, k.batchTokens, k.maxSeqs) {
+		// Between rounds the cache is empty, so short jobs waiting can use the short
+		// context (this one, or idle) before the round starts.
+		if !e.nested && atomic.LoadInt64((*int64)(unsafe.Pointer(&e.abort.preempt))) > 0 {
+			e.yield()
+		}
 		finite := true
 		for _, d := range r.decodes {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			select {
-			case <-e.quit:
-				return ErrClosed
-			default:
-			}
-			k.batch.n_tokens = 0
-			outIdx, outInput = outIdx[:0], outInput[:0]
-			for _, sp := range d {
-				toks := seqs[idx[sp.input]][sp.from:sp.to]
-				last := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
-					C.llama_seq_id(sp.slot), C.llama_pos(sp.from), C.bool(sp.last))
-				if sp.last {
-					outIdx = append(outIdx, last)
-					outInput = append(outInput, idx[sp.input])
-				}
-			}
-			// Two rows, always. ggml multiplies a single row through its matrix-vector
-			// kernel and several rows through its matrix-matrix one (llamafile's
-			// tinyBLAS); the two round differently, and through f16 weights that grew
-			// to 1e-4 on a test model. A decode call's row count is its token count,
-			// and in the last layer (where llama.cpp keeps only output rows) its output
-			// count. Keeping both at two or more sends every vector through the same
-			// kernels, so the result is bit-identical however sequences were packed.
-			padded := false
-			switch {
-			case k.batch.n_tokens == 1:
-				// A lone token: add a throwaway token of another sequence as a second
-				// row and second output; its cell is removed after the call.
-				C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, true)
-				padded = true
-			case len(outIdx) == 1:
-				other := C.int32_t(0)
-				if outIdx[0] == 0 {
-					other = 1
-				}
-				C.es_batch_mark_output(&k.batch, other)
-			}
-			if e.beforeDecode != nil {
-				e.beforeDecode()
-			}
-			rc := C.llama_decode(k.lctx, k.batch)
-			if padded {
-				C.llama_memory_seq_rm(mem, padSeq, -1, -1)
-			}
-			if rc == 2 { // aborted through es_should_abort
+			for len(d) > 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				return ErrClosed
-			}
-			if rc != 0 {
-				return fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(k.batch.n_tokens), int(rc), llamaReason("see the debug log"))
-			}
-			*decodes++
-			// Outputs live only until the next decode call, so read them now.
-			for j, bi := range outIdx {
-				p := C.llama_get_embeddings_ith(k.lctx, bi)
-				if p == nil {
-					return fmt.Errorf("llama: no embedding for batch index %d: %s", int(bi), llamaReason("see the debug log"))
+				select {
+				case <-e.quit:
+					return ErrClosed
+				default:
 				}
-				v, h := out[outInput[j]], unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.Hidden)
-				if e.head != nil {
-					e.head.apply(v, h)
-				} else {
-					copy(v, h)
+				// A long sequence's calls give way to short jobs: between calls, and
+				// during one by aborting it (the call is then done again). Once short
+				// jobs have run, the next calls are cut small and run to the end, so
+				// that the sequence makes progress however many short jobs come,
+				// and a short job arriving meanwhile waits at most a small call.
+				call, rest, mayYield := d, [][]span(nil), false
+				if yieldable {
+					if atomic.LoadInt64((*int64)(unsafe.Pointer(&e.abort.preempt))) > 0 {
+						e.yield()
+					}
+					if e.smallCalls > 0 {
+						call, rest = cutSpan(d, YieldCallTokens)
+						e.smallCalls--
+					} else {
+						mayYield = true
+					}
 				}
-				finite = finite && allFinite(v)
-			}
-			if e.decodeHook != nil {
-				e.decodeHook(*decodes)
+				gaveWay, err := e.decodeCall(ctx, k, seqs, idx, call, out, mayYield, &finite)
+				if err != nil {
+					return err
+				}
+				if gaveWay {
+					e.yield()
+					continue
+				}
+				*decodes++
+				if e.decodeHook != nil {
+					e.decodeHook(*decodes)
+				}
+				if rest == nil {
+					break
+				}
+				d = rest[0]
 			}
 		}
 		C.llama_memory_clear(mem, C.bool(!finite))
 	}
 	clean = true
 	return nil
+}
+
+// decodeCall runs one decode call of the spans d of context k and reads its
+// outputs into out. With mayYield the call is aborted when a short job is waiting;
+// it then returns gaveWay, llama.cpp having removed the call's tokens from the cache,
+// so the same call can be made again.
+func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []int, d []span, out [][]float32, mayYield bool, finite *bool) (gaveWay bool, err error) {
+	mem := C.llama_get_memory(k.lctx)
+	padSeq := C.llama_seq_id(k.maxSeqs) // the slot no input sequence uses
+	outIdx := make([]C.int32_t, 0, len(d))
+	outInput := make([]int, 0, len(d))
+	k.batch.n_tokens = 0
+	for _, sp := range d {
+		toks := seqs[idx[sp.input]][sp.from:sp.to]
+		last := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
+			C.llama_seq_id(sp.slot), C.llama_pos(sp.from), C.bool(sp.last))
+		if sp.last {
+			outIdx = append(outIdx, last)
+			outInput = append(outInput, idx[sp.input])
+		}
+	}
+	// Two rows, always. ggml multiplies a single row through its matrix-vector
+	// kernel and several rows through its matrix-matrix one (llamafile's
+	// tinyBLAS); the two round differently, and through f16 weights that grew
+	// to 1e-4 on a test model. A decode call's row count is its token count,
+	// and in the last layer (where llama.cpp keeps only output rows) its output
+	// count. Keeping both at two or more sends every vector through the same
+	// kernels, so the result is bit-identical however sequences were packed.
+	padded := false
+	switch {
+	case k.batch.n_tokens == 1:
+		// A lone token: add a throwaway token of another sequence as a second
+		// row and second output; its cell is removed after the call.
+		C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, true)
+		padded = true
+	case len(outIdx) == 1:
+		other := C.int32_t(0)
+		if outIdx[0] == 0 {
+			other = 1
+		}
+		C.es_batch_mark_output(&k.batch, other)
+	}
+	if e.beforeDecode != nil {
+		e.beforeDecode()
+	}
+	yield := (*int64)(unsafe.Pointer(&e.abort.yield))
+	if mayYield {
+		atomic.StoreInt64(yield, 1)
+	}
+	rc := C.llama_decode(k.lctx, k.batch)
+	atomic.StoreInt64(yield, 0)
+	if padded {
+		C.llama_memory_seq_rm(mem, padSeq, -1, -1)
+	}
+	if rc == 2 { // aborted through es_should_abort
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if atomic.LoadInt64((*int64)(unsafe.Pointer(&e.abort.closed))) != 0 {
+			return false, ErrClosed
+		}
+		if mayYield {
+			return true, nil
+		}
+		return false, ErrClosed
+	}
+	if rc != 0 {
+		return false, fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(k.batch.n_tokens), int(rc), llamaReason("see the debug log"))
+	}
+	// Outputs live only until the next decode call, so read them now.
+	for j, bi := range outIdx {
+		p := C.llama_get_embeddings_ith(k.lctx, bi)
+		if p == nil {
+			return false, fmt.Errorf("llama: no embedding for batch index %d: %s", int(bi), llamaReason("see the debug log"))
+		}
+		v, h := out[outInput[j]], unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.Hidden)
+		if e.head != nil {
+			e.head.apply(v, h)
+		} else {
+			copy(v, h)
+		}
+		*finite = *finite && allFinite(v)
+	}
+	return false, nil
+}
+
+// cutSpan splits a long sequence's call (one span: the long context takes one
+// sequence a round) after n tokens; rest is nil when nothing is left over.
+func cutSpan(d []span, n int) (call []span, rest [][]span) {
+	sp := d[0]
+	if len(d) != 1 || sp.to-sp.from <= n {
+		return d, nil
+	}
+	head, tail := sp, sp
+	head.to, head.last = sp.from+n, false
+	tail.from = sp.from + n
+	return []span{head}, [][]span{{tail}}
+}
+
+// yield runs the short jobs waiting (see do) inside the job now running, which
+// must have nothing of its own in the short context: the short jobs use it. It
+// runs as many as were waiting when it was called, fewer if some give up, so that
+// clients sending queries back to back cannot keep it from returning. Their
+// vectors are what they would be alone, as the short context's always are; the
+// job they ran inside is not touched.
+func (e *Engine) yield() {
+	preempt := (*int64)(unsafe.Pointer(&e.abort.preempt))
+	job := (*int64)(unsafe.Pointer(&e.abort.job))
+	running := atomic.LoadInt64(job)
+	e.nested = true
+	ran := int64(0)
+	waiting := atomic.LoadInt64(preempt)
+	wait := time.NewTimer(time.Millisecond)
+	defer wait.Stop()
+	for ran < waiting && atomic.LoadInt64(preempt) > 0 {
+		select {
+		case job := <-e.prio:
+			job()
+			ran++
+		case <-e.quit:
+			atomic.StoreInt64(preempt, 0)
+		case <-wait.C:
+			// A short job counted but not yet offered, or given up: look again.
+			wait.Reset(time.Millisecond)
+		}
+	}
+	e.nested = false
+	// Each job marks itself as running (for cancellation); mark this one again.
+	atomic.StoreInt64(job, running)
+	if ran > 0 {
+		e.smallCalls = YieldSmallCalls
+	}
+}
+
+// shortJob says whether seqs may run inside a long job (see yield): they fit one
+// decode call of the short context (Info.ShortJobs), as queries do.
+func (e *Engine) shortJob(seqs [][]int32) bool {
+	lim := e.info.ShortJobs
+	if lim.MaxTokens == 0 || len(seqs) > lim.MaxSeqs {
+		return false
+	}
+	total := 0
+	for _, s := range seqs {
+		if len(s) > lim.MaxTokens {
+			return false
+		}
+		total += len(s)
+	}
+	return total <= lim.BatchTokens
 }
 
 func allFinite(v []float32) bool {
@@ -916,7 +1103,7 @@ func (e *Engine) WarmUp(ctx context.Context, lengths []int) error {
 		for i := range seq {
 			seq[i] = int32(i % e.info.NVocab)
 		}
-		_, err := do(ctx, e, func() (struct{}, error) {
+		_, err := do(ctx, e, false, func() (struct{}, error) {
 			if err := e.create(k); err != nil {
 				return struct{}{}, err
 			}

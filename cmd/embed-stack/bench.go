@@ -38,6 +38,7 @@ type benchFlags struct {
 	minCosine              float64
 	warmContext            int
 	quick                  bool
+	inFlightTokens         string
 	plan                   bench.Plan
 	batches, lengths, jobs string
 	skip, only             string
@@ -84,6 +85,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&p.ClientReps, "client-reps", 1, "repetitions of each concurrency level")
 	fs.IntVar(&p.InFlightIdle, "in-flight-idle", 10, "idle queries timed before the long input starts")
 	fs.DurationVar(&p.InFlightWindow, "in-flight-window", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
+	fs.StringVar(&f.inFlightTokens, "in-flight-tokens", "4000,8000", "lengths in `tokens` of further in-flight shapes' documents (in-flight/N), under the warm limit so the warm worker embeds them beside the queries; \"\" = none")
 	fs.StringVar(&f.skip, "skip", "", "comma-separated shape `IDs` to leave out (e.g. seed/long,in-flight)")
 	fs.StringVar(&f.only, "only", "", "comma-separated shape `IDs` to run, and no other (e.g. seed/short,grid/32x512)")
 	fs.Usage = func() {
@@ -101,7 +103,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 // path runs, in seconds.
 var quickDefaults = map[string]string{
 	"batches": "1,8", "lengths": "16,128", "clients": "1,4", "client-duration": "1s",
-	"warmup": "0", "reps": "1", "in-flight-idle": "3", "in-flight-window": "2s",
+	"warmup": "0", "reps": "1", "in-flight-idle": "3", "in-flight-window": "2s", "in-flight-tokens": "400",
 	"short-tokens": "64", "medium-tokens": "256", "long-tokens": "1024", "over-limit-tokens": "2049",
 	"warm-context": "512",
 	// One thread: ggml's threads spin at their barriers, and on a shared CI machine
@@ -189,6 +191,12 @@ func (f *benchFlags) finish() error {
 	}
 	if f.plan.Clients, err = intList("--clients", f.jobs); err != nil {
 		return err
+	}
+	f.plan.InFlightTokens = []int{}
+	if f.inFlightTokens != "" {
+		if f.plan.InFlightTokens, err = intList("--in-flight-tokens", f.inFlightTokens); err != nil {
+			return err
+		}
 	}
 	if f.skip != "" {
 		f.plan.Skip = strings.Split(f.skip, ",")

@@ -64,7 +64,7 @@ func TestBenchSmoke(t *testing.T) {
 	wantShapes := map[string]int{
 		bench.ShapeShort: 64, bench.ShapeTwo1k: 512, bench.ShapeLong: 1024, bench.ShapeShortLong: 64 + 1024, bench.ShapeOverLimit: 2049,
 		bench.GridShape(1, 16): 16, bench.GridShape(1, 128): 128, bench.GridShape(8, 16): 128, bench.GridShape(8, 128): 1024,
-		bench.ClientsShape(1): 0, bench.ClientsShape(4): 0, bench.ShapeInFlight: 0,
+		bench.ClientsShape(1): 0, bench.ClientsShape(4): 0, bench.ShapeInFlight: 0, bench.InFlightShape(400): 0,
 	}
 	if len(rep.Shapes) != len(wantShapes) {
 		t.Errorf("%d shapes, want %d", len(rep.Shapes), len(wantShapes))
@@ -78,7 +78,7 @@ func TestBenchSmoke(t *testing.T) {
 	for _, r := range rep.Results {
 		switch {
 		case r.Skipped != "":
-			if r.Contender != "floor" || (r.Shape != bench.ShapeOverLimit && r.Shape != bench.ShapeInFlight) {
+			if r.Contender != "floor" || (r.Shape != bench.ShapeOverLimit && r.Shape != bench.ShapeInFlight && r.Shape != bench.InFlightShape(400)) {
 				t.Errorf("%s on %s skipped: %s", r.Shape, r.Contender, r.Skipped)
 			}
 			continue
@@ -91,18 +91,20 @@ func TestBenchSmoke(t *testing.T) {
 			}
 			continue
 		}
-		if r.Statuses["200"] != r.Requests || r.TokensPerSec.N == 0 && r.Shape != bench.ShapeInFlight {
+		if r.Statuses["200"] != r.Requests || r.TokensPerSec.N == 0 && r.Shape != bench.ShapeInFlight && r.Shape != bench.InFlightShape(400) {
 			t.Errorf("%s on %s: statuses %v over %d requests, tokens/s %+v", r.Shape, r.Contender, r.Statuses, r.Requests, r.TokensPerSec)
 		}
 	}
-	if r := rep.Result(bench.ShapeInFlight, "embed-stack"); r == nil || r.IdleMS == nil || r.IdleMS.N != 3 || r.InFlightMS == nil || r.InFlightMS.N == 0 {
-		t.Errorf("in flight: %+v, want 3 idle queries and at least one beside the long input", r)
+	for _, id := range []string{bench.ShapeInFlight, bench.InFlightShape(400)} {
+		if r := rep.Result(id, "embed-stack"); r == nil || r.IdleMS == nil || r.IdleMS.N != 3 || r.InFlightMS == nil || r.InFlightMS.N == 0 {
+			t.Errorf("%s: %+v, want 3 idle queries and at least one beside the long input", id, r)
+		}
 	}
 	names := map[string]bool{}
 	for _, g := range rep.Goals {
 		names[g.Name] = true
 	}
-	for _, n := range []string{"single short query, end to end", "short query while a long input is in flight", "idle memory: serve alone", "no long-path process when idle", "spawn-to-result for a long input"} {
+	for _, n := range []string{"single short query, end to end", "short query while a long input is in flight (in-flight)", "short query while a long input is in flight (in-flight/400)", "idle memory: serve alone", "no long-path process when idle", "spawn-to-result for a long input"} {
 		if !names[n] {
 			t.Errorf("no goal %q in %+v", n, rep.Goals)
 		}

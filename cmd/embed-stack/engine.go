@@ -171,6 +171,10 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 func (e *engine) router(c routing.Config) *routing.Router {
 	c.Dim = e.facts.dim
 	c.Rerank = e.facts.rerank
+	// Queries go to the warm worker beside a batch of documents in flight, which
+	// it interrupts for them (backends.ShortJobs).
+	warm := e.warm
+	c.ShortCalls = func(seqs [][]int32) bool { return warm.Info().ShortJobs.Fits(seqs) }
 	return &routing.Router{
 		Config:    c,
 		Tokenizer: e.tok,

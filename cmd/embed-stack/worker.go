@@ -108,7 +108,11 @@ func runWorker(args []string, stderr io.Writer) int {
 		if name == "" {
 			name = filepath.Base(*model)
 		}
-		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name, Device: deviceOf(info.Device)}, nil
+		ei := backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name, Device: deviceOf(info.Device)}
+		if s := info.ShortJobs; s.MaxTokens > 0 {
+			ei.ShortJobs = &backends.ShortJobs{MaxTokens: s.MaxTokens, BatchTokens: s.BatchTokens, MaxSeqs: s.MaxSeqs}
+		}
+		return e, ei, nil
 	}
 	if err := backends.RunWorker(context.Background(), cfg, traceLoad(load)); err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)

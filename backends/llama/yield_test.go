@@ -1,0 +1,184 @@
+package llama
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// preemptWaiting is how many short jobs are waiting for the owner goroutine.
+func (e *Engine) preemptWaiting() int64 {
+	return atomic.LoadInt64((*int64)(unsafe.Pointer(&e.abort.preempt)))
+}
+
+// TestShortJobGoesFirst sends a query while a long sequence's first decode call is
+// about to run: that call gives way, the query is answered before the long
+// sequence, and both vectors are bit for bit what each gives alone.
+func TestShortJobGoesFirst(t *testing.T) {
+	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
+	vocab := e.Info().NVocab
+	long := randomSeq(71, 900, vocab)
+	short := randomSeq(72, 20, vocab)
+	if !e.shortJob([][]int32{short}) || e.shortJob([][]int32{long}) {
+		t.Fatalf("shortJob: a 20-token query must be short and a 900-token document not")
+	}
+	wantLong, wantShort := embedOne(t, e, long), embedOne(t, e, short)
+
+	var calls atomic.Int64            // decode calls completed, of either job
+	var longCallsAtShort atomic.Int64 // the document's calls done when the query's ran
+	longCallsAtShort.Store(-1)
+	var started sync.Once
+	shortDone := make(chan []float32, 1)
+	var longCalls int64 // the document's calls; read on the owner goroutine
+	e.decodeHook = func(int) {
+		calls.Add(1)
+		if e.nested {
+			longCallsAtShort.Store(longCalls)
+		} else {
+			longCalls++
+		}
+	}
+	e.beforeDecode = func() {
+		started.Do(func() {
+			go func() {
+				v, err := e.Embed(context.Background(), [][]int32{short})
+				if err != nil {
+					t.Errorf("short Embed: %v", err)
+				}
+				shortDone <- v[0]
+			}()
+			// Wait until the query is counted, so this decode call sees it waiting.
+			for e.preemptWaiting() == 0 {
+				runtime.Gosched()
+			}
+		})
+	}
+	v, err := e.Embed(context.Background(), [][]int32{long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.beforeDecode, e.decodeHook = nil, nil
+	gotShort := <-shortDone
+
+	if n := longCallsAtShort.Load(); n != 0 {
+		t.Errorf("the query was answered after %d of the document's decode calls; want 0 (its first call gives way)", n)
+	}
+	// 900 tokens: 256 in 8 small calls of YieldCallTokens once the query has run,
+	// then 256, 256 and 132; plus the query's own call.
+	if got, want := calls.Load(), int64(256/YieldCallTokens+3+1); got != want {
+		t.Errorf("%d decode calls; want %d", got, want)
+	}
+	if d := maxAbsDiff(gotShort, wantShort); d != 0 {
+		t.Errorf("the query's vector, run inside the document's job, differs from alone by %.3g", d)
+	}
+	if d := maxAbsDiff(v[0], wantLong); d != 0 {
+		t.Errorf("the document's vector, after giving way, differs from alone by %.3g", d)
+	}
+	if n := e.preemptWaiting(); n != 0 {
+		t.Errorf("%d short jobs still counted as waiting", n)
+	}
+}
+
+// TestQueryStreamCannotStallLong sends queries back to back while a long sequence
+// is embedded: each is answered, and the long sequence still finishes with its own
+// vector, since after giving way it decodes in small calls that do not give way.
+func TestQueryStreamCannotStallLong(t *testing.T) {
+	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
+	vocab := e.Info().NVocab
+	long := randomSeq(81, 300, vocab)
+	short := randomSeq(82, 16, vocab)
+	t0 := time.Now()
+	wantLong := embedOne(t, e, long)
+	t1 := time.Now()
+	wantShort := embedOne(t, e, short)
+	t.Logf("alone: the document %v, a query %v", t1.Sub(t0), time.Since(t1))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stop := make(chan struct{})
+	var queries atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v, err := e.Embed(ctx, [][]int32{short})
+				if err != nil {
+					t.Errorf("query: %v", err)
+					return
+				}
+				if d := maxAbsDiff(v[0], wantShort); d != 0 {
+					t.Errorf("query vector differs from alone by %.3g", d)
+					return
+				}
+				queries.Add(1)
+			}
+		})
+	}
+	// Let the query stream start first.
+	for queries.Load() < 2 {
+		runtime.Gosched()
+	}
+	before := queries.Load()
+	t0 = time.Now()
+	v, err := e.Embed(ctx, [][]int32{long})
+	during := queries.Load() - before
+	t.Logf("the document took %v beside %d queries", time.Since(t0), during)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the document beside a stream of queries: %v", err)
+	}
+	if d := maxAbsDiff(v[0], wantLong); d != 0 {
+		t.Errorf("the document's vector differs from alone by %.3g", d)
+	}
+	// 300 tokens take 2 calls alone; at least one query per call.
+	if during < 2 {
+		t.Errorf("%d queries answered while the document was embedded; want at least 2", during)
+	}
+}
+
+// TestLongJobDoesNotJump checks that only short jobs run inside another: a second
+// document sent while one is embedded waits for it.
+func TestLongJobDoesNotJump(t *testing.T) {
+	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
+	vocab := e.Info().NVocab
+	first, second := randomSeq(91, 700, vocab), randomSeq(92, 300, vocab)
+	if e.shortJob([][]int32{second}) {
+		t.Fatal("a 300-token sequence must not be a short job")
+	}
+	var order []string
+	var mu sync.Mutex
+	done := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	var started sync.Once
+	secondDone := make(chan struct{})
+	e.beforeDecode = func() {
+		started.Do(func() {
+			go func() {
+				if _, err := e.Embed(context.Background(), [][]int32{second}); err != nil {
+					t.Errorf("second: %v", err)
+				}
+				done("second")
+				close(secondDone)
+			}()
+			time.Sleep(50 * time.Millisecond) // the second job is waiting by now
+		})
+	}
+	if _, err := e.Embed(context.Background(), [][]int32{first}); err != nil {
+		t.Fatal(err)
+	}
+	done("first")
+	<-secondDone
+	e.beforeDecode = nil
+	if order[0] != "first" {
+		t.Errorf("finished in order %v; want the first document first", order)
+	}
+}
