@@ -20,7 +20,7 @@ func sampleReport() *Report {
 	const mib = 1 << 20
 	return &Report{
 		Host:  Host{CPUs: 2, CPU: "test CPU", LoadStart: [3]float64{1.5, 1, 1}, LoadEnd: [3]float64{2, 1, 1}, LoadMax1: 2.5},
-		Model: &Model{Path: "m.gguf", FileBytes: 1_200_000_000, Arch: "qwen3", Layers: 28, Embd: 1024, Heads: 16, KVHeads: 8, HeadDim: 128, LinearParams: 440_401_920},
+		Model: &Model{Path: "m.gguf", FileBytes: 1_200_000_000, Arch: "qwen3", Layers: 28, Embd: 1024, Heads: 16, KVHeads: 8, HeadDim: 128, LinearParams: 440_401_920, WeightType: "Q8_0"},
 		Contenders: []*ContenderReport{
 			{Name: "floor", Role: RoleFloor, About: "in-process engine"},
 			{Name: "embed-stack", Role: RoleOurs, ColdStartMS: 1200,
@@ -144,7 +144,7 @@ func TestTable(t *testing.T) {
 		"| idle memory: serve alone | < 40 MB RSS | 45.0 MB (private 25.0 MB, file-backed 20.0 MB) | no |",
 		"Skipped: in-flight on floor (not applicable to the in-process engine).",
 		"- floor: in-process engine\n",
-		"the floor reached 180.0 GFLOP/s (llama.cpp's F16 kernels, tokens/s × FLOPs per token) on grid/32x512",
+		"the floor reached 180.0 GFLOP/s (llama.cpp's Q8_0 kernels, tokens/s × FLOPs per token) on grid/32x512",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -28,6 +28,9 @@ type Model struct {
 	// token.
 	Params       int64 `json:"params"`
 	LinearParams int64 `json:"linear_params"`
+	// WeightType is the storage type of most of the layers' matrices ("F16",
+	// "Q8_0", "BF16"): it decides which of llama.cpp's matrix kernels run.
+	WeightType string `json:"weight_type,omitempty"`
 }
 
 // ReadModel reads the shape of the GGUF at path.
@@ -70,11 +73,18 @@ func ReadModel(path string) (Model, error) {
 	if v, err := f.Uint32(m.Arch + ".context_length"); err == nil {
 		m.Context = int(v)
 	}
+	byType := map[string]int64{}
 	for _, t := range f.Tensors() {
 		n := int64(t.Elements())
 		m.Params += n
 		if strings.HasPrefix(t.Name, "blk.") && len(t.Dims) >= 2 {
 			m.LinearParams += n
+			byType[t.Type.String()] += n
+		}
+	}
+	for typ, n := range byType {
+		if n > byType[m.WeightType] || n == byType[m.WeightType] && typ < m.WeightType {
+			m.WeightType = typ
 		}
 	}
 	return m, nil

@@ -56,7 +56,7 @@ func TestReadModel(t *testing.T) {
 	}
 	st, _ := os.Stat(path)
 	want := Model{Path: path, FileBytes: st.Size(), Arch: "qwen3", Layers: 2, Embd: 8, Heads: 2, KVHeads: 1, HeadDim: 4, Context: 128,
-		Params: 800 + 64 + 32 + 8 + 128 + 8, LinearParams: 64 + 32 + 128}
+		Params: 800 + 64 + 32 + 8 + 128 + 8, LinearParams: 64 + 32 + 128, WeightType: "F32"}
 	if m != want {
 		t.Fatalf("ReadModel = %+v\nwant          %+v", m, want)
 	}

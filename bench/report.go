@@ -215,7 +215,11 @@ func (rep *Report) Table(w io.Writer) error {
 		}
 	}
 	if best, shape := bestFloorGFLOPS(rep); best > 0 {
-		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (llama.cpp's F16 kernels, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, shape)
+		kernels := "the model's"
+		if rep.Model != nil && rep.Model.WeightType != "" {
+			kernels = rep.Model.WeightType
+		}
+		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (llama.cpp's %s kernels, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, kernels, shape)
 	}
 	if c := rep.CheckControl; c != nil {
 		switch {
