@@ -24,9 +24,9 @@ func (s *Server) embeddings(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	if s.Config.StrictModel && !s.knownModel(base) {
-		writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
-			msg: "The model `" + req.Model + "` does not exist or you do not have access to it."})
+	m, err := s.pick(base, req.Model, taskEmbed)
+	if err != nil {
+		writeError(c, err)
 		return
 	}
 	rreq := &routing.Request{
@@ -43,7 +43,7 @@ func (s *Server) embeddings(c *gin.Context) {
 		}
 	}
 	c.Set(ctxInputs, req.Input.Len())
-	res, err := s.Embedder.Embed(c.Request.Context(), rreq)
+	res, err := m.Embedder.Embed(c.Request.Context(), rreq)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -51,7 +51,7 @@ func (s *Server) embeddings(c *gin.Context) {
 	c.Set(ctxTokens, res.Tokens)
 	model := req.Model
 	if model == "" {
-		model = s.Config.ModelName
+		model = m.ID
 	}
 	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.Base64, PromptTokens: res.Tokens}
 	quantizeResponse(&resp, req.OutputType)
@@ -81,10 +81,13 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
+// models lists every served model's id and aliases, in the order they were given.
 func (s *Server) models() []openai.Model {
-	ms := []openai.Model{openai.NewModel(s.Config.ModelName, s.Config.Created.Unix())}
-	for _, a := range s.Config.Aliases {
-		ms = append(ms, openai.NewModel(a, s.Config.Created.Unix()))
+	var ms []openai.Model
+	for _, m := range s.registry() {
+		for _, n := range m.names() {
+			ms = append(ms, openai.NewModel(n, s.Config.Created.Unix()))
+		}
 	}
 	return ms
 }
@@ -94,17 +97,22 @@ func (s *Server) listModels(c *gin.Context) {
 	c.JSON(http.StatusOK, openai.ModelList{Object: "list", Data: s.models()})
 }
 
-// getModel serves GET /v1/models/{model}.
+// getModel serves GET /v1/models/{model}. It accepts every name /v1/embeddings
+// accepts (suffixed "m:query" forms, and any name at all where a single model is
+// served without --strict-model), so that a client which checks its model with
+// models.retrieve before embedding (the OpenAI SDKs) is not refused a model it
+// could use; the answer carries the name as asked, as /v1/embeddings echoes it.
 func (s *Server) getModel(c *gin.Context) {
 	name := c.Param("model")
-	for _, m := range s.models() {
-		if m.ID == name {
-			c.JSON(http.StatusOK, m)
-			return
-		}
+	base, _, err := s.splitModel(name)
+	if err == nil {
+		_, err = s.pick(base, name, taskAny)
 	}
-	writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
-		msg: "The model `" + name + "` does not exist or you do not have access to it."})
+	if err != nil {
+		writeError(c, modelNotFound(name))
+		return
+	}
+	c.JSON(http.StatusOK, openai.NewModel(name, s.Config.Created.Unix()))
 }
 
 // nativeRequest is the body of POST /embed and POST /tokenize, the seed system's
@@ -195,7 +203,12 @@ func (s *Server) nativeEmbed(c *gin.Context) {
 	if !ok {
 		return
 	}
-	res, err := s.Embedder.Embed(c.Request.Context(), req)
+	m, err := s.pick("", "", taskEmbed)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	res, err := m.Embedder.Embed(c.Request.Context(), req)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -227,7 +240,12 @@ func (s *Server) tokenize(c *gin.Context) {
 	if !ok {
 		return
 	}
-	seqs, err := s.Embedder.Prepare(req)
+	m, err := s.pick("", "", taskEmbed)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	seqs, err := m.Embedder.Prepare(req)
 	if err != nil {
 		writeError(c, err)
 		return

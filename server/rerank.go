@@ -29,18 +29,18 @@ func (s *Server) rerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	if s.Config.StrictModel && !s.knownModel(req.Model) {
-		writeError(c, &statusError{status: http.StatusNotFound, param: "model", code: "model_not_found",
-			msg: "The model `" + req.Model + "` does not exist or you do not have access to it."})
+	m, err := s.pick(req.Model, req.Model, taskRerank)
+	if err != nil {
+		writeError(c, err)
 		return
 	}
-	res, ok := s.runRerank(c, &routing.RerankRequest{Query: req.Query, Documents: req.Documents, Instruction: req.Instruction})
+	res, ok := s.runRerank(c, m, &routing.RerankRequest{Query: req.Query, Documents: req.Documents, Instruction: req.Instruction})
 	if !ok {
 		return
 	}
 	model := req.Model
 	if model == "" {
-		model = s.Config.ModelName
+		model = m.ID
 	}
 	resp := openai.RerankResponse{ID: newID(), Model: model, Usage: openai.RerankUsage{PromptTokens: res.Tokens, TotalTokens: res.Tokens}}
 	for _, i := range res.Ranked(req.TopN) {
@@ -66,7 +66,12 @@ func (s *Server) teiRerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	res, ok := s.runRerank(c, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction})
+	m, err := s.pick("", "", taskRerank)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	res, ok := s.runRerank(c, m, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction})
 	if !ok {
 		return
 	}
@@ -84,14 +89,14 @@ func (s *Server) teiRerank(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
-// runRerank runs a decoded request, writing the error answer when it fails.
-func (s *Server) runRerank(c *gin.Context, req *routing.RerankRequest) (*routing.RerankResult, bool) {
+// runRerank runs a decoded request on m, writing the error answer when it fails.
+func (s *Server) runRerank(c *gin.Context, m *Model, req *routing.RerankRequest) (*routing.RerankResult, bool) {
 	c.Set(ctxInputs, len(req.Documents))
-	if s.Reranker == nil {
+	if m.Reranker == nil {
 		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found", msg: "This server does not rerank: " + c.Request.URL.Path + " needs a reranker model."})
 		return nil, false
 	}
-	res, err := s.Reranker.Rerank(c.Request.Context(), req)
+	res, err := m.Reranker.Rerank(c.Request.Context(), req)
 	if err != nil {
 		writeError(c, err)
 		return nil, false

@@ -86,6 +86,10 @@ type Server struct {
 	Embedder Embedder
 	// Reranker serves POST /v1/rerank and POST /rerank; nil answers them 404.
 	Reranker Reranker
+	// Models, when set, are the served models (registry.go), the first the
+	// default; Config.ModelName, Config.Aliases, Embedder and Reranker are then
+	// unused. Unset, the server serves the one model they describe.
+	Models []Model
 	// Ready reports whether the warm worker can take requests (GET /ready).
 	Ready func() bool
 	// Metrics, when set, is served at GET /metrics (the Prometheus registry of
@@ -221,19 +225,6 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// knownModel says whether name (without a :query/:document suffix) is served here.
-func (s *Server) knownModel(name string) bool {
-	if name == s.Config.ModelName {
-		return true
-	}
-	for _, a := range s.Config.Aliases {
-		if name == a {
-			return true
-		}
-	}
-	return false
 }
 
 // Headers for clients that cannot add body fields (LangChain JS).
