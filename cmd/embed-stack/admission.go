@@ -114,11 +114,42 @@ type ephemeralLimits struct {
 // few bytes per token made it tens of millions), and never less than one input of
 // maxInput tokens, which could otherwise never be admitted.
 func defaultEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int64, cpus int) ephemeralLimits {
+	return sharedEphemeralLimits(workers, tokens, maxInput, kvPerToken, avail, cpus, memShare{})
+}
+
+// memShare describes the other models of a server with several (issue 17), whose
+// workers take from the same memory as this model's.
+type memShare struct {
+	// warm is every model's warm worker memory (warmBytes), this one's included;
+	// a worker stopped by --keep-alive counts, since the next request starts it.
+	warm []int64
+}
+
+// extra is the warm memory beyond the largest worker's: the half of the memory
+// that is not the ephemeral workers' was sized for one warm worker, so any other
+// comes off the ephemeral half.
+func (s memShare) extra() int64 {
+	var sum, largest int64
+	for _, b := range s.warm {
+		sum, largest = sum+b, max(largest, b)
+	}
+	return sum - largest
+}
+
+// models is how many models split the ephemeral budget (at least 1).
+func (s memShare) models() int64 { return int64(max(1, len(s.warm))) }
+
+// sharedEphemeralLimits is defaultEphemeralLimits for one of several models: the
+// ephemeral half, less the warm workers beyond the largest (memShare.extra), is
+// split evenly between the models, each of which runs its own ephemeral workers.
+// An even split bounds the sum whatever the traffic; a model may get fewer
+// workers than a shared pool would give it, never more memory than there is.
+func sharedEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int64, cpus int, s memShare) ephemeralLimits {
 	known := avail > 0
 	if !known {
 		avail = fallbackMemory
 	}
-	budget := avail / ephemeralShare
+	budget := max(0, avail/ephemeralShare-s.extra()) / s.models()
 	maxCtx := int64(backends.EphemeralContextSize(maxInput))
 	l := ephemeralLimits{workers: workers, tokens: tokens}
 	if l.workers == 0 {
@@ -135,6 +166,9 @@ func defaultEphemeralLimits(workers, tokens, maxInput int, kvPerToken, avail int
 	}
 	l.basis = fmt.Sprintf("%s, half of it for ephemeral workers at %s of KV cache per token and %d MiB each besides, %d CPUs",
 		src, kvSize(kvPerToken), workerOverhead>>20, cpus)
+	if s.models() > 1 {
+		l.basis += fmt.Sprintf("; %d models: %d MiB off for the warm workers beyond the largest, the rest split %d ways", s.models(), s.extra()>>20, s.models())
+	}
 	return l
 }
 
@@ -169,8 +203,22 @@ const (
 // (1 to gpuMaxEphemeral), the token bound what it holds after the workers' weights
 // and overhead, never less than one maxInput input.
 func gpuEphemeralLimits(workers, tokens, maxInput, warmCtx int, kvPerToken, weightBytes, free int64, device string) ephemeralLimits {
+	return sharedGPUEphemeralLimits(workers, tokens, maxInput, warmCtx, kvPerToken, weightBytes, free, device, memShare{})
+}
+
+// sharedGPUEphemeralLimits is gpuEphemeralLimits for one of several models: every
+// model's warm worker comes off the device's memory first (s.warm, this one's
+// included), and the rest is split evenly between the models.
+func sharedGPUEphemeralLimits(workers, tokens, maxInput, warmCtx int, kvPerToken, weightBytes, free int64, device string, s memShare) ephemeralLimits {
 	perWorker := weightBytes + gpuWorkerOverhead
 	budget := free/gpuShareDen*gpuShareNum - perWorker - kvPerToken*int64(warmCtx)
+	if len(s.warm) > 0 {
+		var sum int64
+		for _, b := range s.warm {
+			sum += b
+		}
+		budget = (free/gpuShareDen*gpuShareNum - sum) / s.models()
+	}
 	maxCtx := int64(backends.EphemeralContextSize(maxInput))
 	l := ephemeralLimits{workers: workers, tokens: tokens}
 	if l.workers == 0 {
@@ -182,6 +230,9 @@ func gpuEphemeralLimits(workers, tokens, maxInput, warmCtx int, kvPerToken, weig
 	}
 	l.basis = fmt.Sprintf("%s: %d MiB free, %d/%d of it for the workers, the warm worker's share off first; each ephemeral worker %d MiB of weights and %d MiB besides, %s of KV cache per token, at most %d workers",
 		device, free>>20, gpuShareNum, gpuShareDen, weightBytes>>20, gpuWorkerOverhead>>20, kvSize(kvPerToken), gpuMaxEphemeral)
+	if s.models() > 1 {
+		l.basis += fmt.Sprintf("; %d models: all their warm workers off first, the rest split %d ways", s.models(), s.models())
+	}
 	return l
 }
 
@@ -245,6 +296,11 @@ func warmStartError(err error, warmMax int) error {
 // ephemeralLimits returns the admission bounds of the ephemeral workers: the flags,
 // with those left at 0 sized to this machine and model (defaultEphemeralLimits).
 func (e *engine) ephemeralLimits(workers, tokens, maxInput, warmCtx int) (ephemeralLimits, error) {
+	return e.sharedEphemeralLimits(workers, tokens, maxInput, warmCtx, memShare{})
+}
+
+// sharedEphemeralLimits is ephemeralLimits for one of several models (s).
+func (e *engine) sharedEphemeralLimits(workers, tokens, maxInput, warmCtx int, s memShare) (ephemeralLimits, error) {
 	kv, err := kvBytesPerToken(e.modelPath)
 	if err != nil {
 		return ephemeralLimits{}, err
@@ -254,13 +310,32 @@ func (e *engine) ephemeralLimits(workers, tokens, maxInput, warmCtx int) (epheme
 		if err != nil {
 			return ephemeralLimits{}, fmt.Errorf("model: %w", err)
 		}
-		l := gpuEphemeralLimits(workers, tokens, maxInput, warmCtx, kv, st.Size(), d.MemoryFree, d.Name+" ("+d.Description+")")
+		l := sharedGPUEphemeralLimits(workers, tokens, maxInput, warmCtx, kv, st.Size(), d.MemoryFree, d.Name+" ("+d.Description+")", s)
 		return l, checkEphemeralLimits(l, maxInput)
 	}
 	mem, _ := hostmem.Read()
 	avail := mem.Available
-	l := defaultEphemeralLimits(workers, tokens, maxInput, kv, avail, runtime.NumCPU())
+	l := sharedEphemeralLimits(workers, tokens, maxInput, kv, avail, runtime.NumCPU(), s)
 	return l, checkEphemeralLimits(l, maxInput)
+}
+
+// warmBytes is what the engine's warm worker holds once loaded: the weights
+// (memory-mapped on the CPU, copied to a GPU), a KV cache of warmCtx tokens, and a
+// worker's compute buffers and process (workerOverhead, gpuWorkerOverhead on a GPU).
+func (e *engine) warmBytes(warmCtx int) (int64, error) {
+	kv, err := kvBytesPerToken(e.modelPath)
+	if err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(e.modelPath)
+	if err != nil {
+		return 0, fmt.Errorf("model: %w", err)
+	}
+	overhead := int64(workerOverhead)
+	if d := e.device; d != nil && d.GPU {
+		overhead = gpuWorkerOverhead
+	}
+	return st.Size() + kv*int64(warmCtx) + overhead, nil
 }
 
 func joinInts(v []int) string {

@@ -29,7 +29,11 @@ import (
 
 // serveFlags is the parsed command line of `embed-stack serve`.
 type serveFlags struct {
-	model            string
+	// models are the --model values; entries is them parsed with --model-name and
+	// --model-alias (parseModelEntries).
+	models           stringList
+	entries          []modelEntry
+	keepAlive        time.Duration
 	addr             string
 	modelName        string
 	aliases          stringList
@@ -96,10 +100,11 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // flags, their environment variables, config-file keys and docs/configuration.md.
 func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("embed-stack serve", flag.ContinueOnError)
-	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path`, or a Hugging Face reference owner/name[:QUANT][@REV] or owner/name/FILE.gguf (e.g. Qwen/Qwen3-Embedding-0.6B-GGUF), downloaded once into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply)")
+	fs.Var(&f.models, "model", "model (required): a local GGUF `path`, or a Hugging Face reference owner/name[:QUANT][@REV] or owner/name/FILE.gguf (e.g. Qwen/Qwen3-Embedding-0.6B-GGUF), downloaded once into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply). Repeat it to serve several models, each as NAME=MODEL (NAME is what requests give as \"model\"; without NAME= the GGUF's general.name as a slug), each with its own warm worker; the first embedding model is the default of requests without a model, the first reranker that of /v1/rerank, and with several models an unknown name gets 404 model_not_found")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (loopback by default; use 0.0.0.0:8080 to expose it)")
-	fs.StringVar(&f.modelName, "model-name", "", "model id served by /v1/models and accepted by --strict-model (default: the GGUF's general.name as a slug, e.g. qwen3-embedding-0.6b)")
-	fs.Var(&f.aliases, "model-alias", "further accepted model `name` (repeatable)")
+	fs.StringVar(&f.modelName, "model-name", "", "model id served by /v1/models and accepted by --strict-model (default: the GGUF's general.name as a slug, e.g. qwen3-embedding-0.6b); with several --model, name each as NAME=MODEL instead")
+	fs.Var(&f.aliases, "model-alias", "further accepted model `name` (repeatable); with several --model, MODEL=ALIAS, MODEL being a --model NAME")
+	fs.DurationVar(&f.keepAlive, "keep-alive", 0, "stop a model's warm worker after this long without requests, freeing its memory; the next request starts it again and waits for it (a cold start, bounded by --request-timeout), and /ready counts a stopped model as ready (0 = never stop, the default; as Ollama's keep_alive)")
 	fs.BoolVar(&f.strictModel, "strict-model", false, "answer 404 model_not_found for model names other than --model-name and its aliases (by default any name is accepted and echoed back, since clients such as LangChain send their own default)")
 	fs.StringVar(&f.defaultInputType, "default-input-type", "document", "input type when a request names none: `query` or document")
 	fs.StringVar(&f.defaultInstr, "default-instruction", routing.DefaultInstruction, "query `task` used when a request gives no instruction")
@@ -166,13 +171,19 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	}
 	if f.printConfig {
 		printConfig(stdout, fs, sources)
-		if f.model == "" {
+		if len(f.models) == 0 {
 			fmt.Fprintln(stderr, printConfigNoModel)
 		}
 		return f, nil
 	}
-	if f.model == "" {
+	if len(f.models) == 0 {
 		return nil, errors.New(modelRequired)
+	}
+	if f.entries, err = parseModelEntries(f.models, f.aliases, f.modelName); err != nil {
+		return nil, err
+	}
+	if f.keepAlive < 0 {
+		return nil, fmt.Errorf("--keep-alive must not be negative (0 never stops a warm worker); got %s", f.keepAlive)
 	}
 	if err := atLeastOne(intFlag{"--max-inputs", f.maxInputs}, intFlag{"--max-total-tokens", f.maxTotalTokens}); err != nil {
 		return nil, err
@@ -201,6 +212,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	}
 	if f.warm, err = f.warm.resolve(runtime.GOOS+"/"+runtime.GOARCH, exe); err != nil {
 		return nil, err
+	}
+	if f.warm.Name == warmMLX && len(f.entries) > 1 {
+		return nil, errors.New("--warm-backend mlx serves one model (--mlx-model); serve several models with --warm-backend llama, or run one server per model")
 	}
 	return f, nil
 }
@@ -346,79 +360,48 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		return fmt.Errorf("--token-ids: %w", err)
 	}
 	start := time.Now()
-	eng, err := newEngine(ctx, engineConfig{
-		Model:                f.model,
-		Task:                 f.task,
-		AllowPoolingMismatch: f.allowPoolingMismatch,
-		Threads:              f.threads,
-		BatchTokens:          f.batchTokens,
-		WarmMaxTokens:        f.warmMaxTokens,
-		WarmBuckets:          f.buckets,
-		EphemeralNice:        f.ephemeralNice,
-		MaxInputTokens:       f.maxInputTokens,
-		ReadyTimeout:         f.readyTimeout,
-		LogFormat:            f.logFormat,
-		LogLevel:             f.logLevel,
-		Device:               f.device,
-	}, logger)
+	models, err := loadModels(ctx, f, logger)
 	if err != nil {
 		return err
 	}
-	f.model = eng.modelPath
-	facts := eng.facts
-	name := f.modelName
-	if name == "" {
-		name = facts.name
-	}
-	if name == "" {
-		name = "qwen3-embedding"
-		if facts.rerank {
-			name = "qwen3-reranker"
+	for _, m := range models {
+		if m.eng.warm.Spec, err = f.warm.spec(m.eng.warm.Spec); err != nil {
+			return err
 		}
-	}
-	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens)
-	if err != nil {
-		return err
-	}
-	logger.Info("ephemeral workers", "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
-	warm := eng.warm
-	if warm.Spec, err = f.warm.spec(warm.Spec); err != nil {
-		return err
+		lim := m.lim
+		logger.Info("ephemeral workers", "model", m.name, "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
+		m.router = m.eng.router(routing.Config{
+			MaxInputs:          f.maxInputs,
+			MaxTotalTokens:     f.maxTotalTokens,
+			MaxInputTokens:     f.maxInputTokens,
+			WarmMaxTokens:      f.warmMaxTokens,
+			BatchWindow:        f.batchWindow,
+			BatchMaxTokens:     f.batchMaxTokens,
+			MaxEphemeral:       lim.workers,
+			MaxEphemeralTokens: lim.tokens,
+			EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
+			DefaultInputType:   defaultType,
+			DefaultInstruction: f.defaultInstr,
+			TokenIDs:           idMode,
+		})
+		// A worker that stops answering is killed, and so restarted, by the hang
+		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
+		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: f.keepAlive, HangTimeout: f.workerHangTimeout,
+			Logger: m.eng.warm.Logger}
+		m.router.Warm = warmBackend{m.warm}
+		m.eng.long.HangTimeout = f.workerHangTimeout
+		if f.workerHangTimeout == 0 {
+			m.eng.long.HangTimeout = -1 // off, as for the warm worker
+		}
 	}
 	if f.warm.Name == warmMLX {
 		logger.Info("warm worker: mlx-embed-server", "path", f.warm.MLXServer, "model_dir", f.warm.MLXModel)
 	}
-	router := eng.router(routing.Config{
-		MaxInputs:          f.maxInputs,
-		MaxTotalTokens:     f.maxTotalTokens,
-		MaxInputTokens:     f.maxInputTokens,
-		WarmMaxTokens:      f.warmMaxTokens,
-		BatchWindow:        f.batchWindow,
-		BatchMaxTokens:     f.batchMaxTokens,
-		MaxEphemeral:       lim.workers,
-		MaxEphemeralTokens: lim.tokens,
-		EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
-		DefaultInputType:   defaultType,
-		DefaultInstruction: f.defaultInstr,
-		TokenIDs:           idMode,
-	})
-	// A worker that stops answering is killed, and so restarted, by the hang watch.
-	hang := &backends.HangWatch{Warm: warm, Timeout: f.workerHangTimeout, Logger: logger.With("worker", "warm")}
-	eng.long.HangTimeout = f.workerHangTimeout
-	if f.workerHangTimeout == 0 {
-		eng.long.HangTimeout = -1 // off, as for the warm worker
-	}
-	if f.workerHangTimeout > 0 {
-		router.Warm = warmBackend{hang}
-		hangCtx, stopHang := context.WithCancel(context.WithoutCancel(ctx))
-		defer stopHang()
-		go hang.Run(hangCtx)
-	}
 	gin.SetMode(gin.ReleaseMode)
 	api := &server.Server{
 		Config: server.Config{
-			ModelName:    name,
-			Aliases:      f.aliases,
+			ModelName:    models[0].name,
+			Aliases:      models[0].entry.aliases,
 			StrictModel:  f.strictModel,
 			MaxBodyBytes: f.maxBodyBytes,
 			Logger:       logger,
@@ -434,24 +417,19 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			MaxConnections:        f.maxConnections,
 			DebugVars:             f.debugVars,
 		},
-		Embedder: router,
-		Reranker: router,
-		Ready:    warm.Ready,
-		Healthy:  warm.Healthy,
-		Info: server.Info{Device: deviceName(eng.device), Models: []server.ModelInfo{
-			{ID: name, Aliases: f.aliases, Task: infoTask(facts.rerank), Pooling: "last", Limits: router.Limits()},
-		}},
+		Models:  models.registry(),
+		Ready:   models.ready,
+		Healthy: models.healthy,
+		Info:    server.Info{Device: deviceName(models[0].eng.device), Models: models.info()},
 		Device: func() any {
-			if d := warm.Info().Device; d != nil {
+			if d := models[0].warm.Info().Device; d != nil {
 				return d
 			}
 			return nil
 		},
-		Vars: func() map[string]any {
-			return map[string]any{"worker_restarts": warm.Restarts(), "worker_hang_kills": hang.Kills(), "warm_worker_pid": warm.PID()}
-		},
+		Vars: models.vars,
 	}
-	if err := tel.wire(api, router, warm, hang, eng.long); err != nil {
+	if err := tel.wire(api, models); err != nil {
 		return err
 	}
 
@@ -467,15 +445,17 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	}
 	srv := api.HTTPServer()
 	ln = api.LimitListener(ln)
-	logger.Info("listening", "addr", ln.Addr().String(), "model", name, "dim", facts.dim, "rerank", facts.rerank)
+	for _, m := range models {
+		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.dim, "rerank", m.eng.facts.rerank)
+	}
 
 	// The API answers at once (GET /ready says 503 and requests get 503 with
-	// Retry-After) while the warm worker loads.
+	// Retry-After) while the warm workers load.
 	warmErr := make(chan error, 1)
 	// Its own context, so that a shutdown can abandon a start still in progress.
 	warmCtx, abandonStart := context.WithCancel(ctx)
 	defer abandonStart()
-	go func() { warmErr <- warm.Start(warmCtx) }()
+	go func() { warmErr <- models.start(warmCtx, f.warmMaxTokens) }()
 	warmDone := false
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -489,7 +469,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	case err := <-warmErr:
 		warmDone = true
 		if err != nil {
-			runErr = warmStartError(err, f.warmMaxTokens)
+			runErr = err
 		} else {
 			logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond))
 			select {
@@ -503,7 +483,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 
 	// Cleanup must run even though ctx is done; a second signal cuts it short: the
 	// connections are closed (cancelling their requests, and so killing their
-	// ephemeral workers) and the warm worker is killed rather than drained.
+	// ephemeral workers) and the warm workers are killed rather than drained.
 	cleanup, force := context.WithCancel(context.WithoutCancel(ctx))
 	defer force()
 	go func() {
@@ -530,7 +510,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	if !warmDone {
 		<-warmErr // Start returns promptly once its context has ended
 	}
-	if err := warm.Close(cleanup); err != nil {
+	if err := models.close(cleanup); err != nil {
 		logger.Warn("stop warm worker", "error", err)
 	} else {
 		logger.Info("warm worker stopped")

@@ -12,7 +12,6 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
-	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
 	"github.com/embed-stack/embed-stack/telemetry/stage"
@@ -67,12 +66,16 @@ func (p *processTelemetry) stop() {
 
 // wire connects serve's telemetry to the API and the workers: the request spans,
 // GET /metrics, the worker gauges, and, when spans go to the console, the workers'
-// output (where their spans are printed) to serve's stderr.
-func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm *backends.Warm, hang *backends.HangWatch, long *backends.Ephemeral) error {
+// output (where their spans are printed) to serve's stderr. With several models
+// the worker gauges are totals (restarts, hang kills, ephemeral workers), and the
+// warm worker's pid, readiness and device are the default model's and all
+// models' readiness; they carry no model label (issue 17).
+func (p *processTelemetry) wire(api *server.Server, models servedModels) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
+	warm := models[0].warm
 	device := func(ctx context.Context) (telemetry.DeviceMemory, bool) {
 		// A scrape waits for the worker's answer at most this long.
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -80,15 +83,17 @@ func (p *processTelemetry) wire(api *server.Server, router *routing.Router, warm
 		d, ok := warm.Device(ctx)
 		return telemetry.DeviceMemory{Name: d.Name, Backend: d.Backend, Used: d.MemoryUsed(), Total: d.MemoryTotal}, ok
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Restarts: warm.Restarts, HangKills: hang.Kills, WarmPID: warm.PID, Ready: warm.Ready, Ephemeral: router.EphemeralState, Device: device}); err != nil {
+	if err := p.ObserveWorkers(telemetry.Workers{Restarts: models.restarts, HangKills: models.kills, WarmPID: warm.PID, Ready: models.ready, Ephemeral: models.ephemeral, Device: device}); err != nil {
 		return err
 	}
 	if p.Console() {
-		if warm.Spec.Output == nil {
-			warm.Spec.Output = os.Stderr
-		}
-		if long.Spec.Output == nil {
-			long.Spec.Output = os.Stderr
+		for _, m := range models {
+			if m.eng.warm.Spec.Output == nil {
+				m.eng.warm.Spec.Output = os.Stderr
+			}
+			if m.eng.long.Spec.Output == nil {
+				m.eng.long.Spec.Output = os.Stderr
+			}
 		}
 	}
 	return nil

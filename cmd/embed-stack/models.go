@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/server"
+)
+
+// modelEntry is one --model of serve: the reference to load and the names
+// requests give it (issue 17: several models behind one address).
+type modelEntry struct {
+	// name is NAME of NAME=MODEL, or --model-name for a single model; "" takes
+	// the GGUF's general.name (see modelName).
+	name string
+	// ref is a GGUF path or a Hugging Face reference.
+	ref string
+	// aliases are the --model-alias values that belong to this entry.
+	aliases []string
+	// flag is the entry as given, for messages.
+	flag string
+}
+
+// parseModelEntries reads serve's --model values (NAME=MODEL or MODEL) and
+// --model-alias values (ALIAS, or MODEL=ALIAS naming the model by its NAME).
+// With one model, --model-name names it and a bare alias is its alias, as before
+// models could repeat. With several, --model-name is refused (NAME= names each)
+// and so is a bare alias, which could belong to any of them.
+func parseModelEntries(models, aliases []string, modelName string) ([]modelEntry, error) {
+	entries := make([]modelEntry, 0, len(models))
+	for _, m := range models {
+		e := modelEntry{ref: m, flag: m}
+		// A NAME has no '/': "./a=b.gguf" and "owner/name" are references.
+		if name, ref, ok := strings.Cut(m, "="); ok && !strings.Contains(name, "/") {
+			if name == "" || ref == "" {
+				return nil, fmt.Errorf("--model %q: give NAME=MODEL (a name and a GGUF path or Hugging Face reference) or MODEL alone", m)
+			}
+			e.name, e.ref = name, ref
+		}
+		entries = append(entries, e)
+	}
+	if len(entries) > 1 && modelName != "" {
+		return nil, fmt.Errorf("--model-name names a single model; with %d --model, name each as --model NAME=MODEL", len(entries))
+	}
+	if len(entries) == 1 && modelName != "" {
+		if entries[0].name != "" {
+			return nil, fmt.Errorf("--model-name %q and --model %q both name the model; keep one", modelName, entries[0].flag)
+		}
+		entries[0].name = modelName
+	}
+	for _, a := range aliases {
+		target, alias, ok := strings.Cut(a, "=")
+		if !ok {
+			if len(entries) > 1 {
+				return nil, fmt.Errorf("--model-alias %q: with several --model, say which model it names: --model-alias MODEL=%s", a, a)
+			}
+			entries[0].aliases = append(entries[0].aliases, a)
+			continue
+		}
+		i := entryNamed(entries, target)
+		if i < 0 || alias == "" {
+			return nil, fmt.Errorf("--model-alias %q: %q is not the NAME of a --model NAME=MODEL; give --model-alias NAME=ALIAS", a, target)
+		}
+		entries[i].aliases = append(entries[i].aliases, alias)
+	}
+	return entries, nil
+}
+
+// entryNamed returns the index of the entry named name, or -1.
+func entryNamed(entries []modelEntry, name string) int {
+	for i, e := range entries {
+		if e.name != "" && e.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkModelNames refuses a name or alias given to two models (or twice to one),
+// naming both --model entries; the server could not tell which one a request
+// means. names[i] is entries[i]'s resolved name.
+func checkModelNames(entries []modelEntry, names []string) error {
+	owner := map[string]int{}
+	for i := range entries {
+		for _, n := range append([]string{names[i]}, entries[i].aliases...) {
+			if j, ok := owner[n]; ok {
+				if i == j {
+					return fmt.Errorf("--model %q is named %q twice (its name and an alias); drop the alias", entries[i].flag, n)
+				}
+				return fmt.Errorf("--model %q and --model %q are both named %q; name them apart with --model NAME=MODEL (without NAME= a model is named by its GGUF's general.name)",
+					entries[j].flag, entries[i].flag, n)
+			}
+			owner[n] = i
+		}
+	}
+	return nil
+}
+
+// modelName is the name a model is served under: the entry's, else the GGUF's
+// general.name as a slug, else a generic one by task.
+func modelName(e modelEntry, facts *modelFacts) string {
+	switch {
+	case e.name != "":
+		return e.name
+	case facts.name != "":
+		return facts.name
+	case facts.rerank:
+		return "qwen3-reranker"
+	}
+	return "qwen3-embedding"
+}
+
+// servedModel is one model of serve: its entry and name, its engine, router, warm
+// worker and ephemeral admission bounds.
+type servedModel struct {
+	entry  modelEntry
+	name   string
+	eng    *engine
+	lim    ephemeralLimits
+	router *routing.Router
+	warm   *backends.OnDemand
+}
+
+// servedModels are serve's models in --model order; the first is the default.
+type servedModels []*servedModel
+
+// loadModels prepares every --model entry (newEngine: resolve, read the GGUF and
+// its tokenizer; nothing is started), refuses names given twice, and sizes each
+// model's ephemeral workers with every model's warm worker counted (memShare).
+func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (servedModels, error) {
+	models := make(servedModels, 0, len(f.entries))
+	names := make([]string, 0, len(f.entries))
+	for _, e := range f.entries {
+		eng, err := newEngine(ctx, engineConfig{
+			Model:                e.ref,
+			Task:                 f.task,
+			AllowPoolingMismatch: f.allowPoolingMismatch,
+			Threads:              f.threads,
+			BatchTokens:          f.batchTokens,
+			WarmMaxTokens:        f.warmMaxTokens,
+			WarmBuckets:          f.buckets,
+			EphemeralNice:        f.ephemeralNice,
+			MaxInputTokens:       f.maxInputTokens,
+			ReadyTimeout:         f.readyTimeout,
+			LogFormat:            f.logFormat,
+			LogLevel:             f.logLevel,
+			Device:               f.device,
+		}, logger)
+		if err != nil {
+			if len(f.entries) > 1 {
+				err = fmt.Errorf("--model %q: %w", e.flag, err)
+			}
+			return nil, err
+		}
+		m := &servedModel{entry: e, name: modelName(e, eng.facts), eng: eng}
+		if len(f.entries) > 1 {
+			eng.warm.Logger = eng.warm.Logger.With("model", m.name)
+			eng.long.Logger = eng.long.Logger.With("model", m.name)
+		}
+		models = append(models, m)
+		names = append(names, m.name)
+	}
+	entries := make([]modelEntry, len(models))
+	for i, m := range models {
+		entries[i] = m.entry
+	}
+	if err := checkModelNames(entries, names); err != nil {
+		return nil, err
+	}
+	var share memShare
+	if len(models) > 1 {
+		for _, m := range models {
+			b, err := m.eng.warmBytes(f.warmMaxTokens)
+			if err != nil {
+				return nil, err
+			}
+			share.warm = append(share.warm, b)
+		}
+	}
+	for _, m := range models {
+		lim, err := m.eng.sharedEphemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens, share)
+		if err != nil {
+			return nil, err
+		}
+		m.lim = lim
+	}
+	return models, nil
+}
+
+// registry describes the models to package server.
+func (ms servedModels) registry() []server.Model {
+	out := make([]server.Model, len(ms))
+	for i, m := range ms {
+		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: m.eng.facts.rerank, Embedder: m.router, Reranker: m.router}
+	}
+	return out
+}
+
+// info is GET /info's list of the models.
+func (ms servedModels) info() []server.ModelInfo {
+	out := make([]server.ModelInfo, len(ms))
+	for i, m := range ms {
+		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: infoTask(m.eng.facts.rerank), Pooling: "last", Limits: m.router.Limits()}
+	}
+	return out
+}
+
+// ready says every model takes requests (GET /ready); a model stopped by
+// --keep-alive does, starting on the request.
+func (ms servedModels) ready() bool {
+	for _, m := range ms {
+		if !m.warm.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// healthy says no model's warm worker has failed beyond recovery (GET /health).
+func (ms servedModels) healthy() bool {
+	for _, m := range ms {
+		if !m.warm.Healthy() {
+			return false
+		}
+	}
+	return true
+}
+
+// Totals over the models, for the worker metrics (which carry no model label).
+func (ms servedModels) restarts() (n int) {
+	for _, m := range ms {
+		n += m.warm.Restarts()
+	}
+	return n
+}
+
+func (ms servedModels) kills() (n int) {
+	for _, m := range ms {
+		n += m.warm.Kills()
+	}
+	return n
+}
+
+func (ms servedModels) ephemeral() (running, tokens, queued int) {
+	for _, m := range ms {
+		r, t, q := m.router.EphemeralState()
+		running, tokens, queued = running+r, tokens+t, queued+q
+	}
+	return running, tokens, queued
+}
+
+// vars are GET /debug/vars' worker figures: totals, the default model's pid as
+// before, and per model its pid (0 while stopped) and cold starts.
+func (ms servedModels) vars() map[string]any {
+	per := map[string]any{}
+	for _, m := range ms {
+		loads, last := m.warm.Loads()
+		per[m.name] = map[string]any{"warm_worker_pid": m.warm.PID(), "worker_restarts": m.warm.Restarts(), "worker_hang_kills": m.warm.Kills(),
+			"cold_starts": loads, "last_cold_start_ms": last.Milliseconds()}
+	}
+	return map[string]any{"worker_restarts": ms.restarts(), "worker_hang_kills": ms.kills(), "warm_worker_pid": ms[0].warm.PID(), "models": per}
+}
+
+// start starts every model's warm worker at once and returns when all are ready
+// or the first has failed (the others' starts are then abandoned).
+func (ms servedModels) start(ctx context.Context, warmMax int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(ms))
+	for _, m := range ms {
+		go func() {
+			err := m.warm.Start(ctx)
+			if err != nil {
+				err = warmStartError(err, warmMax)
+				if len(ms) > 1 {
+					err = fmt.Errorf("model %s: %w", m.name, err)
+				}
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range ms {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
+}
+
+// close stops every model's warm worker.
+func (ms servedModels) close(ctx context.Context) error {
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { errs[i] = m.warm.Close(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

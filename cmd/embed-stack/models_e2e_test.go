@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/embed-stack/embed-stack/internal/e2e"
+)
+
+// serveWith starts `embed-stack serve` with exactly args (and --addr, --threads 1
+// and --debug-vars) and waits until it is ready; e2e.Serve would add a --model.
+func serveWith(t *testing.T, args ...string) *e2e.Server {
+	t.Helper()
+	bin, _ := e2e.Paths(t)
+	addr := e2e.FreeAddr(t)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--threads", "1", "--debug-vars"}, args...)...)
+	cmd.Dir = e2e.RepoRoot(t)
+	s := &e2e.Server{Process: e2e.Start(t, cmd), URL: "http://" + addr}
+	s.WaitReady(t, s.URL, e2e.ReadyTimeout)
+	return s
+}
+
+// call sends body (GET when empty) and returns the status and body.
+func call(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	method := http.MethodGet
+	if body != "" {
+		method = http.MethodPost
+	}
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 2 * time.Minute}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// rerankScores posts a rerank request and returns the scores by document index.
+func rerankScores(t *testing.T, url, body string) []float64 {
+	t.Helper()
+	code, raw := call(t, url+"/v1/rerank", body)
+	if code != 200 {
+		t.Fatalf("POST /v1/rerank %s: %d %s", body, code, raw)
+	}
+	var out struct {
+		Results []struct {
+			Index int     `json:"index"`
+			Score float64 `json:"relevance_score"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		t.Fatal(err)
+	}
+	scores := make([]float64, len(out.Results))
+	for _, r := range out.Results {
+		scores[r.Index] = r.Score
+	}
+	return scores
+}
+
+// modelVars is one model's entry in GET /debug/vars.
+type modelVars struct {
+	PID        int   `json:"warm_worker_pid"`
+	ColdStarts int   `json:"cold_starts"`
+	LastMS     int64 `json:"last_cold_start_ms"`
+}
+
+func varsOf(t *testing.T, url, model string) modelVars {
+	t.Helper()
+	code, raw := call(t, url+"/debug/vars", "")
+	var v struct {
+		Models map[string]modelVars `json:"models"`
+	}
+	if code != 200 || json.Unmarshal([]byte(raw), &v) != nil {
+		t.Fatalf("GET /debug/vars: %d %s", code, raw)
+	}
+	m, ok := v.Models[model]
+	if !ok {
+		t.Fatalf("GET /debug/vars has no model %q: %s", model, raw)
+	}
+	return m
+}
+
+// sameVectors requires a and b to agree within 1e-6 per component: the same GGUF
+// on the same binary, whichever name it is served under.
+func sameVectors(t *testing.T, what string, a, b [][]float64) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("%s: %d vectors, want %d", what, len(b), len(a))
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			t.Fatalf("%s: vector %d has %d dimensions, want %d", what, i, len(b[i]), len(a[i]))
+		}
+		for k := range a[i] {
+			if math.Abs(a[i][k]-b[i][k]) > 1e-6 {
+				t.Fatalf("%s: vector %d component %d is %v, want %v", what, i, k, b[i][k], a[i][k])
+			}
+		}
+	}
+}
+
+// TestServeSeveralModels runs one server with the tiny model under two names
+// (one with an alias) and the tiny reranker, with a short --keep-alive, and
+// checks it against single-model servers of the same GGUFs: each name gets the
+// vectors (scores) its GGUF gives alone, an unknown name OpenAI's 404, the wrong
+// task a 400, /v1/models lists every name, and a model stopped for idleness
+// starts again in a new process with the same vectors.
+func TestServeSeveralModels(t *testing.T) {
+	_, model := e2e.Paths(t)
+	reranker := filepath.Join(filepath.Dir(model), "tiny-reranker.gguf")
+	if _, err := os.Stat(reranker); err != nil {
+		e2e.Require(t, "missing "+reranker+": run `make models` first")
+	}
+	inputs := map[string]any{"input": []string{"hello world", "a second, longer input about something else"}}
+	const rerankBody = `{"query":"what is a cat?","documents":["a cat is a small feline","stock markets fell today","cats purr"]}`
+
+	single := serveWith(t, "--model", model)
+	want := e2e.Embeddings(t, single.URL, inputs)
+	single.Stop()
+	singleRR := serveWith(t, "--model", reranker)
+	wantScores := rerankScores(t, singleRR.URL, rerankBody)
+	singleRR.Stop()
+
+	const keepAlive = 2 * time.Second
+	s := serveWith(t, "--model", "small="+model, "--model", "big="+model, "--model", "rr="+reranker,
+		"--model-alias", "small=text-embedding-3-small", "--keep-alive", keepAlive.String())
+
+	for _, name := range []string{"small", "text-embedding-3-small:query", "big"} {
+		body := map[string]any{"model": name, "input": inputs["input"], "input_type": "document"}
+		sameVectors(t, name, want, e2e.Embeddings(t, s.URL, body))
+	}
+	noModel := map[string]any{"input": inputs["input"]}
+	sameVectors(t, "no model (the first)", want, e2e.Embeddings(t, s.URL, noModel))
+	got := rerankScores(t, s.URL, strings.Replace(rerankBody, "{", `{"model":"rr",`, 1))
+	for i := range wantScores {
+		if math.Abs(got[i]-wantScores[i]) > 1e-6 {
+			t.Fatalf("rr score %d = %v, want %v (the reranker served alone)", i, got[i], wantScores[i])
+		}
+	}
+
+	checks := []struct {
+		path, body string
+		status     int
+		want       string
+	}{
+		{"/v1/embeddings", `{"model":"nope","input":"a"}`, 404,
+			"{\"error\":{\"message\":\"The model `nope` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"},
+		{"/v1/embeddings", `{"model":"rr","input":"a"}`, 400,
+			"{\"error\":{\"message\":\"The model `rr` is a reranker, which does not make embeddings; send query-document pairs to POST /v1/rerank, or name an embedding model (GET /v1/models lists them).\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_task_mismatch\"}}"},
+		{"/v1/rerank", `{"model":"big","query":"q","documents":["a"]}`, 400,
+			"{\"error\":{\"message\":\"The model `big` is an embedding model, which does not rerank; name a reranker (GET /v1/models lists them), or compare embeddings.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_task_mismatch\"}}"},
+		{"/v1/models", "", 200, `{"object":"list","data":[` +
+			`{"id":"small","object":"model","created":0,"owned_by":"embed-stack"},` +
+			`{"id":"text-embedding-3-small","object":"model","created":0,"owned_by":"embed-stack"},` +
+			`{"id":"big","object":"model","created":0,"owned_by":"embed-stack"},` +
+			`{"id":"rr","object":"model","created":0,"owned_by":"embed-stack"}]}`},
+		{"/v1/models/big:query", "", 200, `{"id":"big:query","object":"model","created":0,"owned_by":"embed-stack"}`},
+		{"/v1/models/nope", "", 404,
+			"{\"error\":{\"message\":\"The model `nope` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"},
+	}
+	created := regexp.MustCompile(`"created":\d+`)
+	for _, c := range checks {
+		code, body := call(t, s.URL+c.path, c.body)
+		if body = created.ReplaceAllString(body, `"created":0`); code != c.status || body != c.want {
+			t.Errorf("%s %s: %d %s\nwant %d %s", c.path, c.body, code, body, c.status, c.want)
+		}
+	}
+
+	// After the keep-alive, big's worker is stopped; /ready still says ready, and
+	// the next request starts a new worker that gives the same vectors.
+	before := varsOf(t, s.URL, "big")
+	if before.PID == 0 {
+		t.Fatal("big has no warm worker right after a request")
+	}
+	deadline := time.Now().Add(keepAlive + 20*time.Second)
+	for varsOf(t, s.URL, "big").PID != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("big's warm worker (pid %d) still runs %s after its last request (--keep-alive %s)", before.PID, keepAlive+20*time.Second, keepAlive)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := syscall.Kill(before.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the stopped worker's process %d: kill 0 = %v, want ESRCH (gone)", before.PID, err)
+	}
+	if code, body := call(t, s.URL+"/ready", ""); code != 200 {
+		t.Errorf("/ready with a model stopped by --keep-alive: %d %s, want 200", code, body)
+	}
+	start := time.Now()
+	sameVectors(t, "big after its cold start", want, e2e.Embeddings(t, s.URL, map[string]any{"model": "big", "input": inputs["input"]}))
+	took := time.Since(start)
+	after := varsOf(t, s.URL, "big")
+	if after.PID == 0 || after.PID == before.PID || after.ColdStarts != 1 || after.LastMS <= 0 {
+		t.Fatalf("after the cold start: %+v (before %+v); want a new pid and 1 cold start", after, before)
+	}
+	t.Logf("cold start of the tiny model: %d ms in the server, %d ms for the request", after.LastMS, took.Milliseconds())
+	if err := s.Stop(); err != nil {
+		t.Errorf("stop: %v\n%s", err, s.Out)
+	}
+}
+
+// TestServeRefusesDuplicateModelNames: two models under one name (here the GGUF's
+// general.name, as neither entry names its model) or a name that is another's
+// alias stop serve at once, naming both entries.
+func TestServeRefusesDuplicateModelNames(t *testing.T) {
+	bin, model := e2e.Paths(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", model, "--model", model},
+			`error="--model \"` + model + `\" and --model \"` + model + `\" are both named \"qwen3-tiny-random-seed1\"; name them apart with --model NAME=MODEL (without NAME= a model is named by its GGUF's general.name)"`},
+		{[]string{"--model", "a=" + model, "--model-alias", "a=b", "--model", "b=" + model},
+			`error="--model \"a=` + model + `\" and --model \"b=` + model + `\" are both named \"b\"; name them apart`},
+	} {
+		cmd := exec.Command(bin, append([]string{"serve", "--addr", e2e.FreeAddr(t)}, c.args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		if code := e2e.ExitCode(err); code != 1 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v: exit %d\n%s\nwant exit 1 and a line with %s", c.args, code, out.String(), c.want)
+		}
+	}
+}
