@@ -3,7 +3,7 @@
 // base64 path end to end against the server's own float output.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import OpenAI, { BadRequestError } from 'openai';
+import OpenAI, { BadRequestError, NotFoundError } from 'openai';
 
 import { cosine, maxAbsDiff, modelID, norm, rawEmbed, rawPost, startServer } from './server.mjs';
 
@@ -112,5 +112,49 @@ describe('openai SDK', { skip: srv.skip }, () => {
     assert.deepEqual(Object.keys(json.error).sort(), ['code', 'message', 'param', 'type']);
     assert.equal(json.error.type, 'invalid_request_error');
     assert.equal(json.error.param, 'input');
+  });
+
+  test('models.retrieve accepts every name embeddings.create accepts', async () => {
+    const list = await client.models.list();
+    assert.deepEqual(list.data.map((m) => m.id), [id]);
+    // The served id, a suffixed form, and (one model, no --strict-model) any name:
+    // embeddings.create takes each, so retrieve must not throw NotFoundError.
+    for (const name of [id, `${id}:query`, 'text-embedding-3-small']) {
+      const m = await client.models.retrieve(name);
+      assert.equal(m.id, name);
+      assert.equal(m.object, 'model');
+      assert.equal(m.owned_by, 'embed-stack');
+    }
+  });
+});
+
+describe('openai SDK, several models', { skip: srv.skip || (!srv.model && 'a server at EMBED_STACK_URL: no model path to serve') }, () => {
+  let multi;
+  let client;
+  before(async () => {
+    // startServer's --model (the tiny model, named by its GGUF) is the first entry.
+    multi = await startServer(['--model', `small=${srv.model}`, '--model-alias', 'small=text-embedding-3-small']);
+    client = new OpenAI({ baseURL: `${multi.url}/v1`, apiKey: 'x', maxRetries: 0 });
+  });
+  after(async () => {
+    await multi?.stop();
+  });
+
+  test('models.list lists every model and alias; retrieve takes each and refuses others', async () => {
+    const ids = (await client.models.list()).data.map((m) => m.id);
+    assert.equal(ids.length, 3);
+    assert.deepEqual(ids.slice(1), ['small', 'text-embedding-3-small']);
+    for (const name of [...ids, 'small:document']) {
+      assert.equal((await client.models.retrieve(name)).id, name);
+    }
+    await assert.rejects(client.models.retrieve('nope'), (err) => {
+      assert.ok(err instanceof NotFoundError, `got ${err?.constructor?.name}`);
+      assert.equal(err.status, 404);
+      assert.equal(err.code, 'model_not_found');
+      return true;
+    });
+    await assert.rejects(client.embeddings.create({ model: 'nope', input: 'a' }), NotFoundError);
+    const res = await client.embeddings.create({ model: 'text-embedding-3-small', input: 'a' });
+    assert.equal(res.model, 'text-embedding-3-small');
   });
 });

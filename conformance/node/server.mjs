@@ -37,7 +37,7 @@ function freePort() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * @returns {Promise<{url?: string, skip?: string, stderr: () => string,
+ * @returns {Promise<{url?: string, model?: string, skip?: string, stderr: () => string,
  *   stop: () => Promise<{code: number|null, signal: string|null}|null>}>}
  */
 export async function startServer(flags = []) {
@@ -94,6 +94,7 @@ export async function startServer(flags = []) {
 
   return {
     url,
+    model,
     stderr: () => tail,
     // stop sends SIGTERM and resolves with how the server exited; SIGKILL after a bound.
     stop: async () => {
