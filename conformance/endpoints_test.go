@@ -93,6 +93,14 @@ func TestModels(t *testing.T) {
 	if len(ms.Models) != len(list.Data) || ms.Models[0].ID != first.ID {
 		t.Errorf("ListModels = %+v, want ids of %+v", ms.Models, list.Data)
 	}
+	// Without --strict-model /v1/embeddings takes any name, and so does GET
+	// /v1/models/{id}: a client that checks its model first (the OpenAI SDKs'
+	// models.retrieve) is not refused one it can embed with (issue 17).
+	for _, name := range []string{"text-embedding-3-small", first.ID + ":query"} {
+		if got, err := s.client(nil).GetModel(ctx(t), name); err != nil || got.ID != name || got.Object != "model" {
+			t.Errorf("go-openai GetModel(%q) = %+v, %v; want that model", name, got, err)
+		}
+	}
 }
 
 // TestNativeEmbed: POST /embed gives the same normalised vectors as /v1/embeddings

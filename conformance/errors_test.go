@@ -182,7 +182,6 @@ func TestErrorEnvelopes(t *testing.T) {
 		{"2049 inputs", "POST", "/v1/embeddings", map[string]any{"input": many, "model": "m"}, 400, ptr("input"), ptr(codeTooManyInputs), "2049"},
 		{"over 300000 tokens in all", "POST", "/v1/embeddings", map[string]any{"input": heavy, "model": "m"}, 400, ptr("input"), ptr(codeTooManyTokens), "300000"},
 		{"unknown route", "GET", "/v1/nothing-here", nil, 404, nil, ptr(codeNotFound), ""},
-		{"unknown model id", "GET", "/v1/models/no-such-model", nil, 404, ptr("model"), ptr(codeModelNotFound), "no-such-model"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,6 +229,20 @@ func TestStrictModel(t *testing.T) {
 			e := embedErr(t, c, openai.EmbeddingRequestStrings{Input: []string{text}, Model: openai.EmbeddingModel(model)})
 			requireAPIError(t, e, http.StatusNotFound, "model", codeModelNotFound)
 		})
+	}
+	// GET /v1/models/{id} agrees with /v1/embeddings: the accepted names are found
+	// (go-openai's GetModel), the refused ones are 404 in OpenAI's envelope.
+	for _, model := range []string{id, id + ":query"} {
+		if got, err := c.GetModel(ctx(t), model); err != nil || got.ID != model {
+			t.Errorf("GetModel(%q) = %+v, %v; want the model", model, got, err)
+		}
+	}
+	for _, model := range []string{"no-such-model", id + ":querying"} {
+		r := s.do(t, http.MethodGet, "/v1/models/"+model, nil, nil)
+		env := requireErrorEnvelope(t, r, http.StatusNotFound)
+		if strPtr(env.Error.Param) != strPtr(ptr("model")) || strPtr(env.Error.Code) != strPtr(ptr(codeModelNotFound)) || !strings.Contains(env.Error.Message, "`"+model+"`") {
+			t.Errorf("GET /v1/models/%s: %+v", model, env.Error)
+		}
 	}
 	// The served id with a suffix that is not an input type is a typo of one: 400
 	// naming the valid suffixes, not a 404 that says the model does not exist.
