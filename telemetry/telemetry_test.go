@@ -342,7 +342,10 @@ func startSleeper(t *testing.T) int {
 	return cmd.Process.Pid
 }
 
-func TestObserveWorkers(t *testing.T) {
+// workersTelemetry is serve's telemetry with the Prometheus registry, for the
+// worker gauges, which read /proc (skipped without it).
+func workersTelemetry(t *testing.T) *Telemetry {
+	t.Helper()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc")
 	}
@@ -351,7 +354,12 @@ func TestObserveWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tel.Shutdown(context.Background())
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	return tel
+}
+
+func TestObserveWorkers(t *testing.T) {
+	tel := workersTelemetry(t)
 	warm := startSleeper(t)
 	eph1, eph2 := startSleeper(t), startSleeper(t)
 	restarts, ready := 4, true
@@ -403,6 +411,26 @@ func TestObserveWorkers(t *testing.T) {
 	}
 	if v := sample(text, "embed_stack_warm_ready"); v != 0 {
 		t.Errorf("ready while not: %v, want 0", v)
+	}
+}
+
+// TestObserveWorkersSeveralWarm: with several models (WarmPIDs) every warm worker
+// counts as warm, and a model without one (pid 0) counts nothing.
+func TestObserveWorkersSeveralWarm(t *testing.T) {
+	tel := workersTelemetry(t)
+	w1, w2 := startSleeper(t), startSleeper(t)
+	startSleeper(t) // an ephemeral worker
+	if err := tel.ObserveWorkers(Workers{
+		WarmPID:  func() int { return w1 }, // unused beside WarmPIDs
+		WarmPIDs: func() []int { return []int{w1, 0, w2} },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, tel)
+	for series, want := range map[string]float64{`embed_stack_workers{role="warm"}`: 2, `embed_stack_workers{role="ephemeral"}`: 1} {
+		if v := sample(text, series); v != want {
+			t.Errorf("%s = %v, want %v", series, v, want)
+		}
 	}
 }
 

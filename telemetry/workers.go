@@ -25,6 +25,9 @@ type Workers struct {
 	// WarmPID is the ready warm worker's process id, 0 while there is none
 	// (backends.Warm.PID). Every other child process counts as an ephemeral worker.
 	WarmPID func() int
+	// WarmPIDs, when set, are the ready warm workers' process ids of a server with
+	// several models (0 for a model that has none); WarmPID is then unused.
+	WarmPIDs func() []int
 	// Ready reports whether the warm worker takes requests (backends.Warm.Ready).
 	Ready func() bool
 	// Parent is the process whose children are the workers; 0 means this process.
@@ -159,9 +162,14 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		if err != nil {
 			return nil // no /proc: nothing to report, and nothing an operator can fix
 		}
-		warmPID := 0
-		if w.WarmPID != nil {
-			warmPID = w.WarmPID()
+		warm := map[int]bool{}
+		switch {
+		case w.WarmPIDs != nil:
+			for _, pid := range w.WarmPIDs() {
+				warm[pid] = pid != 0
+			}
+		case w.WarmPID != nil:
+			warm[w.WarmPID()] = true
 		}
 		var n, mem [2]int64 // [warm, ephemeral]
 		for _, pid := range pids {
@@ -170,7 +178,7 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 				continue // exited, or a zombie not yet reaped
 			}
 			i := 1
-			if pid == warmPID {
+			if warm[pid] {
 				i = 0
 			}
 			n[i]++

@@ -247,6 +247,15 @@ func (ms servedModels) kills() (n int) {
 	return n
 }
 
+// pids are the warm workers' process ids (0 for a model that has none running).
+func (ms servedModels) pids() []int {
+	out := make([]int, len(ms))
+	for i, m := range ms {
+		out[i] = m.warm.PID()
+	}
+	return out
+}
+
 func (ms servedModels) ephemeral() (running, tokens, queued int) {
 	for _, m := range ms {
 		r, t, q := m.router.EphemeralState()
