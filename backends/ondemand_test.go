@@ -123,3 +123,31 @@ func TestOnDemandStopsWhenIdleAndStartsAgain(t *testing.T) {
 		t.Fatalf("%d loads, want 2", n)
 	}
 }
+
+// TestOnDemandCloseDuringColdStart: Close abandons a start after an idle stop; the
+// call waiting for it fails as unavailable, and no worker is left (newOnDemand's
+// cleanup checks every process the fakes recorded).
+func TestOnDemandCloseDuringColdStart(t *testing.T) {
+	w, _, records := newWarm(t, "FAKE_LOAD_DELAY=400ms")
+	o := &OnDemand{Warm: w, KeepAlive: 50 * time.Millisecond, Logger: quietLogger()}
+	t.Cleanup(func() { assertNoWorkersLeft(t, records) })
+	if err := o.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the idle worker is stopped", func() bool { return o.PID() == 0 })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := o.Embed(context.Background(), [][]int32{{1}})
+		errc <- err
+	}()
+	waitFor(t, "the cold start has begun", func() bool { return len(recordedArgs(t, records)) == 2 })
+	if err := o.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-errc; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the call waiting for the abandoned start: %v, want ErrUnavailable", err)
+	}
+	if o.Ready() || o.PID() != 0 {
+		t.Fatalf("after Close: Ready %v, pid %d", o.Ready(), o.PID())
+	}
+}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -97,5 +100,51 @@ func TestSharedEphemeralLimits(t *testing.T) {
 	budget := (40 * gib / 10 * 9) - 2*warm
 	if want := int(max(1, min(budget/2/(weights+gpuWorkerOverhead+kv06*32768), gpuMaxEphemeral))); g2.workers != want || g2.workers >= g1.workers {
 		t.Errorf("GPU, two models: %d workers (one model: %d); want %d", g2.workers, g1.workers, want)
+	}
+}
+
+// TestSeveralModelsConfig: the entries come as a list from a config file (YAML
+// here) and comma-separated from EMBED_STACK_MODEL, as every repeatable flag does.
+func TestSeveralModelsConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "embed-stack.yaml")
+	body := "model:\n  - small=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0\n  - rr=models/tiny-reranker.gguf\nmodel_alias: [small=text-embedding-3-small]\nkeep_alive: 5m\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	describe := func(f *serveFlags) string {
+		var parts []string
+		for _, e := range f.entries {
+			parts = append(parts, fmt.Sprintf("%s|%s|%v", e.name, e.ref, e.aliases))
+		}
+		return strings.Join(parts, " ") + " keep-alive " + f.keepAlive.String()
+	}
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"file", map[string]string{"EMBED_STACK_CONFIG": file},
+			"small|Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0|[text-embedding-3-small] rr|models/tiny-reranker.gguf|[] keep-alive 5m0s"},
+		{"env", map[string]string{"EMBED_STACK_MODEL": "a=a.gguf, b=b.gguf", "EMBED_STACK_MODEL_ALIAS": "b=x,b=y"},
+			"a|a.gguf|[] b|b.gguf|[x y] keep-alive 0s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var out bytes.Buffer
+			f, err := parseServeFlags(nil, &out, &out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			if got := describe(f); got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+	var out bytes.Buffer
+	if _, err := parseServeFlags([]string{"--model", "m.gguf", "--keep-alive", "-1s"}, &out, &out); err == nil ||
+		err.Error() != "--keep-alive must not be negative (0 never stops a warm worker); got -1s" {
+		t.Errorf("negative --keep-alive: %v", err)
 	}
 }
