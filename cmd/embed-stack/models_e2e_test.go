@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -181,6 +182,24 @@ func TestServeSeveralModels(t *testing.T) {
 		if body = created.ReplaceAllString(body, `"created":0`); code != c.status || body != c.want {
 			t.Errorf("%s %s: %d %s\nwant %d %s", c.path, c.body, code, body, c.status, c.want)
 		}
+	}
+
+	// GET /info describes every model, with its aliases and task (dimensions is the
+	// GGUF's width, the reranker's too: both tiny models are as wide).
+	code, raw := call(t, s.URL+"/info", "")
+	var info struct {
+		Models []struct {
+			ID      string   `json:"id"`
+			Aliases []string `json:"aliases"`
+			Task    string   `json:"task"`
+			Dim     int      `json:"dimensions"`
+		} `json:"models"`
+	}
+	if code != 200 || json.Unmarshal([]byte(raw), &info) != nil {
+		t.Fatalf("GET /info: %d %s", code, raw)
+	}
+	if got, want := fmt.Sprintf("%+v", info.Models), fmt.Sprintf("[{ID:small Aliases:[text-embedding-3-small] Task:embedding Dim:%d} {ID:big Aliases:[] Task:embedding Dim:%d} {ID:rr Aliases:[] Task:rerank Dim:%d}]", len(want[0]), len(want[0]), len(want[0])); got != want {
+		t.Errorf("GET /info models %s\nwant %s", got, want)
 	}
 
 	// After the keep-alive, big's worker is stopped; /ready still says ready, and
