@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +150,25 @@ func TestOnDemandCloseDuringColdStart(t *testing.T) {
 	}
 	if o.Ready() || o.PID() != 0 {
 		t.Fatalf("after Close: Ready %v, pid %d", o.Ready(), o.PID())
+	}
+}
+
+// TestWarmFreshCopiesEverySetting: OnDemand starts Warm.Fresh copies, so a setting
+// Fresh forgot would silently not apply to any worker of serve.
+func TestWarmFreshCopiesEverySetting(t *testing.T) {
+	w := &Warm{Spec: WorkerSpec{Path: "/bin/worker", Args: []string{"worker"}}, SocketDir: "/tmp/s", ReadyTimeout: 1, MinBackoff: 2,
+		MaxBackoff: 3, StopTimeout: 4, Logger: quietLogger(), MinTokens: 5, NEmbd: 6, UnhealthyAfter: 7}
+	v, f := reflect.ValueOf(w).Elem(), reflect.ValueOf(w.Fresh()).Elem()
+	for i := range v.NumField() {
+		field := v.Type().Field(i)
+		if !field.IsExported() {
+			continue
+		}
+		if v.Field(i).IsZero() {
+			t.Errorf("the test sets no value for Warm.%s; set one", field.Name)
+		}
+		if !reflect.DeepEqual(v.Field(i).Interface(), f.Field(i).Interface()) {
+			t.Errorf("Warm.Fresh does not copy %s", field.Name)
+		}
 	}
 }

@@ -58,6 +58,9 @@ type engine struct {
 	tok       *tokenizer.Tokenizer
 	warm      *backends.Warm
 	long      *backends.Ephemeral
+	// warmInfo, when set, describes the running warm worker in place of
+	// warm.Info: serve runs copies of warm (backends.OnDemand), never warm itself.
+	warmInfo func() backends.EngineInfo
 	// device is where the workers will run, probed before any starts (probeDevice);
 	// nil when no GPU can be there (--device cpu, or auto with no backend folder
 	// off darwin/arm64), which means the CPU.
@@ -173,8 +176,11 @@ func (e *engine) router(c routing.Config) *routing.Router {
 	c.Rerank = e.facts.rerank
 	// Queries go to the warm worker beside a batch of documents in flight, which
 	// it interrupts for them (backends.ShortJobs).
-	warm := e.warm
-	c.ShortCalls = func(seqs [][]int32) bool { return warm.Info().ShortJobs.Fits(seqs) }
+	info := e.warm.Info
+	if e.warmInfo != nil {
+		info = e.warmInfo
+	}
+	c.ShortCalls = func(seqs [][]int32) bool { return info().ShortJobs.Fits(seqs) }
 	return &routing.Router{
 		Config:    c,
 		Tokenizer: e.tok,

@@ -370,6 +370,11 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		}
 		lim := m.lim
 		logger.Info("ephemeral workers", "model", m.name, "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
+		// A worker that stops answering is killed, and so restarted, by the hang
+		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
+		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: f.keepAlive, HangTimeout: f.workerHangTimeout,
+			Logger: m.eng.warm.Logger}
+		m.eng.warmInfo = m.warm.Info
 		m.router = m.eng.router(routing.Config{
 			MaxInputs:          f.maxInputs,
 			MaxTotalTokens:     f.maxTotalTokens,
@@ -384,10 +389,6 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			DefaultInstruction: f.defaultInstr,
 			TokenIDs:           idMode,
 		})
-		// A worker that stops answering is killed, and so restarted, by the hang
-		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
-		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: f.keepAlive, HangTimeout: f.workerHangTimeout,
-			Logger: m.eng.warm.Logger}
 		m.router.Warm = warmBackend{m.warm}
 		m.eng.long.HangTimeout = f.workerHangTimeout
 		if f.workerHangTimeout == 0 {
