@@ -265,15 +265,19 @@ func (ms servedModels) ephemeral() (running, tokens, queued int) {
 }
 
 // vars are GET /debug/vars' worker figures: totals, the default model's pid as
-// before, and per model its pid (0 while stopped) and cold starts.
+// before, and per model its pid (0 while stopped), restarts, hang kills and cold
+// starts under "model/NAME/FIGURE" keys, so that every value
+// stays a number, as the clients of /debug/vars read them.
 func (ms servedModels) vars() map[string]any {
-	per := map[string]any{}
+	out := map[string]any{"worker_restarts": ms.restarts(), "worker_hang_kills": ms.kills(), "warm_worker_pid": ms[0].warm.PID()}
 	for _, m := range ms {
 		loads, last := m.warm.Loads()
-		per[m.name] = map[string]any{"warm_worker_pid": m.warm.PID(), "worker_restarts": m.warm.Restarts(), "worker_hang_kills": m.warm.Kills(),
-			"cold_starts": loads, "last_cold_start_ms": last.Milliseconds()}
+		for k, v := range map[string]int64{"warm_worker_pid": int64(m.warm.PID()), "worker_restarts": int64(m.warm.Restarts()),
+			"worker_hang_kills": int64(m.warm.Kills()), "cold_starts": int64(loads), "last_cold_start_ms": last.Milliseconds()} {
+			out["model/"+m.name+"/"+k] = v
+		}
 	}
-	return map[string]any{"worker_restarts": ms.restarts(), "worker_hang_kills": ms.kills(), "warm_worker_pid": ms[0].warm.PID(), "models": per}
+	return out
 }
 
 // start starts every model's warm worker at once and returns when all are ready

@@ -75,27 +75,24 @@ func rerankScores(t *testing.T, url, body string) []float64 {
 	return scores
 }
 
-// modelVars is one model's entry in GET /debug/vars.
+// modelVars is one model's figures in GET /debug/vars.
 type modelVars struct {
-	PID        int   `json:"warm_worker_pid"`
-	ColdStarts int   `json:"cold_starts"`
-	LastMS     int64 `json:"last_cold_start_ms"`
+	PID, ColdStarts int
+	LastMS          int64
 }
 
 func varsOf(t *testing.T, url, model string) modelVars {
 	t.Helper()
 	code, raw := call(t, url+"/debug/vars", "")
-	var v struct {
-		Models map[string]modelVars `json:"models"`
-	}
+	var v map[string]float64 // every value a number, as the other clients read them
 	if code != 200 || json.Unmarshal([]byte(raw), &v) != nil {
 		t.Fatalf("GET /debug/vars: %d %s", code, raw)
 	}
-	m, ok := v.Models[model]
+	pid, ok := v["model/"+model+"/warm_worker_pid"]
 	if !ok {
 		t.Fatalf("GET /debug/vars has no model %q: %s", model, raw)
 	}
-	return m
+	return modelVars{PID: int(pid), ColdStarts: int(v["model/"+model+"/cold_starts"]), LastMS: int64(v["model/"+model+"/last_cold_start_ms"])}
 }
 
 // sameVectors requires a and b to agree within 1e-6 per component: the same GGUF
