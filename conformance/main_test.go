@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,11 +179,21 @@ func startOnce(flags []string) (*server, error) {
 	return s, nil
 }
 
+// serveArgs is serve's command line: the test model, unless flags name their own
+// (--model repeated serves several models, issue 17, where the last used to win),
+// then flags.
+func serveArgs(addr string, flags []string) []string {
+	args := []string{"serve", "--addr", addr}
+	if !slices.ContainsFunc(flags, func(f string) bool { return f == "--model" || strings.HasPrefix(f, "--model=") }) {
+		args = append(args, "--model", modelPath)
+	}
+	return append(args, flags...)
+}
+
 // launch starts `embed-stack serve` on port and a reaper goroutine; it does not wait.
 func launch(flags []string, port int) (*server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := append([]string{"serve", "--model", modelPath, "--addr", addr}, flags...)
-	cmd := exec.Command(binPath, args...)
+	cmd := exec.Command(binPath, serveArgs(addr, flags)...)
 	cmd.Dir = repoRoot
 	s := &server{
 		flags:   flags,

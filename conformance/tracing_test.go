@@ -265,8 +265,7 @@ func startBinaryEnv(t *testing.T, bin string, env []string, flags ...string) *se
 // launchEnv is launch with an explicit environment.
 func launchEnv(bin string, flags []string, port int, env []string) (*server, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"serve", "--model", modelPath, "--addr", addr}, flags...)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, serveArgs(addr, flags)...)
 	cmd.Dir = repoRoot
 	cmd.Env = env
 	s := &server{flags: flags, baseURL: "http://" + addr, cmd: cmd, stderr: &tailBuffer{max: stderrTail}, done: make(chan struct{})}
