@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/routing"
@@ -23,6 +24,9 @@ type modelEntry struct {
 	ref string
 	// aliases are the --model-alias values that belong to this entry.
 	aliases []string
+	// keepAlive is its --keep-alive: how long its warm worker may idle before it
+	// is stopped (0 = never).
+	keepAlive time.Duration
 	// flag is the entry as given, for messages.
 	flag string
 }
@@ -70,6 +74,44 @@ func parseModelEntries(models, aliases []string, modelName string) ([]modelEntry
 		entries[i].aliases = append(entries[i].aliases, alias)
 	}
 	return entries, nil
+}
+
+// parseKeepAlive sets each entry's keep-alive from the --keep-alive values:
+// DURATION for every model, MODEL=DURATION for the entry named MODEL, which wins
+// whatever the order (Ollama's keep_alive is per model as well).
+func parseKeepAlive(values []string, entries []modelEntry) error {
+	all := time.Duration(0)
+	seenAll := false
+	per := map[int]time.Duration{}
+	for _, v := range values {
+		target, text, named := strings.Cut(v, "=")
+		if !named {
+			target, text = "", v
+		}
+		d, err := time.ParseDuration(text)
+		if err != nil || d < 0 {
+			return fmt.Errorf("--keep-alive %q: give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION", v)
+		}
+		if !named {
+			if seenAll {
+				return fmt.Errorf("--keep-alive %q: a duration for every model is already given; name the model for the others: --keep-alive MODEL=%s", v, v)
+			}
+			all, seenAll = d, true
+			continue
+		}
+		i := entryNamed(entries, target)
+		if i < 0 {
+			return fmt.Errorf("--keep-alive %q: %q is not the NAME of a --model NAME=MODEL (or --model-name)", v, target)
+		}
+		per[i] = d
+	}
+	for i := range entries {
+		entries[i].keepAlive = all
+		if d, ok := per[i]; ok {
+			entries[i].keepAlive = d
+		}
+	}
+	return nil
 }
 
 // entryNamed returns the index of the entry named name, or -1.

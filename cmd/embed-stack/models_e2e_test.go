@@ -119,7 +119,8 @@ func sameVectors(t *testing.T, what string, a, b [][]float64) {
 // checks it against single-model servers of the same GGUFs: each name gets the
 // vectors (scores) its GGUF gives alone, an unknown name OpenAI's 404, the wrong
 // task a 400, /v1/models lists every name, and a model stopped for idleness
-// starts again in a new process with the same vectors.
+// starts again in a new process with the same vectors, while a model with a
+// longer keep-alive of its own keeps its worker.
 func TestServeSeveralModels(t *testing.T) {
 	_, model := e2e.Paths(t)
 	reranker := filepath.Join(filepath.Dir(model), "tiny-reranker.gguf")
@@ -138,7 +139,7 @@ func TestServeSeveralModels(t *testing.T) {
 
 	const keepAlive = 2 * time.Second
 	s := serveWith(t, "--model", "small="+model, "--model", "big="+model, "--model", "rr="+reranker,
-		"--model-alias", "small=text-embedding-3-small", "--keep-alive", keepAlive.String())
+		"--model-alias", "small=text-embedding-3-small", "--keep-alive", keepAlive.String(), "--keep-alive", "small=1h")
 
 	for _, name := range []string{"small", "text-embedding-3-small:query", "big"} {
 		body := map[string]any{"model": name, "input": inputs["input"], "input_type": "document"}
@@ -211,6 +212,9 @@ func TestServeSeveralModels(t *testing.T) {
 			t.Fatalf("big's warm worker (pid %d) still runs %s after its last request (--keep-alive %s)", before.PID, keepAlive+20*time.Second, keepAlive)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if small := varsOf(t, s.URL, "small"); small.PID == 0 || small.ColdStarts != 0 {
+		t.Errorf("small (--keep-alive small=1h) was stopped with big: %+v", small)
 	}
 	if err := syscall.Kill(before.PID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the stopped worker's process %d: kill 0 = %v, want ESRCH (gone)", before.PID, err)

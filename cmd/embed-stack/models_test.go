@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseModelEntries(t *testing.T) {
@@ -107,16 +108,16 @@ func TestSharedEphemeralLimits(t *testing.T) {
 // here) and comma-separated from EMBED_STACK_MODEL, as every repeatable flag does.
 func TestSeveralModelsConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "embed-stack.yaml")
-	body := "model:\n  - small=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0\n  - rr=models/tiny-reranker.gguf\nmodel_alias: [small=text-embedding-3-small]\nkeep_alive: 5m\n"
+	body := "model:\n  - small=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0\n  - rr=models/tiny-reranker.gguf\nmodel_alias: [small=text-embedding-3-small]\nkeep_alive: [rr=0s, 5m]\n"
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	describe := func(f *serveFlags) string {
 		var parts []string
 		for _, e := range f.entries {
-			parts = append(parts, fmt.Sprintf("%s|%s|%v", e.name, e.ref, e.aliases))
+			parts = append(parts, fmt.Sprintf("%s|%s|%v|%s", e.name, e.ref, e.aliases, e.keepAlive))
 		}
-		return strings.Join(parts, " ") + " keep-alive " + f.keepAlive.String()
+		return strings.Join(parts, " ")
 	}
 	for _, c := range []struct {
 		name string
@@ -124,9 +125,9 @@ func TestSeveralModelsConfig(t *testing.T) {
 		want string
 	}{
 		{"file", map[string]string{"EMBED_STACK_CONFIG": file},
-			"small|Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0|[text-embedding-3-small] rr|models/tiny-reranker.gguf|[] keep-alive 5m0s"},
+			"small|Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0|[text-embedding-3-small]|5m0s rr|models/tiny-reranker.gguf|[]|0s"},
 		{"env", map[string]string{"EMBED_STACK_MODEL": "a=a.gguf, b=b.gguf", "EMBED_STACK_MODEL_ALIAS": "b=x,b=y"},
-			"a|a.gguf|[] b|b.gguf|[x y] keep-alive 0s"},
+			"a|a.gguf|[]|0s b|b.gguf|[x y]|0s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for k, v := range c.env {
@@ -142,9 +143,32 @@ func TestSeveralModelsConfig(t *testing.T) {
 			}
 		})
 	}
-	var out bytes.Buffer
-	if _, err := parseServeFlags([]string{"--model", "m.gguf", "--keep-alive", "-1s"}, &out, &out); err == nil ||
-		err.Error() != "--keep-alive must not be negative (0 never stops a warm worker); got -1s" {
-		t.Errorf("negative --keep-alive: %v", err)
+}
+
+func TestParseKeepAlive(t *testing.T) {
+	entries := func() []modelEntry { return []modelEntry{{name: "a"}, {name: "b"}, {}} }
+	for _, tt := range []struct {
+		values []string
+		want   string // each entry's keep-alive, or the error
+	}{
+		{nil, "[0s 0s 0s]"},
+		{[]string{"10m"}, "[10m0s 10m0s 10m0s]"},
+		{[]string{"b=1h", "30s"}, "[30s 1h0m0s 30s]"},
+		{[]string{"a=0", "5m"}, "[0s 5m0s 5m0s]"},
+		{[]string{"-1s"}, `--keep-alive "-1s": give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION`},
+		{[]string{"a=soon"}, `--keep-alive "a=soon": give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION`},
+		{[]string{"c=1m"}, `--keep-alive "c=1m": "c" is not the NAME of a --model NAME=MODEL (or --model-name)`},
+		{[]string{"1m", "2m"}, `--keep-alive "2m": a duration for every model is already given; name the model for the others: --keep-alive MODEL=2m`},
+	} {
+		e := entries()
+		var got string
+		if err := parseKeepAlive(tt.values, e); err != nil {
+			got = err.Error()
+		} else {
+			got = fmt.Sprint([]time.Duration{e[0].keepAlive, e[1].keepAlive, e[2].keepAlive})
+		}
+		if got != tt.want {
+			t.Errorf("%q: got %s\nwant %s", tt.values, got, tt.want)
+		}
 	}
 }

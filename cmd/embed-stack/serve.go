@@ -33,7 +33,7 @@ type serveFlags struct {
 	// --model-alias (parseModelEntries).
 	models           stringList
 	entries          []modelEntry
-	keepAlive        time.Duration
+	keepAlive        stringList
 	addr             string
 	modelName        string
 	aliases          stringList
@@ -104,7 +104,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (loopback by default; use 0.0.0.0:8080 to expose it)")
 	fs.StringVar(&f.modelName, "model-name", "", "model id served by /v1/models and accepted by --strict-model (default: the GGUF's general.name as a slug, e.g. qwen3-embedding-0.6b); with several --model, name each as NAME=MODEL instead")
 	fs.Var(&f.aliases, "model-alias", "further accepted model `name` (repeatable); with several --model, MODEL=ALIAS, MODEL being a --model NAME")
-	fs.DurationVar(&f.keepAlive, "keep-alive", 0, "stop a model's warm worker after this long without requests, freeing its memory; the next request starts it again and waits for it (a cold start, bounded by --request-timeout), and /ready counts a stopped model as ready (0 = never stop, the default; as Ollama's keep_alive)")
+	fs.Var(&f.keepAlive, "keep-alive", "stop a model's warm worker after this `duration` without requests, freeing its memory; the next request starts it again and waits for it (a cold start, bounded by --request-timeout), and /ready counts a stopped model as ready (default 0 = never stop; as Ollama's keep_alive). MODEL=DURATION sets one model's (MODEL being a --model NAME or --model-name), over a DURATION for all (repeatable)")
 	fs.BoolVar(&f.strictModel, "strict-model", false, "answer 404 model_not_found for model names other than --model-name and its aliases (by default any name is accepted and echoed back, since clients such as LangChain send their own default)")
 	fs.StringVar(&f.defaultInputType, "default-input-type", "document", "input type when a request names none: `query` or document")
 	fs.StringVar(&f.defaultInstr, "default-instruction", routing.DefaultInstruction, "query `task` used when a request gives no instruction")
@@ -182,8 +182,8 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if f.entries, err = parseModelEntries(f.models, f.aliases, f.modelName); err != nil {
 		return nil, err
 	}
-	if f.keepAlive < 0 {
-		return nil, fmt.Errorf("--keep-alive must not be negative (0 never stops a warm worker); got %s", f.keepAlive)
+	if err := parseKeepAlive(f.keepAlive, f.entries); err != nil {
+		return nil, err
 	}
 	if err := atLeastOne(intFlag{"--max-inputs", f.maxInputs}, intFlag{"--max-total-tokens", f.maxTotalTokens}); err != nil {
 		return nil, err
@@ -372,7 +372,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		logger.Info("ephemeral workers", "model", m.name, "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
 		// A worker that stops answering is killed, and so restarted, by the hang
 		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
-		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: f.keepAlive, HangTimeout: f.workerHangTimeout,
+		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: m.entry.keepAlive, HangTimeout: f.workerHangTimeout,
 			Logger: m.eng.warm.Logger}
 		m.eng.warmInfo = m.warm.Info
 		m.router = m.eng.router(routing.Config{
