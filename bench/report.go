@@ -288,11 +288,15 @@ func (rep *Report) Table(w io.Writer) error {
 				s.ID, c.Name, r.Requests, errs, lat.Median, lat.P95, lat.P99, tps, spread, ratios, cpu, gflops, r.LoadAvg1)
 		}
 	}
+	inFlightHeader := false
 	for _, s := range rep.Shapes {
 		if s.Kind != KindInFlight {
 			continue
 		}
-		b.WriteString("\nIn flight (latencies of the short queries above are those beside the long input):\n\n| contender | idle p50 ms | in flight p50 ms | p95 ms | n | p95 ÷ idle p50 | long input | drain |\n|---|---|---|---|---|---|---|---|\n")
+		if !inFlightHeader {
+			b.WriteString("\nIn flight (latencies of the short queries above are those beside the long input):\n\n| shape | contender | idle p50 ms | in flight p50 ms | p95 ms | n | p95 ÷ idle p50 | long input | drain |\n|---|---|---|---|---|---|---|---|---|\n")
+			inFlightHeader = true
+		}
 		for _, c := range rep.Contenders {
 			r := rep.Result(s.ID, c.Name)
 			if r == nil || r.Skipped != "" || r.IdleMS == nil {
@@ -302,7 +306,7 @@ func (rep *Report) Table(w io.Writer) error {
 			if r.LongCancelled {
 				long = fmt.Sprintf("cancelled after %.1f s", r.LongMS/1000)
 			}
-			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %d | %.2f | %s | %.1f s |\n", c.Name, r.IdleMS.Median, r.InFlightMS.Median, r.InFlightMS.P95, r.InFlightMS.N,
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.1f | %d | %.2f | %s | %.1f s |\n", s.ID, c.Name, r.IdleMS.Median, r.InFlightMS.Median, r.InFlightMS.P95, r.InFlightMS.N,
 				r.InFlightMS.P95/r.IdleMS.Median, long, r.DrainMS/1000)
 		}
 	}

@@ -151,11 +151,12 @@ const LongCallTokens = 256
 // YieldCallTokens and YieldSmallCalls bound how long a short job (a query) waits
 // behind a long sequence on the same engine. A long sequence's decode call gives
 // way as soon as a short job is waiting (it is aborted, the short job runs, the
-// call is done again); after that its next YieldSmallCalls calls take at most
-// YieldCallTokens tokens each and are not aborted, so that a stream of queries
-// cannot stall it, while a query arriving meanwhile waits at most one such call.
-// Calls of 128 tokens were within 1% of 256 (LongCallTokens); 32 keeps the wait
-// behind one call near a short query's own cost on the 0.6B shape.
+// call is done again); after that its next YieldSmallCalls calls are small and
+// not aborted, so that a stream of queries cannot stall it, while a query arriving
+// meanwhile waits at most one such call. A small call takes YieldCallTokens
+// tokens at the start of the sequence and fewer further in, where attention adds
+// to each token's cost (smallCallTokens), so that it costs about what a 32-token
+// query does on the 0.6B shape wherever it falls.
 const (
 	YieldCallTokens = 32
 	YieldSmallCalls = 8
@@ -317,10 +318,12 @@ type Engine struct {
 	abort *C.es_abort
 
 	// nested is set while a job runs inside another (yield); smallCalls is how many
-	// more of the current long sequence's decode calls are cut to YieldCallTokens
-	// after short jobs ran inside it. Both belong to the owner goroutine.
+	// more of the current long sequence's decode calls are cut small after short
+	// jobs ran inside it (smallCallTokens). Both belong to the owner goroutine.
 	nested     bool
 	smallCalls int
+	// crossover is attentionCrossover's figure for this model.
+	crossover int
 
 	// Owned by the owner goroutine after Open returns (and the contexts' lctx and
 	// batch with it); freed by Close once the owner has returned.
@@ -436,7 +439,7 @@ func Open(cfg Config) (*Engine, error) {
 	// llama.cpp's BPE tables (151k tokens, 151k merges) was two thirds of a worker's
 	// start, which every ephemeral worker pays. The vocabulary size, which the
 	// embedding table's shape and the id check need, comes from that table.
-	arch, nVocab, err := vocabShape(cfg.ModelPath)
+	arch, nVocab, keyLength, err := vocabShape(cfg.ModelPath)
 	if err != nil {
 		return nil, err
 	}
@@ -497,7 +500,8 @@ func Open(cfg Config) (*Engine, error) {
 		nOut = 2
 	}
 	e := &Engine{
-		head: head,
+		head:      head,
+		crossover: attentionCrossover(model, nVocab, keyLength),
 		info: Info{
 			NEmbd:         nOut,
 			Hidden:        hidden,
@@ -634,22 +638,43 @@ func attentionFit(budget int64, ctx, heads int) int {
 	return int(max(32, n/32*32))
 }
 
-// vocabShape reads the model's architecture and the number of rows of its token
-// embedding table from the GGUF header.
-func vocabShape(path string) (arch string, nVocab int, err error) {
+// vocabShape reads from the GGUF header the model's architecture, the rows of its token
+// embedding table, and the attention heads' key length (0 when the GGUF does not
+// say, for models whose heads split the hidden size evenly).
+func vocabShape(path string) (arch string, nVocab, keyLength int, err error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return "", 0, fmt.Errorf("llama: loading model %s failed: %w", path, err)
+		return "", 0, 0, fmt.Errorf("llama: loading model %s failed: %w", path, err)
 	}
 	defer f.Close()
 	if arch, err = f.String("general.architecture"); err != nil {
-		return "", 0, fmt.Errorf("llama: model %s: %w", path, err)
+		return "", 0, 0, fmt.Errorf("llama: model %s: %w", path, err)
 	}
 	t, ok := f.Tensor("token_embd.weight")
 	if !ok || len(t.Dims) != 2 || t.Dims[1] == 0 || t.Dims[1] > 1<<31-1 {
-		return "", 0, fmt.Errorf("llama: model %s has no two-dimensional token_embd.weight; is it a GGUF file of a supported architecture?", path)
+		return "", 0, 0, fmt.Errorf("llama: model %s has no two-dimensional token_embd.weight; is it a GGUF file of a supported architecture?", path)
 	}
-	return arch, int(t.Dims[1]), nil
+	if k, err := f.Uint32(arch + ".attention.key_length"); err == nil {
+		keyLength = int(k)
+	}
+	return arch, int(t.Dims[1]), keyLength, nil
+}
+
+// attentionCrossover is the position from which a token's attention (QKᵀ and
+// softmax·V over every earlier cell: 4 x layers x heads x head_dim FLOPs per cell)
+// costs more than its matrix products (2 FLOPs per weight of the layers; the
+// token-embedding table is a lookup): 3837 for Qwen3-Embedding-0.6B. 0 if unknown.
+func attentionCrossover(model *C.struct_llama_model, nVocab, keyLength int) int {
+	layers, heads, embd := int64(C.llama_model_n_layer(model)), int64(C.llama_model_n_head(model)), int64(C.llama_model_n_embd(model))
+	if keyLength == 0 && heads > 0 {
+		keyLength = int(embd / heads)
+	}
+	linear := int64(C.llama_model_n_params(model)) - int64(nVocab)*embd
+	perCell := 2 * layers * heads * int64(keyLength)
+	if linear <= 0 || perCell <= 0 {
+		return 0
+	}
+	return int(linear / perCell)
 }
 
 // llamaReason returns the last error llama.cpp logged, or hint when it logged none.
@@ -882,7 +907,7 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 						e.yield()
 					}
 					if e.smallCalls > 0 {
-						call, rest = cutSpan(d, YieldCallTokens)
+						call, rest = cutSpan(d, e.smallCallTokens(d[0].from))
 						e.smallCalls--
 					} else {
 						mayYield = true
@@ -994,6 +1019,17 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 		*finite = *finite && allFinite(v)
 	}
 	return false, nil
+}
+
+// smallCallTokens is the size of a small call (see YieldCallTokens) starting at
+// position pos: YieldCallTokens near the start, fewer further in, where each token
+// also attends to every cell before it, so that a small call costs about the same
+// anywhere in the sequence (at least 2 tokens: see decodeCall).
+func (e *Engine) smallCallTokens(pos int) int {
+	if e.crossover <= 0 {
+		return YieldCallTokens
+	}
+	return max(2, YieldCallTokens*e.crossover/(e.crossover+pos))
 }
 
 // cutSpan splits a long sequence's call (one span: the long context takes one

@@ -67,9 +67,9 @@ func TestShortJobGoesFirst(t *testing.T) {
 	if n := longCallsAtShort.Load(); n != 0 {
 		t.Errorf("the query was answered after %d of the document's decode calls; want 0 (its first call gives way)", n)
 	}
-	// 900 tokens: 256 in 8 small calls of YieldCallTokens once the query has run,
-	// then 256, 256 and 132; plus the query's own call.
-	if got, want := calls.Load(), int64(256/YieldCallTokens+3+1); got != want {
+	// 900 tokens in calls of 256: after the query has run, YieldSmallCalls small
+	// calls, then the rest of each planned call whole; plus the query's own call.
+	if got, want := calls.Load(), int64(longCallsAfterYield(e, []int{256, 256, 256, 132})+1); got != want {
 		t.Errorf("%d decode calls; want %d", got, want)
 	}
 	if d := maxAbsDiff(gotShort, wantShort); d != 0 {
@@ -81,6 +81,26 @@ func TestShortJobGoesFirst(t *testing.T) {
 	if n := e.preemptWaiting(); n != 0 {
 		t.Errorf("%d short jobs still counted as waiting", n)
 	}
+}
+
+// longCallsAfterYield counts the decode calls of a long sequence planned in calls
+// of the given sizes when short jobs ran before its first call: YieldSmallCalls
+// small calls (smallCallTokens, by position), then whole planned calls again.
+func longCallsAfterYield(e *Engine, planned []int) int {
+	calls, small, pos := 0, YieldSmallCalls, 0
+	for _, n := range planned {
+		end := pos + n
+		for pos < end {
+			if small > 0 {
+				pos = min(end, pos+e.smallCallTokens(pos))
+				small--
+			} else {
+				pos = end
+			}
+			calls++
+		}
+	}
+	return calls
 }
 
 // TestQueryStreamCannotStallLong sends queries back to back while a long sequence
@@ -180,5 +200,19 @@ func TestLongJobDoesNotJump(t *testing.T) {
 	e.beforeDecode = nil
 	if order[0] != "first" {
 		t.Errorf("finished in order %v; want the first document first", order)
+	}
+}
+
+// TestSmallCallTokens checks the small calls' sizes on the 0.6B shape's figures:
+// YieldCallTokens at the start, a third of it past 7600 tokens, never under 2.
+func TestSmallCallTokens(t *testing.T) {
+	e := &Engine{crossover: 3837}
+	for _, tt := range []struct{ pos, want int }{{0, 32}, {3837, 16}, {7674, 10}, {1 << 20, 2}} {
+		if got := e.smallCallTokens(tt.pos); got != tt.want {
+			t.Errorf("smallCallTokens(%d) = %d, want %d", tt.pos, got, tt.want)
+		}
+	}
+	if got := (&Engine{}).smallCallTokens(5000); got != YieldCallTokens {
+		t.Errorf("without a crossover: %d, want %d", got, YieldCallTokens)
 	}
 }
