@@ -279,7 +279,8 @@ func TestManifestsAreConsistent(t *testing.T) {
 				continue
 			}
 			key := strings.ToLower(strings.TrimPrefix(e.Name, "EMBED_STACK_"))
-			want := regexp.MustCompile(`(?m)^` + key + ` +=  *"?` + regexp.QuoteMeta(e.Value) + `"? +# env$`)
+			// A list setting (model) prints as a TOML array of the one value.
+			want := regexp.MustCompile(`(?m)^` + key + ` +=  *\[?"?` + regexp.QuoteMeta(e.Value) + `"?\]? +# env$`)
 			if !want.Match(out) {
 				t.Errorf("%s=%s is not in effect:\n%s", e.Name, e.Value, out)
 			}
