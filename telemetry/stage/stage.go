@@ -1,7 +1,7 @@
 // Package stage times the stages of a request. A stage is one span and one
 // observation of the embed_stack_stage_duration_seconds histogram, labelled with the
 // stage's name, so that a trace and the metrics describe the same intervals under
-// the same names.
+// the same names, and with the model of the request it works for (WithModel).
 //
 // It uses only the OpenTelemetry API: packages that start stages (server, routing,
 // backends, backends/llama) pass their own tracer, and whatever provider the
@@ -50,18 +50,48 @@ var duration, _ = otel.Meter(Scope).Float64Histogram(MetricName,
 	metric.WithDescription("Time spent in each stage of a request (the span of the same name)."),
 	metric.WithExplicitBucketBoundaries(Buckets...))
 
-// recordOpts caches the measurement options of each stage name: building an
-// attribute set sorts and allocates, and so does a variadic argument list that is
-// not an existing slice. The names are a small fixed set.
-var recordOpts sync.Map // string → []metric.RecordOption
+// recordOpts caches the measurement options of each stage name and model:
+// building an attribute set sorts and allocates, and so does a variadic argument
+// list that is not an existing slice. The names are a small fixed set, the models
+// those the server was started with.
+var recordOpts sync.Map // stageModel → []metric.RecordOption
 
-func optsFor(name string) []metric.RecordOption {
-	if o, ok := recordOpts.Load(name); ok {
+type stageModel struct{ name, model string }
+
+func optsFor(name, model string) []metric.RecordOption {
+	key := stageModel{name, model}
+	if o, ok := recordOpts.Load(key); ok {
 		return o.([]metric.RecordOption)
 	}
-	o := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("stage", name)))}
-	recordOpts.Store(name, o)
+	attrs := []attribute.KeyValue{attribute.String("stage", name)}
+	if model != "" {
+		attrs = append(attrs, ModelKey.String(model))
+	}
+	o := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	recordOpts.Store(key, o)
 	return o
+}
+
+// ModelKey is the model label of the request metrics (issue 17: several models
+// per server): the served name of the model a request was resolved to, as GET
+// /v1/models lists it, never the name the request gave (an alias, or any string at
+// all), so that its values are bounded by the configured models.
+const ModelKey = attribute.Key("model")
+
+type modelKey struct{}
+
+// WithModel returns ctx marked as work for the served model name: the stages
+// started under it carry it as their histogram's model label. The server marks a
+// request once it has resolved its model; work before that (decoding the body),
+// and work of no request (a warm worker's own start), has no model label.
+func WithModel(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, modelKey{}, name)
+}
+
+// Model returns the model name WithModel put in ctx, or "".
+func Model(ctx context.Context) string {
+	m, _ := ctx.Value(modelKey{}).(string)
+	return m
 }
 
 // Stage is one running stage. The zero value is not usable; get one from Start.
@@ -69,6 +99,7 @@ func optsFor(name string) []metric.RecordOption {
 // goroutine until then.
 type Stage struct {
 	name  string
+	model string // Model of Start's ctx
 	span  trace.Span
 	start time.Time
 }
@@ -76,8 +107,9 @@ type Stage struct {
 // Start begins the stage name as a child of the span in ctx, returning the context
 // for the work inside the stage.
 func Start(ctx context.Context, tracer trace.Tracer, name string, opts ...trace.SpanStartOption) (context.Context, Stage) {
+	model := Model(ctx)
 	ctx, span := tracer.Start(ctx, name, opts...)
-	return ctx, Stage{name: name, span: span, start: time.Now()}
+	return ctx, Stage{name: name, model: model, span: span, start: time.Now()}
 }
 
 // Recording reports whether the span records attributes. Callers check it before
@@ -95,7 +127,7 @@ func (s Stage) Span() trace.Span { return s.span }
 // (see ErrorType); it is the stage's own outcome, so a stage that handled an error
 // and went on passes nil.
 func (s Stage) End(err error) {
-	duration.Record(context.Background(), time.Since(s.start).Seconds(), optsFor(s.name)...)
+	duration.Record(context.Background(), time.Since(s.start).Seconds(), optsFor(s.name, s.model)...)
 	if err != nil {
 		Fail(s.span, err)
 	}

@@ -36,8 +36,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// stageCount returns the number of observations of stage name, and their sum.
+// stageCount returns the number of observations of stage name without a model
+// label, and their sum.
 func stageCount(t *testing.T, name string) (uint64, float64) {
+	t.Helper()
+	return modelStageCount(t, name, "")
+}
+
+// modelStageCount returns the number of observations of stage name with the
+// model label model ("" for none), and their sum.
+func modelStageCount(t *testing.T, name, model string) (uint64, float64) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -53,7 +61,11 @@ func stageCount(t *testing.T, name string) (uint64, float64) {
 			}
 			h := m.Data.(metricdata.Histogram[float64])
 			for _, dp := range h.DataPoints {
-				if v, _ := dp.Attributes.Value("stage"); v.AsString() == name {
+				m, hasModel := dp.Attributes.Value(ModelKey)
+				if hasModel && m.AsString() == "" {
+					t.Errorf("stage %s: an empty model label; leave it out", name)
+				}
+				if v, _ := dp.Attributes.Value("stage"); v.AsString() == name && m.AsString() == model {
 					if len(dp.Bounds) != len(Buckets) {
 						t.Errorf("%d bucket bounds, want %d", len(dp.Bounds), len(Buckets))
 					}
@@ -104,6 +116,40 @@ func TestStageSpanAndHistogram(t *testing.T) {
 	}
 	if d := got.EndTime().Sub(got.StartTime()); d < 20*time.Millisecond {
 		t.Errorf("span lasted %s, want ≥ 20ms", d)
+	}
+}
+
+// TestStageModelLabel: a stage started under WithModel carries the model label,
+// one started without none, and the stages started inside it inherit it.
+func TestStageModelLabel(t *testing.T) {
+	ctx := WithModel(context.Background(), "small")
+	if got := Model(ctx); got != "small" {
+		t.Fatalf("Model = %q, want small", got)
+	}
+	if got := Model(context.Background()); got != "" {
+		t.Fatalf("Model of a bare context = %q, want empty", got)
+	}
+	inner, outer := Start(ctx, tracer, "test.model.outer")
+	_, st := Start(inner, tracer, "test.model.inner")
+	st.End(nil)
+	outer.End(nil)
+	_, st = Start(WithModel(context.Background(), "big"), tracer, "test.model.inner")
+	st.End(nil)
+	_, st = Start(context.Background(), tracer, "test.model.inner")
+	st.End(nil)
+	for _, c := range []struct {
+		stage, model string
+		want         uint64
+	}{
+		{"test.model.outer", "small", 1},
+		{"test.model.outer", "", 0},
+		{"test.model.inner", "small", 1},
+		{"test.model.inner", "big", 1},
+		{"test.model.inner", "", 1},
+	} {
+		if n, _ := modelStageCount(t, c.stage, c.model); n != c.want {
+			t.Errorf("%s{model=%q}: %d observations, want %d", c.stage, c.model, n, c.want)
+		}
 	}
 }
 
