@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
@@ -45,6 +47,8 @@ type batcher struct {
 	maxTokens int
 	// short says whether a call (or a batch of calls) is short; nil: one lane.
 	short func(seqs [][]int32) bool
+	// metricOpts label the batch-size histogram (the router's model).
+	metricOpts []metric.RecordOption
 
 	mu    sync.Mutex // guards the fields below and every batch's unsent state
 	lanes [2]lane    // bulk and short
@@ -180,7 +184,7 @@ func (b *batcher) dispatchLocked(lane int) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(bt.calls[0].ctx))
 	bt.cancel = cancel
 	l.inFlight = true
-	ctx, bt.stage = startBatch(ctx, bt)
+	ctx, bt.stage = startBatch(ctx, bt, b.metricOpts)
 	go b.run(ctx, bt)
 }
 

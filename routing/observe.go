@@ -28,15 +28,28 @@ const (
 	routeEphemeral = "ephemeral"
 )
 
-// Measurement options by route, built once: an attribute set sorts and allocates,
-// and so does a variadic argument list that is not an existing slice.
-var (
-	warmAdd      = routeOpts(routeWarm)
-	ephemeralAdd = routeOpts(routeEphemeral)
-)
+// metricOpts are a router's measurement options, built once (init): an attribute
+// set sorts and allocates, and so does a variadic argument list that is not an
+// existing slice. Each carries the router's model label (Config.Model) when it
+// has one.
+type metricOpts struct {
+	warm, ephemeral []metric.AddOption    // route="warm", route="ephemeral"
+	model           []metric.RecordOption // the model label alone (or nothing)
+}
 
-func routeOpts(route string) []metric.AddOption {
-	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))}
+func newMetricOpts(model string) metricOpts {
+	var labels []attribute.KeyValue
+	if model != "" {
+		labels = append(labels, stage.ModelKey.String(model))
+	}
+	route := func(route string) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{attribute.String("route", route)}, labels...)...))}
+	}
+	return metricOpts{
+		warm:      route(routeWarm),
+		ephemeral: route(routeEphemeral),
+		model:     []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(labels...))},
+	}
 }
 
 // The global meter forwards to the provider the command installs and does not
@@ -44,7 +57,7 @@ func routeOpts(route string) []metric.AddOption {
 var (
 	meter          = otel.Meter(scope)
 	tokensTotal, _ = meter.Int64Counter("embed_stack.tokens",
-		metric.WithDescription("Tokens embedded (wrapping and <|endoftext|> included), by route; counted when the request succeeds."))
+		metric.WithDescription("Tokens embedded (wrapping and <|endoftext|> included), by route and model; counted when the request succeeds."))
 	requestInputs, _ = meter.Int64Histogram("embed_stack.request.inputs",
 		metric.WithDescription("Inputs per embedding request."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -55,7 +68,7 @@ var (
 		metric.WithDescription("Requests whose warm calls share one batched worker call (cross-request batching)."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64))
 	inflight, _ = meter.Int64UpDownCounter("embed_stack.backend.inflight",
-		metric.WithDescription("Calls to workers in progress, by route: for the warm worker, which decodes one call at a time, the calls queued behind it plus the one it runs."))
+		metric.WithDescription("Calls to workers in progress, by route and model: for a warm worker, which decodes one call at a time, the calls queued behind it plus the one it runs."))
 )
 
 // startWrap begins the stage routing.wrap.
@@ -111,18 +124,28 @@ func (r *Router) endRoute(st stage.Stage, seqs [][]int32) routeCounts {
 	return c
 }
 
+// withModel marks ctx as work for the router's model (stage.WithModel), so that
+// every stage of the request, the backends' included, carries its model label.
+// The server has usually marked it already.
+func (r *Router) withModel(ctx context.Context) context.Context {
+	if r.Config.Model == "" || stage.Model(ctx) == r.Config.Model {
+		return ctx
+	}
+	return stage.WithModel(ctx, r.Config.Model)
+}
+
 // recordSuccess counts a request that was answered: its tokens by route, its
 // inputs and its size, on the metrics and on the routing.embed span.
-func recordSuccess(ctx context.Context, st stage.Stage, c routeCounts, dims int) {
+func (r *Router) recordSuccess(ctx context.Context, st stage.Stage, c routeCounts, dims int) {
 	if c.warmTokens > 0 {
-		tokensTotal.Add(ctx, int64(c.warmTokens), warmAdd...)
+		tokensTotal.Add(ctx, int64(c.warmTokens), r.metrics.warm...)
 	}
 	if c.ephemeralTokens > 0 {
-		tokensTotal.Add(ctx, int64(c.ephemeralTokens), ephemeralAdd...)
+		tokensTotal.Add(ctx, int64(c.ephemeralTokens), r.metrics.ephemeral...)
 	}
 	inputs, tokens := c.warmInputs+c.ephemeralInputs, c.warmTokens+c.ephemeralTokens
-	requestInputs.Record(ctx, int64(inputs))
-	requestTokens.Record(ctx, int64(tokens))
+	requestInputs.Record(ctx, int64(inputs), r.metrics.model...)
+	requestTokens.Record(ctx, int64(tokens), r.metrics.model...)
 	if st.Recording() {
 		st.SetAttributes(
 			attribute.Int("embed_stack.inputs", inputs),
@@ -146,12 +169,12 @@ func startQueue(ctx context.Context, sequences, tokens int) stage.Stage {
 // child of the first caller's (ctx) and links to every caller's queue span, each of
 // which links back to it: every request's trace leads to the batch its inputs were
 // decoded in, though only the first one's holds it.
-func startBatch(ctx context.Context, bt *batch) (context.Context, stage.Stage) {
+func startBatch(ctx context.Context, bt *batch, opts []metric.RecordOption) (context.Context, stage.Stage) {
 	sequences := 0
 	for _, c := range bt.calls {
 		sequences += len(c.seqs)
 	}
-	batchRequests.Record(ctx, int64(len(bt.calls)))
+	batchRequests.Record(ctx, int64(len(bt.calls)), opts...)
 	var links []trace.Link
 	if trace.SpanFromContext(ctx).IsRecording() {
 		links = make([]trace.Link, 0, len(bt.calls))
@@ -190,8 +213,8 @@ func (r *Router) callWarm(ctx context.Context, batch [][]int32) (_ [][]float32, 
 			attribute.Int("embed_stack.batch.sequences", len(batch)),
 			attribute.Int("embed_stack.batch.tokens", tokens))
 	}
-	inflight.Add(ctx, 1, warmAdd...)
-	defer inflight.Add(ctx, -1, warmAdd...)
+	inflight.Add(ctx, 1, r.metrics.warm...)
+	defer inflight.Add(ctx, -1, r.metrics.warm...)
 	return r.warm.Embed(ctx, batch)
 }
 
@@ -210,7 +233,7 @@ func (r *Router) callLong(ctx context.Context, seq []int32) ([]float32, error) {
 	}
 	// The slot is held until Long.Embed has returned, by when the worker is gone.
 	defer release()
-	inflight.Add(ctx, 1, ephemeralAdd...)
-	defer inflight.Add(ctx, -1, ephemeralAdd...)
+	inflight.Add(ctx, 1, r.metrics.ephemeral...)
+	defer inflight.Add(ctx, -1, r.metrics.ephemeral...)
 	return r.Long.Embed(ctx, seq)
 }

@@ -115,7 +115,8 @@ func (r *Router) taskErr() error {
 // pairs: documents per request (MaxInputs), tokens per pair in its template
 // (MaxInputTokens), tokens per request (MaxTotalTokens).
 func (r *Router) Rerank(ctx context.Context, req *RerankRequest) (_ *RerankResult, err error) {
-	ctx, st := stage.Start(ctx, tracer, "routing.rerank")
+	r.init()
+	ctx, st := stage.Start(r.withModel(ctx), tracer, "routing.rerank")
 	defer func() { st.End(err) }()
 	if !r.Config.Rerank {
 		return nil, r.taskErr()
@@ -136,7 +137,7 @@ func (r *Router) Rerank(ctx context.Context, req *RerankRequest) (_ *RerankResul
 		d := float64(v[0]) - float64(v[1])
 		res.Logits[i], res.Scores[i] = d, 1/(1+math.Exp(-d))
 	}
-	recordSuccess(ctx, st, counts, 0)
+	r.recordSuccess(ctx, st, counts, 0)
 	return res, nil
 }
 

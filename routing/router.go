@@ -143,6 +143,10 @@ type Config struct {
 	DefaultInstruction string
 	// TokenIDs is the token-id input policy.
 	TokenIDs TokenIDMode
+	// Model is the name the model is served under (its id in GET /v1/models), the
+	// model label of the router's metrics and stages (issue 17: several models per
+	// server, each with a router of its own). "" = no model label.
+	Model string
 	// Rerank says the model is a Qwen3-Reranker: the workers return, per sequence,
 	// the logits of "yes" and "no" (Dim is 2), Rerank serves requests and Embed and
 	// Prepare refuse them. False: an embedding model, and the reverse.
@@ -255,14 +259,18 @@ type Router struct {
 	warm     Backend    // Warm, behind the batcher when Config.BatchWindow > 0
 	admit    *admission // bounds the calls to Long
 	template rerankTemplate
+	metrics  metricOpts // built by init from Config.Model
 }
 
 // init builds the batcher and the admission from Config on first use.
 func (r *Router) init() {
 	r.initOnce.Do(func() {
+		r.metrics = newMetricOpts(r.Config.Model)
 		r.warm = r.Warm
 		if r.Config.BatchWindow > 0 && r.Warm != nil {
-			r.warm = newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens(), r.Config.ShortCalls)
+			b := newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens(), r.Config.ShortCalls)
+			b.metricOpts = r.metrics.model
+			r.warm = b
 		}
 		queue := r.Config.EphemeralQueue
 		if queue == 0 {
@@ -285,7 +293,7 @@ func (r *Router) Prepare(req *Request) ([][]int32, error) {
 	if r.Config.Rerank {
 		return nil, r.taskErr()
 	}
-	return r.prepare(context.Background(), untraced, req)
+	return r.prepare(r.withModel(context.Background()), untraced, req)
 }
 
 // prepare is Prepare as the stages routing.wrap and routing.tokenize of ctx's
@@ -464,7 +472,8 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 // Embed runs a request: short inputs go to the warm worker in chunks, long ones each
 // to their own ephemeral worker, all at once. The first failure cancels the rest.
 func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error) {
-	ctx, st := stage.Start(ctx, tracer, "routing.embed")
+	r.init()
+	ctx, st := stage.Start(r.withModel(ctx), tracer, "routing.embed")
 	defer func() { st.End(err) }()
 	if r.Config.Rerank {
 		return nil, r.taskErr()
@@ -495,7 +504,7 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 		}
 	}
 	norm.End(nil)
-	recordSuccess(ctx, st, counts, dims)
+	r.recordSuccess(ctx, st, counts, dims)
 	return &Result{Vectors: out, Tokens: tokens}, nil
 }
 
