@@ -43,7 +43,8 @@ func (s *Server) embeddings(c *gin.Context) {
 		}
 	}
 	c.Set(ctxInputs, req.Input.Len())
-	res, err := m.Embedder.Embed(c.Request.Context(), rreq)
+	ctx := useModel(c, m)
+	res, err := m.Embedder.Embed(ctx, rreq)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -55,7 +56,7 @@ func (s *Server) embeddings(c *gin.Context) {
 	}
 	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.Base64, PromptTokens: res.Tokens}
 	quantizeResponse(&resp, req.OutputType)
-	writeEmbeddings(c, &resp)
+	writeEmbeddings(ctx, c, &resp)
 }
 
 // responseSizeHint sizes the output buffer once: about 12 bytes per float as text,
@@ -208,7 +209,7 @@ func (s *Server) nativeEmbed(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	res, err := m.Embedder.Embed(c.Request.Context(), req)
+	res, err := m.Embedder.Embed(useModel(c, m), req)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -245,6 +246,7 @@ func (s *Server) tokenize(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
+	useModel(c, m)
 	seqs, err := m.Embedder.Prepare(req)
 	if err != nil {
 		writeError(c, err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -30,18 +31,19 @@ var tracer = otel.Tracer(scope)
 var (
 	meter            = otel.Meter(scope)
 	requestsTotal, _ = meter.Int64Counter("embed_stack.http.requests",
-		metric.WithDescription("HTTP requests answered, by route and status code."))
+		metric.WithDescription("HTTP requests answered, by route, status code and model (none before the request's model is known)."))
 	requestDuration, _ = meter.Float64Histogram("embed_stack.http.request.duration",
 		metric.WithUnit("s"),
-		metric.WithDescription("Time from the first middleware to the last byte handed to the connection, by route and status code."),
+		metric.WithDescription("Time from the first middleware to the last byte handed to the connection, by route, status code and model."),
 		metric.WithExplicitBucketBoundaries(stage.Buckets...))
 	errorsTotal, _ = meter.Int64Counter("embed_stack.http.errors",
-		metric.WithDescription("Requests answered with an error, by route, status code and the error envelope's code (error_code, \"none\" when null)."))
+		metric.WithDescription("Requests answered with an error, by route, status code, model and the error envelope's code (error_code, \"none\" when null)."))
 )
 
 // Label names. The HTTP status is "code", as promhttp and most Prometheus
 // exporters name it; the error envelope's code is "error_code", so that the two
-// never share a name.
+// never share a name. The model label is stage.ModelKey, the same on every
+// package's series; a request has one once its model is resolved (useModel).
 const (
 	labelRoute     = "route"
 	labelCode      = "code"
@@ -87,9 +89,10 @@ func (s *Server) traceRequests() gin.HandlerFunc {
 	}
 }
 
-// requestAttrs caches the attribute set of each route and status: building one
-// sorts and allocates, and the pairs are few (the routes times the statuses
-// written).
+// requestAttrs caches the attribute set of each route, status and model: building
+// one sorts and allocates, and the triples are few (the routes times the statuses
+// written times the served models: the model label is a served model's id, never
+// a name from the request).
 var requestAttrs struct {
 	sync.RWMutex // guards m
 	m            map[routeStatus]requestOpts
@@ -105,17 +108,22 @@ type requestOpts struct {
 type routeStatus struct {
 	route  string
 	status int
+	model  string
 }
 
-func requestAttrsFor(route string, status int) requestOpts {
-	key := routeStatus{route, status}
+func requestAttrsFor(route string, status int, model string) requestOpts {
+	key := routeStatus{route, status, model}
 	requestAttrs.RLock()
 	o, ok := requestAttrs.m[key]
 	requestAttrs.RUnlock()
 	if ok {
 		return o
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(attribute.String(labelRoute, route), attribute.String(labelCode, strconv.Itoa(status))))
+	attrs := []attribute.KeyValue{attribute.String(labelRoute, route), attribute.String(labelCode, strconv.Itoa(status))}
+	if model != "" {
+		attrs = append(attrs, stage.ModelKey.String(model))
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
 	o = requestOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
 	requestAttrs.Lock()
 	if requestAttrs.m == nil {
@@ -126,14 +134,33 @@ func requestAttrsFor(route string, status int) requestOpts {
 	return o
 }
 
-// observeRequests counts requests by route and status, times them, and puts the
-// facts the handlers left for the log (inputs, tokens, error) on the request span.
+// useModel records that the request is for m, once the handler has resolved it:
+// m's id becomes the model label of the request's metrics and log line, and of the
+// stages started under the context it returns. A request refused before (a body
+// that is not JSON, an unknown model) has no model label: its model name is
+// whatever the client sent, which must not grow the label set.
+func useModel(c *gin.Context, m *Model) context.Context {
+	c.Set(ctxModel, m) // a pointer: a string would be copied to the heap
+	return stage.WithModel(c.Request.Context(), m.ID)
+}
+
+// modelLabel is the id of the model useModel recorded, or "".
+func modelLabel(c *gin.Context) string {
+	if m, ok := c.Get(ctxModel); ok {
+		return m.(*Model).ID
+	}
+	return ""
+}
+
+// observeRequests counts requests by route, status and model, times them, and
+// puts the facts the handlers left for the log (inputs, tokens, error) on the
+// request span.
 func (s *Server) observeRequests() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
 		ctx := c.Request.Context()
-		attrs := requestAttrsFor(routeLabel(c), c.Writer.Status())
+		attrs := requestAttrsFor(routeLabel(c), c.Writer.Status(), modelLabel(c))
 		requestsTotal.Add(ctx, 1, attrs.add...)
 		requestDuration.Record(ctx, time.Since(start).Seconds(), attrs.record...)
 
@@ -164,8 +191,11 @@ func recordError(c *gin.Context, err error, status int, body openai.ErrorBody) {
 		code = *body.Error.Code
 	}
 	c.Set(ctxErrorCode, code)
-	errorsTotal.Add(c.Request.Context(), 1, metric.WithAttributeSet(attribute.NewSet(
-		attribute.String(labelRoute, routeLabel(c)), attribute.String(labelCode, strconv.Itoa(status)), attribute.String(labelErrorCode, code))))
+	attrs := []attribute.KeyValue{attribute.String(labelRoute, routeLabel(c)), attribute.String(labelCode, strconv.Itoa(status)), attribute.String(labelErrorCode, code)}
+	if m := modelLabel(c); m != "" {
+		attrs = append(attrs, stage.ModelKey.String(m))
+	}
+	errorsTotal.Add(c.Request.Context(), 1, metric.WithAttributeSet(attribute.NewSet(attrs...)))
 	span := trace.SpanFromContext(c.Request.Context())
 	if !span.IsRecording() {
 		return
@@ -209,9 +239,9 @@ func (s *Server) decodeEmbeddingRequest(c *gin.Context) (req *openai.EmbeddingRe
 }
 
 // writeEmbeddings encodes the answer and hands it to the connection: the stage
-// server.encode.
-func writeEmbeddings(c *gin.Context, resp *openai.EmbeddingResponse) {
-	_, st := stage.Start(c.Request.Context(), tracer, "server.encode")
+// server.encode, in ctx (the request's, marked with its model).
+func writeEmbeddings(ctx context.Context, c *gin.Context, resp *openai.EmbeddingResponse) {
+	_, st := stage.Start(ctx, tracer, "server.encode")
 	body := resp.AppendJSON(make([]byte, 0, responseSizeHint(resp.Vectors, resp.Base64)))
 	c.Data(http.StatusOK, "application/json", body)
 	if st.Recording() {

@@ -92,11 +92,12 @@ func (s *Server) teiRerank(c *gin.Context) {
 // runRerank runs a decoded request on m, writing the error answer when it fails.
 func (s *Server) runRerank(c *gin.Context, m *Model, req *routing.RerankRequest) (*routing.RerankResult, bool) {
 	c.Set(ctxInputs, len(req.Documents))
+	ctx := useModel(c, m)
 	if m.Reranker == nil {
 		writeError(c, &statusError{status: http.StatusNotFound, code: "not_found", msg: "This server does not rerank: " + c.Request.URL.Path + " needs a reranker model."})
 		return nil, false
 	}
-	res, err := m.Reranker.Rerank(c.Request.Context(), req)
+	res, err := m.Reranker.Rerank(ctx, req)
 	if err != nil {
 		writeError(c, err)
 		return nil, false

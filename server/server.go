@@ -276,6 +276,9 @@ func (s *Server) logRequests() gin.HandlerFunc {
 		if e, ok := c.Get(ctxErrorCode); ok {
 			attrs = append(attrs, "error_code", e)
 		}
+		if m := modelLabel(c); m != "" {
+			attrs = append(attrs, "model", m)
+		}
 		level := requestLogLevel(c.FullPath(), c.Writer.Status())
 		s.Config.Logger.Log(c.Request.Context(), level, "request", attrs...)
 	}
@@ -287,4 +290,5 @@ const (
 	ctxTokens    = "tokens"
 	ctxError     = "error"
 	ctxErrorCode = "error_code"
+	ctxModel     = "model" // the request's *Model, once resolved (useModel)
 )

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -38,16 +39,23 @@ var (
 	telemetryOnce sync.Once
 	spanRecorder  = tracetest.NewSpanRecorder()
 	metricReader  = sdkmetric.NewManualReader()
+	// promRegistry holds the collector of the reader behind GET /metrics
+	// (telemetry.NewPrometheusReader), for tests of a scrape's exact lines.
+	promRegistry = prometheus.NewRegistry()
 )
 
 // installTelemetry installs recording providers as the OpenTelemetry globals, once
 // per test binary: instruments created at package init forward to the first meter
 // provider installed, so it cannot be swapped per test. Tests tell their spans apart
-// by trace id and their metrics by deltas.
+// by trace id and their metrics by deltas (or by model names of their own).
 func installTelemetry() {
 	telemetryOnce.Do(func() {
+		prom, err := telemetry.NewPrometheusReader(promRegistry)
+		if err != nil {
+			panic(err)
+		}
 		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder)))
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader), sdkmetric.WithReader(prom)))
 		otel.SetTextMapPropagator(propagation.TraceContext{})
 	})
 }
@@ -157,7 +165,7 @@ func newStack(t testing.TB, engine *spanEngine, tracing bool) http.Handler {
 	t.Helper()
 	c := serveWorker(t, engine)
 	router := &routing.Router{
-		Config:    routing.Config{Dim: fakeDim, MinDimensions: 2, WarmMaxTokens: 16, MaxInputTokens: 64},
+		Config:    routing.Config{Model: "m", Dim: fakeDim, MinDimensions: 2, WarmMaxTokens: 16, MaxInputTokens: 64},
 		Tokenizer: byteTokenizer{},
 		Warm:      c,
 		Long:      clientLong{c},
@@ -492,15 +500,18 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		name  string
 		attrs []attribute.KeyValue
 	}
+	// The model label is the served model's id ("m"), on every series of a
+	// request whose model is known.
+	model := attribute.String("model", "m")
 	route := func(status string) []attribute.KeyValue {
-		return []attribute.KeyValue{attribute.String("route", "/v1/embeddings"), attribute.String("code", status)}
+		return []attribute.KeyValue{attribute.String("route", "/v1/embeddings"), attribute.String("code", status), model}
 	}
 	errorAttrs := func(route, status, code string) []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("route", route), attribute.String("code", status), attribute.String("error_code", code)}
 	}
-	stageAttr := func(s string) []attribute.KeyValue { return []attribute.KeyValue{attribute.String("stage", s)} }
-	warm := []attribute.KeyValue{attribute.String("route", "warm")}
-	eph := []attribute.KeyValue{attribute.String("route", "ephemeral")}
+	stageAttr := func(s string) []attribute.KeyValue { return []attribute.KeyValue{attribute.String("stage", s), model} }
+	warm := []attribute.KeyValue{attribute.String("route", "warm"), model}
+	eph := []attribute.KeyValue{attribute.String("route", "ephemeral"), model}
 	// The worker clients here were not started by a supervisor, so their calls
 	// count under route "other".
 	other := []attribute.KeyValue{attribute.String("route", "other")}
@@ -510,20 +521,24 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 		{"embed_stack.http.request.duration", route("200")},
 		{"embed_stack.tokens", warm},
 		{"embed_stack.tokens", eph},
-		{"embed_stack.request.inputs", nil},
-		{"embed_stack.request.tokens", nil},
+		{"embed_stack.request.inputs", []attribute.KeyValue{model}},
+		{"embed_stack.request.tokens", []attribute.KeyValue{model}},
 		{"embed_stack.batch.sequences", other},
 		{"embed_stack.batch.tokens", other},
 		{"embed_stack.backend.inflight", warm},
-		{"embed_stack.stage.duration", stageAttr("server.decode")},
+		// The body is decoded before the model is known: no model label.
+		{"embed_stack.stage.duration", []attribute.KeyValue{attribute.String("stage", "server.decode")}},
 		{"embed_stack.stage.duration", stageAttr("routing.tokenize")},
 		{"embed_stack.stage.duration", stageAttr("worker.call")},
-		{"embed_stack.stage.duration", stageAttr("worker.embed")},
+		// The worker's side has its own context: the label does not cross the
+		// worker protocol.
+		{"embed_stack.stage.duration", []attribute.KeyValue{attribute.String("stage", "worker.embed")}},
 		{"embed_stack.stage.duration", stageAttr("server.encode")},
-		{"embed_stack.http.errors", errorAttrs("/v1/embeddings", "400", "empty_input")},
+		{"embed_stack.http.errors", append(errorAttrs("/v1/embeddings", "400", "empty_input"), model)},
 		{"embed_stack.http.errors", errorAttrs("/v1/embeddings", "400", "none")},
 		{"embed_stack.http.errors", errorAttrs("unmatched", "404", "not_found")},
 		{"embed_stack.http.errors", errorAttrs("unmatched", "405", "method_not_allowed")},
+		{"embed_stack.http.requests", []attribute.KeyValue{attribute.String("route", "/v1/embeddings"), attribute.String("code", "400")}},
 	}
 	read := func() [][2]float64 {
 		out := make([][2]float64, len(points))
@@ -556,13 +571,14 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 	// then a body that is not JSON (server.decode fails), an unknown URL and a
 	// known one with the wrong method.
 	want := [][2]float64{
-		{2, 0}, {2, 0}, {2, -1},
+		{2, 0}, {1, 0}, {2, -1},
 		{12, 0}, {21, 0},
 		{2, 4}, {2, 33},
 		{3, 4}, {3, 33},
 		{0, 0},
 		{4, -1}, {2, -1}, {3, -1}, {3, -1}, {2, -1},
 		{1, 0}, {1, 0}, {1, 0}, {1, 0},
+		{1, 0},
 	}
 	for i, p := range points {
 		d := [2]float64{after[i][0] - before[i][0], after[i][1] - before[i][1]}

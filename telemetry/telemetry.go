@@ -116,16 +116,9 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if cfg.Prometheus {
 		t.registry = prometheus.NewRegistry()
 		t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoCollector())
-		exp, err := otelprom.New(
-			otelprom.WithRegisterer(t.registry),
-			otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
-			// The scope and resource are the same for every series of a process;
-			// as labels they would only lengthen each line.
-			otelprom.WithoutScopeInfo(),
-			otelprom.WithoutTargetInfo(),
-		)
+		exp, err := NewPrometheusReader(t.registry)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: the Prometheus exporter: %w", err)
+			return nil, err
 		}
 		readers = append(readers, sdkmetric.WithReader(exp))
 	}
@@ -142,6 +135,26 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		otel.SetMeterProvider(t.mp)
 	}
 	return t, nil
+}
+
+// NewPrometheusReader returns the metric reader behind GET /metrics: it registers
+// a collector in reg that writes the meter provider's series under their
+// Prometheus names (embed_stack.http.requests as embed_stack_http_requests_total),
+// without scope labels or target_info. Setup uses it; tests of the packages that
+// record metrics use it to read a scrape's exact lines.
+func NewPrometheusReader(reg prometheus.Registerer) (sdkmetric.Reader, error) {
+	exp, err := otelprom.New(
+		otelprom.WithRegisterer(reg),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		// The scope and resource are the same for every series of a process;
+		// as labels they would only lengthen each line.
+		otelprom.WithoutScopeInfo(),
+		otelprom.WithoutTargetInfo(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: the Prometheus exporter: %w", err)
+	}
+	return exp, nil
 }
 
 func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
