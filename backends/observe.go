@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -42,26 +43,46 @@ const (
 var (
 	meter          = otel.Meter(scope)
 	spawnsTotal, _ = meter.Int64Counter("embed_stack.worker.spawns",
-		metric.WithDescription("Worker processes started, by role and outcome (ready, or failed before it was ready)."))
+		metric.WithDescription("Worker processes started, by role, outcome (ready, or failed before it was ready) and model."))
 	spawnDuration, _ = meter.Float64Histogram("embed_stack.worker.spawn.duration",
 		metric.WithUnit("s"),
-		metric.WithDescription("Time from starting a worker process to its first ready answer (model load included), by role."),
+		metric.WithDescription("Time from starting a worker process to its first ready answer (model load included), by role and model."),
 		metric.WithExplicitBucketBoundaries(stage.Buckets...))
 	batchSequences, _ = meter.Int64Histogram("embed_stack.batch.sequences",
-		metric.WithDescription("Sequences per call to a worker, by route (the worker's role)."),
+		metric.WithDescription("Sequences per call to a worker, by route (the worker's role) and model."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
 	batchTokens, _ = meter.Int64Histogram("embed_stack.batch.tokens",
-		metric.WithDescription("Tokens per call to a worker, by route (the worker's role)."),
+		metric.WithDescription("Tokens per call to a worker, by route (the worker's role) and model."),
 		metric.WithExplicitBucketBoundaries(16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768))
 )
 
-// callOpts are the measurement options of a call by the worker's role, built once
-// (an attribute set sorts and allocates). The label is route, as on routing's
-// metrics, since the role is the route an input took.
-var callOpts = map[string][]metric.RecordOption{
-	roleWarm:      {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", roleWarm)))},
-	roleEphemeral: {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", roleEphemeral)))},
-	"":            {metric.WithAttributeSet(attribute.NewSet(attribute.String("route", "other")))},
+// callOpts caches the measurement options of a call by the worker's role and the
+// model of the request (stage.Model of its context; "" for none): an attribute
+// set sorts and allocates. The label is route, as on routing's metrics, since the
+// role is the route an input took; a client no supervisor started says "other".
+var callOpts sync.Map // roleModel → []metric.RecordOption
+
+type roleModel struct{ role, model string }
+
+func callOptsFor(role, model string) []metric.RecordOption {
+	key := roleModel{role, model}
+	if o, ok := callOpts.Load(key); ok {
+		return o.([]metric.RecordOption)
+	}
+	if role == "" {
+		role = "other"
+	}
+	o := []metric.RecordOption{metric.WithAttributeSet(withModel(model, attribute.String("route", role)))}
+	callOpts.Store(key, o)
+	return o
+}
+
+// withModel is the attribute set of kv and, when model is not "", the model label.
+func withModel(model string, kv ...attribute.KeyValue) attribute.Set {
+	if model != "" {
+		kv = append(kv, stage.ModelKey.String(model))
+	}
+	return attribute.NewSet(kv...)
 }
 
 // startSpawn begins the stage backends.spawn: starting a worker process and
@@ -86,9 +107,10 @@ func endSpawn(st stage.Stage, role string, pid int, started time.Time, err error
 		outcome = "failed"
 	}
 	ctx := context.Background()
-	spawnsTotal.Add(ctx, 1, metric.WithAttributes(attribute.String("role", role), attribute.String("outcome", outcome)))
+	model := st.Model()
+	spawnsTotal.Add(ctx, 1, metric.WithAttributeSet(withModel(model, attribute.String("role", role), attribute.String("outcome", outcome))))
 	if err == nil {
-		spawnDuration.Record(ctx, time.Since(started).Seconds(), metric.WithAttributes(attribute.String("role", role)))
+		spawnDuration.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(withModel(model, attribute.String("role", role))))
 	}
 	if pid > 0 {
 		st.SetAttributes(attrPID.Int(pid))
@@ -126,7 +148,7 @@ func (c *Client) startCall(ctx context.Context, seqs [][]int32) (context.Context
 	for _, s := range seqs {
 		tokens += len(s)
 	}
-	opts := callOpts[c.role]
+	opts := callOptsFor(c.role, stage.Model(ctx))
 	batchSequences.Record(ctx, int64(len(seqs)), opts...)
 	batchTokens.Record(ctx, int64(tokens), opts...)
 	ctx, st := stage.Start(ctx, tracer, "worker.call", trace.WithSpanKind(trace.SpanKindClient))

@@ -110,6 +110,10 @@ func TestMetricsByModel(t *testing.T) {
 		// The worker calls, made by package backends, inherit the request's model.
 		`embed_stack_stage_duration_seconds_count{model="metrics-a",stage="worker.call"} 3`,
 		`embed_stack_stage_duration_seconds_count{model="metrics-b",stage="worker.call"} 1`,
+		`embed_stack_batch_sequences_count{model="metrics-a",route="other"} 3`,
+		`embed_stack_batch_sequences_sum{model="metrics-a",route="other"} 4`,
+		`embed_stack_batch_tokens_sum{model="metrics-a",route="other"} 33`,
+		`embed_stack_batch_sequences_count{model="metrics-b",route="other"} 1`,
 		`embed_stack_stage_duration_seconds_count{model="metrics-a",stage="server.encode"} 2`,
 		`embed_stack_stage_duration_seconds_count{model="metrics-b",stage="server.encode"} 1`,
 	} {

@@ -514,7 +514,7 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 	eph := []attribute.KeyValue{attribute.String("route", "ephemeral"), model}
 	// The worker clients here were not started by a supervisor, so their calls
 	// count under route "other".
-	other := []attribute.KeyValue{attribute.String("route", "other")}
+	other := []attribute.KeyValue{attribute.String("route", "other"), model}
 	points := []point{
 		{"embed_stack.http.requests", route("200")},
 		{"embed_stack.http.requests", route("400")},

@@ -119,6 +119,9 @@ func (s Stage) Recording() bool { return s.span.IsRecording() }
 // SetAttributes adds attributes to the span.
 func (s Stage) SetAttributes(kv ...attribute.KeyValue) { s.span.SetAttributes(kv...) }
 
+// Model returns the model label of the stage: the model of Start's context.
+func (s Stage) Model() string { return s.model }
+
 // Span returns the stage's span.
 func (s Stage) Span() trace.Span { return s.span }
 
