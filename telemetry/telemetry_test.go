@@ -414,23 +414,89 @@ func TestObserveWorkers(t *testing.T) {
 	}
 }
 
-// TestObserveWorkersSeveralWarm: with several models (WarmPIDs) every warm worker
-// counts as warm, and a model without one (pid 0) counts nothing.
-func TestObserveWorkersSeveralWarm(t *testing.T) {
+// TestObserveWorkersSeveralModels: with Models (issue 17) every warm worker
+// series carries its model's name, a model stopped by --keep-alive (pid 0) counts
+// no warm worker, and the ephemeral workers, which no pid ties to a model, are one
+// series without a model label. The lines are compared exactly.
+func TestObserveWorkersSeveralModels(t *testing.T) {
 	tel := workersTelemetry(t)
 	w1, w2 := startSleeper(t), startSleeper(t)
 	startSleeper(t) // an ephemeral worker
+	w1Ready := true
 	if err := tel.ObserveWorkers(Workers{
-		WarmPID:  func() int { return w1 }, // unused beside WarmPIDs
-		WarmPIDs: func() []int { return []int{w1, 0, w2} },
+		Models: []WarmModel{
+			{Name: "small", Restarts: func() int { return 1 }, HangKills: func() int { return 0 }, ColdStarts: func() int { return 0 },
+				PID: func() int { return w1 }, Ready: func() bool { return w1Ready }, Ephemeral: func() (int, int, int) { return 1, 9000, 2 }},
+			{Name: "idle", Restarts: func() int { return 0 }, HangKills: func() int { return 0 }, ColdStarts: func() int { return 3 },
+				PID: func() int { return 0 }, Ready: func() bool { return true }, Ephemeral: func() (int, int, int) { return 0, 0, 0 }},
+			{Name: "big", Restarts: func() int { return 2 }, HangKills: func() int { return 1 }, ColdStarts: func() int { return 0 },
+				PID: func() int { return w2 }, Ready: func() bool { return true }, Ephemeral: func() (int, int, int) { return 0, 0, 0 }},
+		},
+		WarmPID: func() int { return w1 }, // unused beside Models
+		Ready:   func() bool { return false },
 	}); err != nil {
 		t.Fatal(err)
 	}
-	text := scrape(t, tel)
-	for series, want := range map[string]float64{`embed_stack_workers{role="warm"}`: 2, `embed_stack_workers{role="ephemeral"}`: 1} {
-		if v := sample(text, series); v != want {
-			t.Errorf("%s = %v, want %v", series, v, want)
+	lines := func() map[string]bool {
+		out := map[string]bool{}
+		for _, l := range strings.Split(scrape(t, tel), "\n") {
+			if strings.HasPrefix(l, "embed_stack_") && !strings.HasPrefix(l, "embed_stack_build_info") {
+				// RSS varies: keep the series, not the value.
+				if strings.HasPrefix(l, "embed_stack_worker_rss_bytes") {
+					l = l[:strings.LastIndexByte(l, ' ')]
+				}
+				out[l] = true
+			}
 		}
+		return out
+	}
+	want := []string{
+		`embed_stack_warm_restarts_total{model="small"} 1`,
+		`embed_stack_warm_restarts_total{model="idle"} 0`,
+		`embed_stack_warm_restarts_total{model="big"} 2`,
+		`embed_stack_warm_hang_kills_total{model="small"} 0`,
+		`embed_stack_warm_hang_kills_total{model="idle"} 0`,
+		`embed_stack_warm_hang_kills_total{model="big"} 1`,
+		`embed_stack_warm_cold_starts_total{model="small"} 0`,
+		`embed_stack_warm_cold_starts_total{model="idle"} 3`,
+		`embed_stack_warm_cold_starts_total{model="big"} 0`,
+		`embed_stack_warm_ready{model="small"} 1`,
+		`embed_stack_warm_ready{model="idle"} 1`,
+		`embed_stack_warm_ready{model="big"} 1`,
+		`embed_stack_workers{model="small",role="warm"} 1`,
+		`embed_stack_workers{model="idle",role="warm"} 0`,
+		`embed_stack_workers{model="big",role="warm"} 1`,
+		`embed_stack_workers{role="ephemeral"} 1`,
+		`embed_stack_worker_rss_bytes{model="small",role="warm"}`,
+		`embed_stack_worker_rss_bytes{model="idle",role="warm"}`,
+		`embed_stack_worker_rss_bytes{model="big",role="warm"}`,
+		`embed_stack_worker_rss_bytes{role="ephemeral"}`,
+		`embed_stack_ephemeral_tokens{model="small"} 9000`,
+		`embed_stack_ephemeral_tokens{model="idle"} 0`,
+		`embed_stack_ephemeral_tokens{model="big"} 0`,
+		`embed_stack_queue_depth{model="small",queue="ephemeral"} 2`,
+		`embed_stack_queue_depth{model="idle",queue="ephemeral"} 0`,
+		`embed_stack_queue_depth{model="big",queue="ephemeral"} 0`,
+	}
+	got := lines()
+	for _, l := range want {
+		if !got[l] {
+			t.Errorf("no line %s", l)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d worker lines, want %d (the single-worker fields must not add series):\n%s", len(got), len(want), scrape(t, tel))
+	}
+	text := scrape(t, tel)
+	if v := sample(text, `embed_stack_worker_rss_bytes{model="small",role="warm"}`); v < 0.95*procRSS(t, w1) || v > 1.05*procRSS(t, w1) {
+		t.Errorf("small's warm RSS %v, want %v ± 5%%", v, procRSS(t, w1))
+	}
+	if v := sample(text, `embed_stack_worker_rss_bytes{model="idle",role="warm"}`); v != 0 {
+		t.Errorf("a stopped model's warm RSS %v, want 0", v)
+	}
+	w1Ready = false
+	if !lines()[`embed_stack_warm_ready{model="small"} 0`] {
+		t.Errorf("small not ready, yet its series does not say 0")
 	}
 }
 

@@ -11,11 +11,22 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 // Workers is what the worker gauges read at each collection. Every field is
 // optional; a nil function leaves its gauge out.
+//
+// A server's warm workers are described either by Models, one entry per served
+// model, whose series then carry a model label, or by the single-worker fields
+// (Restarts, HangKills, WarmPID, Ready, Ephemeral), which make series without
+// one. The command uses Models; the single-worker fields are for a process that
+// serves no named model.
 type Workers struct {
+	// Models are the served models' warm workers (issue 17: several models per
+	// server). When set, the single-worker fields below are unused.
+	Models []WarmModel
 	// Restarts counts attempts to replace a dead warm worker
 	// (backends.Warm.Restarts).
 	Restarts func() int
@@ -25,9 +36,6 @@ type Workers struct {
 	// WarmPID is the ready warm worker's process id, 0 while there is none
 	// (backends.Warm.PID). Every other child process counts as an ephemeral worker.
 	WarmPID func() int
-	// WarmPIDs, when set, are the ready warm workers' process ids of a server with
-	// several models (0 for a model that has none); WarmPID is then unused.
-	WarmPIDs func() []int
 	// Ready reports whether the warm worker takes requests (backends.Warm.Ready).
 	Ready func() bool
 	// Parent is the process whose children are the workers; 0 means this process.
@@ -39,6 +47,28 @@ type Workers struct {
 	// Device reads the memory of the warm worker's device now (backends.Warm.Device):
 	// ok is false while there is no ready worker or it reports no device.
 	Device func(ctx context.Context) (d DeviceMemory, ok bool)
+}
+
+// WarmModel is one served model's warm worker and ephemeral admission, as the
+// worker gauges read them; its series carry the label model=Name. Every function
+// is optional, as in Workers.
+type WarmModel struct {
+	// Name is the model's served id (its id in GET /v1/models), never an alias,
+	// so that the label's values are the configured models.
+	Name string
+	// Restarts, HangKills, PID and Ready are Workers' fields for this model's
+	// warm worker (backends.OnDemand's methods of the same names; PID is 0 while
+	// the worker is stopped by --keep-alive).
+	Restarts  func() int
+	HangKills func() int
+	PID       func() int
+	Ready     func() bool
+	// ColdStarts counts the starts of a warm worker stopped by --keep-alive,
+	// done or failed (backends.OnDemand.Loads).
+	ColdStarts func() int
+	// Ephemeral is Workers.Ephemeral for this model's long inputs (each model
+	// admits its own).
+	Ephemeral func() (running, tokens, queued int)
 }
 
 // DeviceMemory is a device's memory, labelled by the device and its backend.
@@ -58,15 +88,21 @@ const workersScope = "github.com/embed-stack/embed-stack/telemetry"
 
 // ObserveWorkers registers the worker gauges, read when metrics are collected:
 //
-//	embed_stack_warm_restarts_total          counter, Workers.Restarts
-//	embed_stack_warm_hang_kills_total        counter, Workers.HangKills
-//	embed_stack_warm_ready                   1 while the warm worker takes requests
-//	embed_stack_workers{role}                live worker processes (warm, ephemeral)
-//	embed_stack_worker_rss_bytes{role}       their resident memory, summed per role
-//	embed_stack_ephemeral_tokens             tokens held by running ephemeral workers
-//	embed_stack_queue_depth{queue}           long inputs waiting for an ephemeral worker (queue="ephemeral")
+//	embed_stack_warm_restarts_total{model}       counter, Restarts
+//	embed_stack_warm_hang_kills_total{model}     counter, HangKills
+//	embed_stack_warm_cold_starts_total{model}    counter, WarmModel.ColdStarts
+//	embed_stack_warm_ready{model}                1 while the warm worker takes requests
+//	embed_stack_workers{role,model}              live worker processes (warm, ephemeral)
+//	embed_stack_worker_rss_bytes{role,model}     their resident memory, summed per role
+//	embed_stack_ephemeral_tokens{model}          tokens held by running ephemeral workers
+//	embed_stack_queue_depth{queue,model}         long inputs waiting for an ephemeral worker (queue="ephemeral")
 //	embed_stack_device_memory_used_bytes{device,backend}   memory in use on the warm worker's device
 //	embed_stack_device_memory_total_bytes{device,backend}  and all of it
+//
+// The model label is there with Workers.Models only. The ephemeral workers'
+// count and memory have none even then: they are told from the warm ones by
+// their pids, and nothing says which model an ephemeral process serves (the
+// running count per model is the ephemeral-workers stage, backends.ephemeral).
 //
 // Device memory is what the device's backend reports: on a GPU the driver's
 // figures, on the CPU the host's (MemTotal less MemAvailable), every process's
@@ -87,6 +123,11 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	}
 	hangKills, err := m.Int64ObservableCounter("embed_stack.warm.hang_kills",
 		metric.WithDescription("Warm workers killed (and so restarted) for answering nothing for --worker-hang-timeout with requests outstanding."))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	coldStarts, err := m.Int64ObservableCounter("embed_stack.warm.cold_starts",
+		metric.WithDescription("Starts of a warm worker that --keep-alive had stopped for idleness, done or failed."))
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
@@ -125,13 +166,11 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
-	ephQueue := metric.WithAttributeSet(attribute.NewSet(attribute.String("queue", RoleEphemeral)))
+	labels := newWorkerLabels(w.Models)
 	parent := w.Parent
 	if parent == 0 {
 		parent = os.Getpid()
 	}
-	warmAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleWarm)))
-	ephAttr := metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleEphemeral)))
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		if w.Device != nil {
 			if d, ok := w.Device(ctx); ok {
@@ -140,60 +179,111 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 				o.ObserveInt64(devTotal, d.Total, attrs)
 			}
 		}
-		if w.Restarts != nil {
-			o.ObserveInt64(restarts, int64(w.Restarts()))
+		warms := w.Models
+		if len(warms) == 0 {
+			warms = []WarmModel{{Restarts: w.Restarts, HangKills: w.HangKills, PID: w.WarmPID, Ready: w.Ready, Ephemeral: w.Ephemeral}}
 		}
-		if w.HangKills != nil {
-			o.ObserveInt64(hangKills, int64(w.HangKills()))
-		}
-		if w.Ready != nil {
-			v := int64(0)
-			if w.Ready() {
-				v = 1
+		for i, wm := range warms {
+			l := labels[i]
+			if wm.Restarts != nil {
+				o.ObserveInt64(restarts, int64(wm.Restarts()), l.model)
 			}
-			o.ObserveInt64(ready, v)
-		}
-		if w.Ephemeral != nil {
-			_, tokens, queued := w.Ephemeral()
-			o.ObserveInt64(ephTokens, int64(tokens))
-			o.ObserveInt64(queue, int64(queued), ephQueue)
+			if wm.HangKills != nil {
+				o.ObserveInt64(hangKills, int64(wm.HangKills()), l.model)
+			}
+			if wm.ColdStarts != nil {
+				o.ObserveInt64(coldStarts, int64(wm.ColdStarts()), l.model)
+			}
+			if wm.Ready != nil {
+				v := int64(0)
+				if wm.Ready() {
+					v = 1
+				}
+				o.ObserveInt64(ready, v, l.model)
+			}
+			if wm.Ephemeral != nil {
+				_, tokens, queued := wm.Ephemeral()
+				o.ObserveInt64(ephTokens, int64(tokens), l.model)
+				o.ObserveInt64(queue, int64(queued), l.queue)
+			}
 		}
 		pids, err := childPIDs(parent)
 		if err != nil {
 			return nil // no /proc: nothing to report, and nothing an operator can fix
 		}
-		warm := map[int]bool{}
-		switch {
-		case w.WarmPIDs != nil:
-			for _, pid := range w.WarmPIDs() {
-				warm[pid] = pid != 0
+		warm := map[int]int{} // pid → index in warms
+		for i, wm := range warms {
+			if wm.PID != nil {
+				if pid := wm.PID(); pid != 0 {
+					warm[pid] = i
+				}
 			}
-		case w.WarmPID != nil:
-			warm[w.WarmPID()] = true
 		}
-		var n, mem [2]int64 // [warm, ephemeral]
+		n, mem := make([]int64, len(warms)), make([]int64, len(warms))
+		var ephN, ephMem int64
 		for _, pid := range pids {
 			b, ok := rssBytes(pid)
 			if !ok {
 				continue // exited, or a zombie not yet reaped
 			}
-			i := 1
-			if warm[pid] {
-				i = 0
+			if i, ok := warm[pid]; ok {
+				n[i]++
+				mem[i] += b
+				continue
 			}
-			n[i]++
-			mem[i] += b
+			ephN++
+			ephMem += b
 		}
-		o.ObserveInt64(count, n[0], warmAttr)
-		o.ObserveInt64(count, n[1], ephAttr)
-		o.ObserveInt64(rss, mem[0], warmAttr)
-		o.ObserveInt64(rss, mem[1], ephAttr)
+		for i := range warms {
+			o.ObserveInt64(count, n[i], labels[i].warm)
+			o.ObserveInt64(rss, mem[i], labels[i].warm)
+		}
+		o.ObserveInt64(count, ephN, ephAttr)
+		o.ObserveInt64(rss, ephMem, ephAttr)
 		return nil
-	}, restarts, hangKills, ready, count, rss, ephTokens, queue, devUsed, devTotal)
+	}, restarts, hangKills, coldStarts, ready, count, rss, ephTokens, queue, devUsed, devTotal)
 	if err != nil {
 		return fmt.Errorf("telemetry: registering the worker gauges: %w", err)
 	}
 	return nil
+}
+
+// ephAttr labels the ephemeral workers' count and memory.
+var ephAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("role", RoleEphemeral)))
+
+// workerLabels are one warm worker's attribute sets, built once at registration.
+type workerLabels struct {
+	model metric.MeasurementOption // model=NAME, or nothing
+	warm  metric.MeasurementOption // role="warm", model
+	queue metric.MeasurementOption // queue="ephemeral", model
+}
+
+// newWorkerLabels returns the labels of each of models, or of the one unnamed
+// warm worker when there are none.
+func newWorkerLabels(models []WarmModel) []workerLabels {
+	names := []string{""}
+	if len(models) > 0 {
+		names = names[:0]
+		for _, m := range models {
+			names = append(names, m.Name)
+		}
+	}
+	out := make([]workerLabels, len(names))
+	for i, name := range names {
+		var model []attribute.KeyValue
+		if name != "" {
+			model = append(model, stage.ModelKey.String(name))
+		}
+		with := func(kv attribute.KeyValue) metric.MeasurementOption {
+			return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, model...)...))
+		}
+		out[i] = workerLabels{
+			model: metric.WithAttributeSet(attribute.NewSet(model...)),
+			warm:  with(attribute.String("role", RoleWarm)),
+			queue: with(attribute.String("queue", RoleEphemeral)),
+		}
+	}
+	return out
 }
 
 // childPIDs lists the processes whose parent is ppid, read from /proc/<pid>/stat.

@@ -12,6 +12,8 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
+	"github.com/embed-stack/embed-stack/telemetry"
+	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 // modelEntry is one --model of serve: the reference to load and the names
@@ -274,7 +276,7 @@ func (ms servedModels) healthy() bool {
 	return true
 }
 
-// Totals over the models, for the worker metrics (which carry no model label).
+// Totals over the models, for GET /debug/vars.
 func (ms servedModels) restarts() (n int) {
 	for _, m := range ms {
 		n += m.warm.Restarts()
@@ -289,21 +291,22 @@ func (ms servedModels) kills() (n int) {
 	return n
 }
 
-// pids are the warm workers' process ids (0 for a model that has none running).
-func (ms servedModels) pids() []int {
-	out := make([]int, len(ms))
+// warmModels describes each model's warm worker and ephemeral admission to the
+// worker gauges, whose series then carry the model's name as their model label.
+func (ms servedModels) warmModels() []telemetry.WarmModel {
+	out := make([]telemetry.WarmModel, len(ms))
 	for i, m := range ms {
-		out[i] = m.warm.PID()
+		out[i] = telemetry.WarmModel{
+			Name:       m.name,
+			Restarts:   m.warm.Restarts,
+			HangKills:  m.warm.Kills,
+			PID:        m.warm.PID,
+			Ready:      m.warm.Ready,
+			ColdStarts: func() int { n, _ := m.warm.Loads(); return n },
+			Ephemeral:  m.router.EphemeralState,
+		}
 	}
 	return out
-}
-
-func (ms servedModels) ephemeral() (running, tokens, queued int) {
-	for _, m := range ms {
-		r, t, q := m.router.EphemeralState()
-		running, tokens, queued = running+r, tokens+t, queued+q
-	}
-	return running, tokens, queued
 }
 
 // vars are GET /debug/vars' worker figures: totals, the default model's pid as
@@ -323,14 +326,16 @@ func (ms servedModels) vars() map[string]any {
 }
 
 // start starts every model's warm worker at once and returns when all are ready
-// or the first has failed (the others' starts are then abandoned).
+// or the first has failed (the others' starts are then abandoned). Each start's
+// context names its model (stage.WithModel), and so do the restarts and cold
+// starts under it: their spawns count under the model's label.
 func (ms servedModels) start(ctx context.Context, warmMax int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(ms))
 	for _, m := range ms {
 		go func() {
-			err := m.warm.Start(ctx)
+			err := m.warm.Start(stage.WithModel(ctx, m.name))
 			if err != nil {
 				err = warmStartError(err, warmMax)
 				if len(ms) > 1 {

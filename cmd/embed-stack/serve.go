@@ -376,6 +376,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			Logger: m.eng.warm.Logger}
 		m.eng.warmInfo = m.warm.Info
 		m.router = m.eng.router(routing.Config{
+			Model:              m.name,
 			MaxInputs:          f.maxInputs,
 			MaxTotalTokens:     f.maxTotalTokens,
 			MaxInputTokens:     f.maxInputTokens,

@@ -66,10 +66,9 @@ func (p *processTelemetry) stop() {
 
 // wire connects serve's telemetry to the API and the workers: the request spans,
 // GET /metrics, the worker gauges, and, when spans go to the console, the workers'
-// output (where their spans are printed) to serve's stderr. With several models
-// the worker gauges are totals (restarts, hang kills, ephemeral workers, warm
-// workers told from ephemeral ones by their pids), readiness is every model's and
-// the device the first model's warm worker's; they carry no model label (issue 17).
+// output (where their spans are printed) to serve's stderr. The worker gauges are
+// per model, labelled with its served name (issue 17), a single model's too; the
+// device is the first model's warm worker's.
 func (p *processTelemetry) wire(api *server.Server, models servedModels) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
@@ -83,7 +82,7 @@ func (p *processTelemetry) wire(api *server.Server, models servedModels) error {
 		d, ok := warm.Device(ctx)
 		return telemetry.DeviceMemory{Name: d.Name, Backend: d.Backend, Used: d.MemoryUsed(), Total: d.MemoryTotal}, ok
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Restarts: models.restarts, HangKills: models.kills, WarmPIDs: models.pids, Ready: models.ready, Ephemeral: models.ephemeral, Device: device}); err != nil {
+	if err := p.ObserveWorkers(telemetry.Workers{Models: models.warmModels(), Device: device}); err != nil {
 		return err
 	}
 	if p.Console() {
