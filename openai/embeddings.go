@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"strconv"
 )
 
@@ -84,26 +83,11 @@ type wireRequest struct {
 	Truncate       json.RawMessage `json:"truncate"`
 }
 
-// fields maps the exact keys (the json tags) to w's fields, for ExactFields.
-func (w *wireRequest) fields() map[string]*json.RawMessage {
-	v := reflect.ValueOf(w).Elem()
-	m := make(map[string]*json.RawMessage, v.NumField())
-	for i := range v.NumField() {
-		m[v.Type().Field(i).Tag.Get("json")] = v.Field(i).Addr().Interface().(*json.RawMessage)
-	}
-	return m
-}
-
 // DecodeEmbeddingRequest parses and type-checks a request body. It checks shapes
 // only (types, emptiness, integer-ness); limits and meaning are for routing.
 func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	var w wireRequest
-	// Only checked here (a struct without fields keeps no copies); ExactFields
-	// then takes the values as slices of body.
-	if err := json.Unmarshal(body, &struct{}{}); err != nil {
-		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
-	}
-	if err := ExactFields(body, w.fields()); err != nil {
+	if err := decodeExact(body, &w); err != nil {
 		return nil, err
 	}
 	if err := CheckUTF8(body, "input", inputItem); err != nil {

@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -46,6 +47,33 @@ func ExactFields(body []byte, fields map[string]*json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// decodeExact is encoding/json's Unmarshal of a request body into w, a pointer to
+// a struct of json.RawMessage fields tagged with their keys, with the keys matched
+// exactly (ExactFields): a body that is not JSON is a *DecodeError with
+// encoding/json's reason, a key given twice one naming it, and a key in another
+// case ("Query", "INPUT") is ignored, as any unknown key is. Every request body of
+// the OpenAI-shaped and rerank routes is read this way, so that they agree on
+// what a key is.
+func decodeExact(body []byte, w any) error {
+	// Only checked here (a struct without fields keeps no copies); ExactFields
+	// then takes the values as slices of body.
+	if err := json.Unmarshal(body, &struct{}{}); err != nil {
+		return &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	}
+	return ExactFields(body, rawFields(w))
+}
+
+// rawFields maps the json tags of w's fields (w points to a struct of
+// json.RawMessage fields) to the fields, for ExactFields.
+func rawFields(w any) map[string]*json.RawMessage {
+	v := reflect.ValueOf(w).Elem()
+	m := make(map[string]*json.RawMessage, v.NumField())
+	for i := range v.NumField() {
+		m[v.Type().Field(i).Tag.Get("json")] = v.Field(i).Addr().Interface().(*json.RawMessage)
+	}
+	return m
 }
 
 func skipSpace(b []byte, i int) int {

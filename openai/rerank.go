@@ -9,6 +9,8 @@ import (
 // clients send (and LangChain's and LlamaIndex's rerankers built on them), plus the
 // embed-stack extension Instruction (Qwen3-Reranker's task). Unknown fields
 // (Cohere's rank_fields, max_chunks_per_doc, max_tokens_per_doc) are ignored.
+// Keys are matched exactly, as on /v1/embeddings (ExactFields): "Query" is an
+// unknown field, and a key given twice is refused.
 type RerankRequest struct {
 	Model string
 	Query string
@@ -81,8 +83,8 @@ type wireRerankRequest struct {
 // meaning (an empty query, too many documents) are for routing.
 func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
 	var w wireRerankRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	if err := decodeExact(body, &w); err != nil {
+		return nil, err
 	}
 	var req RerankRequest
 	var err error
@@ -112,20 +114,28 @@ func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
 	}
 	req.Documents = make([]string, len(docs))
 	for i, d := range docs {
-		var s string
-		if json.Unmarshal(d, &s) == nil {
-			req.Documents[i] = s
-			continue
+		if req.Documents[i], err = decodeDocument(i, d); err != nil {
+			return nil, err
 		}
-		var obj struct {
-			Text *string `json:"text"`
-		}
-		if json.Unmarshal(d, &obj) != nil || obj.Text == nil {
-			return nil, &DecodeError{Param: "documents", Message: fmt.Sprintf("document %d is %s; each document is a string or an object with a string 'text'", i, compact(d))}
-		}
-		req.Documents[i] = *obj.Text
 	}
 	return &req, nil
+}
+
+// decodeDocument reads document i: a JSON string, or an object whose key "text"
+// (exactly: "Text" is not it, as at the top level) holds one.
+func decodeDocument(i int, d json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(d, &s) == nil {
+		return s, nil
+	}
+	var text json.RawMessage
+	if ExactFields(d, map[string]*json.RawMessage{"text": &text}) != nil {
+		return "", &DecodeError{Param: "documents", Message: fmt.Sprintf("document %d holds the key 'text' more than once; send each key once.", i)}
+	}
+	if isNull(text) || json.Unmarshal(text, &s) != nil {
+		return "", &DecodeError{Param: "documents", Message: fmt.Sprintf("document %d is %s; each document is a string or an object with a string 'text'", i, compact(d))}
+	}
+	return s, nil
 }
 
 type wireTEIRerankRequest struct {
@@ -137,13 +147,13 @@ type wireTEIRerankRequest struct {
 	Instruction json.RawMessage `json:"instruction"`
 }
 
-// DecodeTEIRerankRequest parses and type-checks a POST /rerank body. TEI's
-// "truncate": true is refused: a pair over the limit is a 400, as with truncate
-// false (TEI's default).
+// DecodeTEIRerankRequest parses and type-checks a POST /rerank body, its keys
+// matched exactly as DecodeRerankRequest's. TEI's "truncate": true is refused: a
+// pair over the limit is a 400, as with truncate false (TEI's default).
 func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
 	var w wireTEIRerankRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, &DecodeError{Message: "We could not parse the JSON body of your request: " + jsonErrorText(err)}
+	if err := decodeExact(body, &w); err != nil {
+		return nil, err
 	}
 	var req TEIRerankRequest
 	var err error

@@ -91,6 +91,20 @@ func TestRerankErrorsServer(t *testing.T) {
 			`{"error":{"message":"The model ` + "`other`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`},
 		{"routing refusal", "/v1/rerank", `{"query":"q","documents":["a"]}`, &fakeReranker{err: &routing.InputError{Param: "documents", Index: 0, Code: routing.CodeContextLength, Message: "too long"}}, Config{}, 400,
 			`{"error":{"message":"too long","type":"invalid_request_error","param":"documents","code":"context_length_exceeded"}}`},
+		// Keys are matched exactly, as on /v1/embeddings: another case is an
+		// unknown field, and a key twice is refused.
+		{"wrong-case key", "/v1/rerank", `{"Query":"q","documents":["a"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"'query' is a required property.","type":"invalid_request_error","param":"query","code":null}}`},
+		{"duplicate key", "/v1/rerank", `{"query":"q","documents":["a"],"documents":["b","c"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"The JSON body holds the key 'documents' more than once; send each key once.","type":"invalid_request_error","param":"documents","code":null}}`},
+		{"duplicate key v2", "/v2/rerank", `{"query":"q","query":"r","documents":["a"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"The JSON body holds the key 'query' more than once; send each key once.","type":"invalid_request_error","param":"query","code":null}}`},
+		{"document Text", "/v1/rerank", `{"query":"q","documents":[{"Text":"a"}]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"document 0 is {\"Text\":\"a\"}; each document is a string or an object with a string 'text'","type":"invalid_request_error","param":"documents","code":null}}`},
+		{"tei wrong-case key", "/rerank", `{"query":"q","TEXTS":["a"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"'texts' is a required property.","type":"invalid_request_error","param":"texts","code":null}}`},
+		{"tei duplicate key", "/rerank", `{"query":"q","texts":["a"],"texts":["b"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"The JSON body holds the key 'texts' more than once; send each key once.","type":"invalid_request_error","param":"texts","code":null}}`},
 		{"no reranker", "/rerank", `{"query":"q","texts":["a"]}`, nil, Config{}, 404,
 			`{"error":{"message":"This server does not rerank: /rerank needs a reranker model.","type":"invalid_request_error","param":null,"code":"not_found"}}`},
 	}
