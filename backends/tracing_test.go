@@ -22,6 +22,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 var (
@@ -72,22 +74,45 @@ func strAttr(s sdktrace.ReadOnlySpan, key string) string {
 	return ""
 }
 
-// spawnCount reads embed_stack.worker.spawns{role,outcome}.
-func spawnCount(t *testing.T, role, outcome string) int64 {
+// spawnCount reads embed_stack.worker.spawns{role,outcome} (and the labels in
+// extra, such as a model).
+func spawnCount(t *testing.T, role, outcome string, extra ...attribute.KeyValue) int64 {
+	t.Helper()
+	return int64(metricPoint(t, "embed_stack.worker.spawns", append([]attribute.KeyValue{attribute.String("role", role), attribute.String("outcome", outcome)}, extra...)...))
+}
+
+// metricPoint reads a counter's value or a histogram's count whose attributes are
+// exactly attrs, or 0.
+func metricPoint(t *testing.T, name string, attrs ...attribute.KeyValue) float64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := metricReader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	want := attribute.NewSet(attribute.String("role", role), attribute.String("outcome", outcome))
+	want := attribute.NewSet(attrs...)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "embed_stack.worker.spawns" {
+			if m.Name != name {
 				continue
 			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				if dp.Attributes.Equals(&want) {
-					return dp.Value
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					if dp.Attributes.Equals(&want) {
+						return float64(dp.Value)
+					}
+				}
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					if dp.Attributes.Equals(&want) {
+						return float64(dp.Count)
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					if dp.Attributes.Equals(&want) {
+						return float64(dp.Count)
+					}
 				}
 			}
 		}
@@ -162,6 +187,42 @@ func TestEphemeralSpans(t *testing.T) {
 	}
 	if d := spawnCount(t, roleEphemeral, "ready") - ready; d != 1 {
 		t.Errorf("spawns{ephemeral,ready} moved by %d, want 1", d)
+	}
+}
+
+// TestEphemeralMetricsByModel: an ephemeral worker started for a request of a
+// model (stage.WithModel, as the router marks it) counts its spawn, spawn time,
+// call size and stages under that model's label (issue 17), and under no other.
+func TestEphemeralMetricsByModel(t *testing.T) {
+	installTelemetry()
+	e, _, _ := newEphemeral(t)
+	model := stage.ModelKey.String("bk-model")
+	ctx := stage.WithModel(context.Background(), "bk-model")
+	bare := spawnCount(t, roleEphemeral, "ready")
+	if _, err := e.Embed(ctx, seqOf(100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Embed(ctx, seqOf(50)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		attrs []attribute.KeyValue
+		want  float64
+	}{
+		{"embed_stack.worker.spawns", []attribute.KeyValue{attribute.String("role", roleEphemeral), attribute.String("outcome", "ready"), model}, 2},
+		{"embed_stack.worker.spawn.duration", []attribute.KeyValue{attribute.String("role", roleEphemeral), model}, 2},
+		{"embed_stack.batch.sequences", []attribute.KeyValue{attribute.String("route", roleEphemeral), model}, 2},
+		{"embed_stack.batch.tokens", []attribute.KeyValue{attribute.String("route", roleEphemeral), model}, 2},
+		{stage.MetricName, []attribute.KeyValue{attribute.String("stage", "backends.spawn"), model}, 2},
+		{stage.MetricName, []attribute.KeyValue{attribute.String("stage", "backends.stop"), model}, 2},
+	} {
+		if got := metricPoint(t, c.name, c.attrs...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
+		}
+	}
+	if d := spawnCount(t, roleEphemeral, "ready") - bare; d != 0 {
+		t.Errorf("spawns without a model label moved by %d, want 0", d)
 	}
 }
 

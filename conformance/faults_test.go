@@ -173,7 +173,8 @@ func TestHungWarmWorkerReplaced(t *testing.T) {
 	s := serverWith(t, faultFlags...)
 	old := s.warmPID(t)
 	kills := s.vars(t, nil)["worker_hang_kills"]
-	promKills := scrape(t, s)["embed_stack_warm_hang_kills_total"]
+	killsKey := seriesKey("embed_stack_warm_hang_kills_total", "model", s.modelID(t))
+	promKills := scrape(t, s)[killsKey]
 	stopProcess(t, old)
 
 	start := time.Now()
@@ -198,8 +199,8 @@ func TestHungWarmWorkerReplaced(t *testing.T) {
 	if got := s.vars(t, nil)["worker_hang_kills"]; got != kills+1 {
 		t.Errorf("worker_hang_kills %v, want %v", got, kills+1)
 	}
-	if got := scrape(t, s)["embed_stack_warm_hang_kills_total"]; got != promKills+1 {
-		t.Errorf("embed_stack_warm_hang_kills_total %v, want %v", got, promKills+1)
+	if got := scrape(t, s)[killsKey]; got != promKills+1 {
+		t.Errorf("%s %v, want %v", killsKey, got, promKills+1)
 	}
 	requireReference(t, "after the replacement", s.rawEmbed(t, map[string]any{"input": "waiting on a hung worker"}, nil).Data[0].Embedding, expectDocument(t, "waiting on a hung worker"))
 }

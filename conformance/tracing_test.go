@@ -702,7 +702,12 @@ func TestMetricsMove(t *testing.T) {
 			}
 		}
 	}
-	stage := func(name string) string { return seriesKey("embed_stack_stage_duration_seconds_count", "stage", name) }
+	// Every series of a request, a worker or a stage of a request carries the
+	// served model's id as its model label (issue 17), but the body's decode,
+	// which comes before the model is known, and the ephemeral workers' count.
+	id := s.modelID(t)
+	key := func(name string, labels ...string) string { return seriesKey(name, append(labels, "model", id)...) }
+	stage := func(name string) string { return key("embed_stack_stage_duration_seconds_count", "stage", name) }
 
 	t.Run("requests", func(t *testing.T) {
 		before := scrape(t, s)
@@ -717,23 +722,23 @@ func TestMetricsMove(t *testing.T) {
 		}
 		after := scrape(t, s)
 		check(t, before, after, []delta{
-			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "200"), 2},
-			{seriesKey("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "400"), 1},
-			{seriesKey("embed_stack_http_request_duration_seconds_count", "route", "/v1/embeddings", "code", "200"), 2},
-			{seriesKey("embed_stack_http_errors_total", "route", "/v1/embeddings", "code", "400", "error_code", "empty_input"), 1},
-			{seriesKey("embed_stack_tokens_total", "route", "warm"), float64(2*counts[0] + counts[1])},
-			{seriesKey("embed_stack_tokens_total", "route", "ephemeral"), float64(counts[2])},
-			{"embed_stack_request_inputs_count", 2},
-			{"embed_stack_request_inputs_sum", 4},
-			{"embed_stack_request_tokens_sum", float64(2*counts[0] + counts[1] + counts[2])},
-			{seriesKey("embed_stack_batch_sequences_count", "route", "warm"), 2},
-			{seriesKey("embed_stack_batch_sequences_sum", "route", "warm"), 3},
-			{seriesKey("embed_stack_batch_tokens_sum", "route", "ephemeral"), float64(counts[2])},
-			{"embed_stack_batch_requests_count", 2},
-			{"embed_stack_batch_requests_sum", 2},
-			{seriesKey("embed_stack_worker_spawns_total", "role", "ephemeral", "outcome", "ready"), 1},
-			{seriesKey("embed_stack_worker_spawn_duration_seconds_count", "role", "ephemeral"), 1},
-			{stage("server.decode"), 3},
+			{key("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "200"), 2},
+			{key("embed_stack_http_requests_total", "route", "/v1/embeddings", "code", "400"), 1},
+			{key("embed_stack_http_request_duration_seconds_count", "route", "/v1/embeddings", "code", "200"), 2},
+			{key("embed_stack_http_errors_total", "route", "/v1/embeddings", "code", "400", "error_code", "empty_input"), 1},
+			{key("embed_stack_tokens_total", "route", "warm"), float64(2*counts[0] + counts[1])},
+			{key("embed_stack_tokens_total", "route", "ephemeral"), float64(counts[2])},
+			{key("embed_stack_request_inputs_count"), 2},
+			{key("embed_stack_request_inputs_sum"), 4},
+			{key("embed_stack_request_tokens_sum"), float64(2*counts[0] + counts[1] + counts[2])},
+			{key("embed_stack_batch_sequences_count", "route", "warm"), 2},
+			{key("embed_stack_batch_sequences_sum", "route", "warm"), 3},
+			{key("embed_stack_batch_tokens_sum", "route", "ephemeral"), float64(counts[2])},
+			{key("embed_stack_batch_requests_count"), 2},
+			{key("embed_stack_batch_requests_sum"), 2},
+			{key("embed_stack_worker_spawns_total", "role", "ephemeral", "outcome", "ready"), 1},
+			{key("embed_stack_worker_spawn_duration_seconds_count", "role", "ephemeral"), 1},
+			{seriesKey("embed_stack_stage_duration_seconds_count", "stage", "server.decode"), 3},
 			{stage("routing.wrap"), 3},
 			{stage("routing.tokenize"), 2},
 			{stage("routing.warm"), 2},
@@ -745,17 +750,17 @@ func TestMetricsMove(t *testing.T) {
 			{stage("server.encode"), 2},
 		})
 		// Gauges: nothing in flight, no ephemeral worker left, the warm one there.
-		for key, want := range map[string]float64{
-			seriesKey("embed_stack_backend_inflight", "route", "warm"):      0,
-			seriesKey("embed_stack_backend_inflight", "route", "ephemeral"): 0,
-			seriesKey("embed_stack_workers", "role", "ephemeral"):           0,
-			seriesKey("embed_stack_workers", "role", "warm"):                1,
-			"embed_stack_warm_ready":                                        1,
-			seriesKey("embed_stack_queue_depth", "queue", "ephemeral"):      0,
-			"embed_stack_ephemeral_tokens":                                  0,
+		for series, want := range map[string]float64{
+			key("embed_stack_backend_inflight", "route", "warm"):      0,
+			key("embed_stack_backend_inflight", "route", "ephemeral"): 0,
+			seriesKey("embed_stack_workers", "role", "ephemeral"):     0,
+			key("embed_stack_workers", "role", "warm"):                1,
+			key("embed_stack_warm_ready"):                             1,
+			key("embed_stack_queue_depth", "queue", "ephemeral"):      0,
+			key("embed_stack_ephemeral_tokens"):                       0,
 		} {
-			if after[key] != want {
-				t.Errorf("%s = %v, want %v", key, after[key], want)
+			if after[series] != want {
+				t.Errorf("%s = %v, want %v", series, after[series], want)
 			}
 		}
 	})
@@ -766,7 +771,7 @@ func TestMetricsMove(t *testing.T) {
 			t.Fatalf("workers %v (%v), want the warm one", workers, err)
 		}
 		want := procRSSBytes(t, workers[0].pid)
-		got := scrape(t, s)[seriesKey("embed_stack_worker_rss_bytes", "role", "warm")]
+		got := scrape(t, s)[key("embed_stack_worker_rss_bytes", "role", "warm")]
 		// The warm worker is idle; its RSS moves by a few pages at most.
 		if math.Abs(got-want) > 0.05*want || want == 0 {
 			t.Errorf("warm worker RSS %v, /proc says %v (±5%%)", got, want)
@@ -786,10 +791,10 @@ func TestMetricsMove(t *testing.T) {
 		deadline := time.Now().Add(readyTimeout)
 		for {
 			after := scrape(t, s)
-			if after["embed_stack_warm_restarts_total"] > before["embed_stack_warm_restarts_total"] && after["embed_stack_warm_ready"] == 1 {
+			if after[key("embed_stack_warm_restarts_total")] > before[key("embed_stack_warm_restarts_total")] && after[key("embed_stack_warm_ready")] == 1 {
 				check(t, before, after, []delta{
-					{"embed_stack_warm_restarts_total", 1},
-					{seriesKey("embed_stack_worker_spawns_total", "role", "warm", "outcome", "ready"), 1},
+					{key("embed_stack_warm_restarts_total"), 1},
+					{key("embed_stack_worker_spawns_total", "role", "warm", "outcome", "ready"), 1},
 				})
 				break
 			}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,6 +94,52 @@ func varsOf(t *testing.T, url, model string) modelVars {
 		t.Fatalf("GET /debug/vars has no model %q: %s", model, raw)
 	}
 	return modelVars{PID: int(pid), ColdStarts: int(v["model/"+model+"/cold_starts"]), LastMS: int64(v["model/"+model+"/last_cold_start_ms"])}
+}
+
+// metricLines returns GET /metrics' sample lines ("name{labels} value"), as a set.
+func metricLines(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	code, raw := call(t, url+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, raw)
+	}
+	out := map[string]bool{}
+	for _, l := range strings.Split(raw, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			out[l] = true
+		}
+	}
+	return out
+}
+
+// requireLines fails unless every line of want is in GET /metrics, and reports a
+// model label that is not a served model's id (an alias, a name no model has, or
+// an empty one).
+func requireLines(t *testing.T, url string, want ...string) {
+	t.Helper()
+	got := metricLines(t, url)
+	for _, l := range want {
+		if !got[l] {
+			t.Errorf("GET /metrics has no line %s", l)
+		}
+	}
+	for l := range got {
+		for _, bad := range []string{`model="text-embedding-3-small"`, `model="nope"`, `model=""`} {
+			if strings.Contains(l, bad) {
+				t.Errorf("GET /metrics: %s: a model label from the request, or an empty one", l)
+			}
+		}
+	}
+	if t.Failed() {
+		var lines []string
+		for l := range got {
+			if strings.Contains(l, "model=") {
+				lines = append(lines, l)
+			}
+		}
+		slices.Sort(lines)
+		t.Logf("the lines with a model label:\n%s", strings.Join(lines, "\n"))
+	}
 }
 
 // sameVectors requires a and b to agree within 1e-6 per component: the same GGUF
@@ -200,6 +247,53 @@ func TestServeSeveralModels(t *testing.T) {
 		t.Errorf("GET /info models %s\nwant %s", got, want)
 	}
 
+	// GET /metrics tells the models apart (issue 17): each request counts under the
+	// id of the model it was resolved to, the alias's under its model's; those
+	// refused before a model was known (nope, the wrong task) under none. Every
+	// embedding request above was two documents (input_type "document", also for
+	// the suffixed name, or the default), so each holds the tokens /tokenize counts.
+	code, raw = call(t, s.URL+"/tokenize", `{"texts":["hello world","a second, longer input about something else"],"input_type":"document"}`)
+	var tok struct {
+		Total int `json:"total"`
+	}
+	if code != 200 || json.Unmarshal([]byte(raw), &tok) != nil || tok.Total <= 0 {
+		t.Fatalf("POST /tokenize: %d %s", code, raw)
+	}
+	requireLines(t, s.URL,
+		`embed_stack_http_requests_total{code="200",model="small",route="/v1/embeddings"} 3`,
+		`embed_stack_http_requests_total{code="200",model="big",route="/v1/embeddings"} 1`,
+		`embed_stack_http_requests_total{code="200",model="rr",route="/v1/rerank"} 1`,
+		`embed_stack_http_requests_total{code="200",model="small",route="/tokenize"} 1`,
+		`embed_stack_http_requests_total{code="404",route="/v1/embeddings"} 1`,
+		`embed_stack_http_requests_total{code="400",route="/v1/embeddings"} 1`,
+		`embed_stack_http_requests_total{code="400",route="/v1/rerank"} 1`,
+		`embed_stack_http_errors_total{code="404",error_code="model_not_found",route="/v1/embeddings"} 1`,
+		`embed_stack_http_errors_total{code="400",error_code="model_task_mismatch",route="/v1/rerank"} 1`,
+		`embed_stack_http_request_duration_seconds_count{code="200",model="small",route="/v1/embeddings"} 3`,
+		`embed_stack_http_request_duration_seconds_count{code="200",model="big",route="/v1/embeddings"} 1`,
+		fmt.Sprintf(`embed_stack_tokens_total{model="small",route="warm"} %d`, 3*tok.Total),
+		fmt.Sprintf(`embed_stack_tokens_total{model="big",route="warm"} %d`, tok.Total),
+		`embed_stack_request_inputs_count{model="small"} 3`,
+		`embed_stack_request_inputs_sum{model="small"} 6`,
+		`embed_stack_request_inputs_sum{model="big"} 2`,
+		`embed_stack_request_inputs_sum{model="rr"} 3`,
+		`embed_stack_stage_duration_seconds_count{model="small",stage="routing.embed"} 3`,
+		`embed_stack_stage_duration_seconds_count{model="big",stage="routing.embed"} 1`,
+		`embed_stack_stage_duration_seconds_count{model="rr",stage="routing.rerank"} 1`,
+		`embed_stack_backend_inflight{model="small",route="warm"} 0`,
+		`embed_stack_backend_inflight{model="big",route="warm"} 0`,
+		`embed_stack_worker_spawns_total{model="small",outcome="ready",role="warm"} 1`,
+		`embed_stack_worker_spawns_total{model="big",outcome="ready",role="warm"} 1`,
+		`embed_stack_worker_spawns_total{model="rr",outcome="ready",role="warm"} 1`,
+		`embed_stack_warm_ready{model="small"} 1`,
+		`embed_stack_warm_ready{model="big"} 1`,
+		`embed_stack_warm_ready{model="rr"} 1`,
+		`embed_stack_workers{model="small",role="warm"} 1`,
+		`embed_stack_warm_restarts_total{model="small"} 0`,
+		`embed_stack_warm_cold_starts_total{model="big"} 0`,
+		`embed_stack_queue_depth{model="small",queue="ephemeral"} 0`,
+	)
+
 	// After the keep-alive, big's worker is stopped; /ready still says ready, and
 	// the next request starts a new worker that gives the same vectors.
 	before := varsOf(t, s.URL, "big")
@@ -222,6 +316,12 @@ func TestServeSeveralModels(t *testing.T) {
 	if code, body := call(t, s.URL+"/ready", ""); code != 200 {
 		t.Errorf("/ready with a model stopped by --keep-alive: %d %s, want 200", code, body)
 	}
+	// Stopped, big has no warm worker and still takes requests.
+	requireLines(t, s.URL,
+		`embed_stack_workers{model="big",role="warm"} 0`,
+		`embed_stack_worker_rss_bytes{model="big",role="warm"} 0`,
+		`embed_stack_warm_ready{model="big"} 1`,
+		`embed_stack_workers{model="small",role="warm"} 1`)
 	start := time.Now()
 	sameVectors(t, "big after its cold start", want, e2e.Embeddings(t, s.URL, map[string]any{"model": "big", "input": inputs["input"]}))
 	took := time.Since(start)
@@ -230,6 +330,13 @@ func TestServeSeveralModels(t *testing.T) {
 		t.Fatalf("after the cold start: %+v (before %+v); want a new pid and 1 cold start", after, before)
 	}
 	t.Logf("cold start of the tiny model: %d ms in the server, %d ms for the request", after.LastMS, took.Milliseconds())
+	requireLines(t, s.URL,
+		`embed_stack_warm_cold_starts_total{model="big"} 1`,
+		`embed_stack_warm_cold_starts_total{model="small"} 0`,
+		`embed_stack_worker_spawns_total{model="big",outcome="ready",role="warm"} 2`,
+		`embed_stack_worker_spawns_total{model="small",outcome="ready",role="warm"} 1`,
+		`embed_stack_http_requests_total{code="200",model="big",route="/v1/embeddings"} 2`,
+		`embed_stack_workers{model="big",role="warm"} 1`)
 	if err := s.Stop(); err != nil {
 		t.Errorf("stop: %v\n%s", err, s.Out)
 	}

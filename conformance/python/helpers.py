@@ -133,17 +133,21 @@ class Server:
         assert code == 0, f"embed-stack serve exited {code} after SIGTERM"
 
     def metric(self, name, **labels):
-        """The value of one Prometheus series of GET /metrics (0 when absent)."""
+        """The sum of the Prometheus series name of GET /metrics whose labels
+        include labels, as PromQL's sum() over the others (0 when none): a
+        request refused before its model is known has no model label, and
+        those after it one (issue 17)."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
             text = r.read().decode()
+        total = 0.0
         for line in text.splitlines():
             m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
             if not m or m.group(1) != name:
                 continue
             got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
             if all(got.get(k) == v for k, v in labels.items()):
-                return float(m.group(3))
-        return 0.0
+                total += float(m.group(3))
+        return total
 
     def requests(self, status, route="/v1/embeddings"):
         """Requests the server answered on route with status (its own count)."""
