@@ -237,3 +237,33 @@ func TestRerankErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRerankExactKeys: the rerank routes read JSON keys exactly, as
+// /v1/embeddings does: a key in another case is an unknown field (ignored), and a
+// key given twice is a 400 naming it, so that a proxy reading the body sees the
+// request the server answers.
+func TestRerankExactKeys(t *testing.T) {
+	s := rerankServer(t)
+	dup := func(key string) string {
+		return `{"error":{"message":"The JSON body holds the key '` + key + `' more than once; send each key once.","type":"invalid_request_error","param":"` + key + `","code":null}}`
+	}
+	r := s.do(t, http.MethodPost, "/v1/rerank", []byte(`{"query":"q","documents":["a"],"documents":["b","c"]}`), nil)
+	requireExactError(t, r, http.StatusBadRequest, dup("documents"))
+	r = s.do(t, http.MethodPost, "/v2/rerank", []byte(`{"query":"q","query":"r","documents":["a"]}`), nil)
+	requireExactError(t, r, http.StatusBadRequest, dup("query"))
+	r = s.do(t, http.MethodPost, "/rerank", []byte(`{"query":"q","texts":["a"],"texts":["b"]}`), nil)
+	requireExactError(t, r, http.StatusBadRequest, dup("texts"))
+	r = s.do(t, http.MethodPost, "/v1/rerank", []byte(`{"Query":"q","documents":["a"]}`), nil)
+	requireExactError(t, r, http.StatusBadRequest, `{"error":{"message":"'query' is a required property.","type":"invalid_request_error","param":"query","code":null}}`)
+
+	// Beside the exact key, the other case is ignored: two documents scored (not
+	// three), and both returned (TOP_N is not top_n).
+	r = s.do(t, http.MethodPost, "/v1/rerank", []byte(`{"query":"q","documents":["a","b"],"Documents":["x","y","z"],"TOP_N":1}`), nil)
+	if r.status != http.StatusOK || strings.Count(string(r.body), `"relevance_score"`) != 2 {
+		t.Errorf("Documents beside documents: %d %s, want 200 with two results", r.status, truncate(r.body))
+	}
+	r = s.do(t, http.MethodPost, "/rerank", []byte(`{"query":"q","texts":["a"],"TEXTS":["x","y"],"Truncate":true}`), nil)
+	if r.status != http.StatusOK || strings.Count(string(r.body), `"score"`) != 1 {
+		t.Errorf("TEXTS beside texts: %d %s, want 200 with one result", r.status, truncate(r.body))
+	}
+}
