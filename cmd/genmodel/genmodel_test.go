@@ -158,7 +158,7 @@ func TestMetadata(t *testing.T) {
 }
 
 func TestTensors(t *testing.T) {
-	for _, typ := range []gguf.GGMLType{gguf.TypeF16, gguf.TypeF32, gguf.TypeQ8_0} {
+	for _, typ := range []gguf.GGMLType{gguf.TypeF16, gguf.TypeF32, gguf.TypeBF16, gguf.TypeQ8_0} {
 		t.Run(typ.String(), func(t *testing.T) {
 			p, sum := generateTemp(t, miniOptions(t, typ, 1))
 			f, err := gguf.Open(p)

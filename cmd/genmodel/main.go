@@ -39,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var (
 		tokenizer = fs.String("tokenizer", ".cache/qwen3/tokenizer.json", "Hugging Face tokenizer.json supplying the vocabulary (scripts/fetch-tokenizer.sh fetches Qwen3's)")
 		shapeName = fs.String("shape", "tiny", "model shape: "+strings.Join(shapeNames(), " or "))
-		typeName  = fs.String("type", "f16", "type of the 2-D weight matrices: f16, f32 or q8_0 (norm weights are always f32)")
+		typeName  = fs.String("type", "f16", "type of the 2-D weight matrices: f16, f32, bf16 or q8_0 (norm weights are always f32)")
 		seed      = fs.Uint64("seed", 1, "random seed; the same seed gives a byte-identical file")
 		out       = fs.String("out", "", "output GGUF path (required); parent directories are created")
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
@@ -47,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME] [-hf DIR]")
+		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|bf16|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME] [-hf DIR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	typ, err := gguf.ParseType(*typeName)
 	if _, supported := fileType[typ]; err != nil || !supported {
-		return fmt.Errorf("-type %q is not supported; use f16, f32 or q8_0", *typeName)
+		return fmt.Errorf("-type %q is not supported; use f16, f32, bf16 or q8_0", *typeName)
 	}
 	if *task != "embed" && *task != "rerank" {
 		return fmt.Errorf("-task %q is unknown; use embed or rerank", *task)

@@ -62,9 +62,10 @@ const (
 
 // fileType maps a matrix type to general.file_type (llama.cpp's enum llama_ftype).
 var fileType = map[gguf.GGMLType]uint32{
-	gguf.TypeF32:  0, // LLAMA_FTYPE_ALL_F32
-	gguf.TypeF16:  1, // LLAMA_FTYPE_MOSTLY_F16
-	gguf.TypeQ8_0: 7, // LLAMA_FTYPE_MOSTLY_Q8_0
+	gguf.TypeF32:  0,  // LLAMA_FTYPE_ALL_F32
+	gguf.TypeF16:  1,  // LLAMA_FTYPE_MOSTLY_F16
+	gguf.TypeQ8_0: 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
+	gguf.TypeBF16: 32, // LLAMA_FTYPE_MOSTLY_BF16
 }
 
 type options struct {
@@ -102,7 +103,7 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 	s := o.shape
 	ftype, ok := fileType[o.typ]
 	if !ok {
-		return 0, 0, fmt.Errorf("matrix type %s is not supported; use f32, f16 or q8_0", o.typ)
+		return 0, 0, fmt.Errorf("matrix type %s is not supported; use f32, f16, bf16 or q8_0", o.typ)
 	}
 	if s.heads%s.kvHeads != 0 {
 		return 0, 0, fmt.Errorf("shape %s: %d heads is not a multiple of %d KV heads", s.name, s.heads, s.kvHeads)
