@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -38,11 +39,17 @@ type Control struct {
 
 // Host is the machine the run used.
 type Host struct {
-	CPUs      int    `json:"cpus"`
-	CPU       string `json:"cpu,omitempty"`
-	OS        string `json:"os"`
-	Arch      string `json:"arch"`
-	GoVersion string `json:"go_version"`
+	CPUs int    `json:"cpus"`
+	CPU  string `json:"cpu,omitempty"`
+	// CPUID is the x86 family and model ("family 25 model 1") and SIMD the vector
+	// extensions the kernel exposes that ggml's CPU kernels use (/proc/cpuinfo
+	// flags): the same CPU name can come with or without AVX-512, and which weight
+	// type is fastest depends on it (docs/performance.md, "Weight type and kernel").
+	CPUID     string   `json:"cpu_id,omitempty"`
+	SIMD      []string `json:"simd,omitempty"`
+	OS        string   `json:"os"`
+	Arch      string   `json:"arch"`
+	GoVersion string   `json:"go_version"`
 	// Load averages (1, 5, 15 minutes) at the start and end, and the highest
 	// 1-minute figure seen at the start of a shape: other work on the machine.
 	LoadStart [3]float64 `json:"load_start"`
@@ -168,6 +175,23 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	return nil
 }
 
+// cpuLabel is the CPU as the table's first line shows it: name, family and model,
+// and its SIMD extensions ("AMD EPYC, family 25 model 1, AVX2 FMA F16C, no AVX-512").
+func (h Host) cpuLabel() string {
+	parts := []string{orDash(h.CPU)}
+	if h.CPUID != "" {
+		parts = append(parts, h.CPUID)
+	}
+	if len(h.SIMD) > 0 {
+		s := strings.ToUpper(strings.Join(h.SIMD, " "))
+		if !slices.Contains(h.SIMD, "avx512f") {
+			s += ", no AVX-512"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Table writes the report as Markdown: the machine, the contenders, one row per
 // shape and contender with its ratio to the floor and to the first peer, memory,
 // and the goals.
@@ -175,7 +199,7 @@ func (rep *Report) Table(w io.Writer) error {
 	var b strings.Builder
 	h := rep.Host
 	fmt.Fprintf(&b, "Run of %s: %.0f s on %d CPUs (%s), load average %.2f at the start, %.2f at the end, %.2f at most.\n\n",
-		rep.Started.Format(time.RFC3339), rep.Seconds, h.CPUs, orDash(h.CPU), h.LoadStart[0], h.LoadEnd[0], h.LoadMax1)
+		rep.Started.Format(time.RFC3339), rep.Seconds, h.CPUs, h.cpuLabel(), h.LoadStart[0], h.LoadEnd[0], h.LoadMax1)
 	if m := rep.Model; m != nil {
 		fmt.Fprintf(&b, "Model %s: %s, %d layers, n_embd %d, %d heads (%d KV) of %d, %.3g parameters of which %.3g in the layers' matrices; %.3g GFLOP per token at 128 tokens, %.3g at 2048; KV cache %.1f KiB per token (F16).\n\n",
 			m.Path, m.Arch, m.Layers, m.Embd, m.Heads, m.KVHeads, m.HeadDim, float64(m.Params), float64(m.LinearParams),

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -620,12 +621,47 @@ func loadAvg() [3]float64 {
 func readHost() Host {
 	h := Host{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				h.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
+		h.CPU, h.CPUID, h.SIMD = parseCPUInfo(string(b))
 	}
 	return h
+}
+
+// simdFlags are the /proc/cpuinfo flags that decide which of ggml's x86 kernels
+// run (llamafile's tinyBLAS for F16, BF16 and Q8_0, and ggml's own dot products),
+// in the order they are reported.
+var simdFlags = []string{"avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"}
+
+// parseCPUInfo reads the first processor's name, x86 family and model, and those
+// of simdFlags it has, from the text of /proc/cpuinfo.
+func parseCPUInfo(text string) (name, id string, simd []string) {
+	var family, model string
+	for line := range strings.Lines(text) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch k {
+		case "model name":
+			name = v
+		case "cpu family":
+			family = v
+		case "model":
+			model = v
+		case "flags":
+			have := strings.Fields(v)
+			for _, f := range simdFlags {
+				if slices.Contains(have, f) {
+					simd = append(simd, f)
+				}
+			}
+		}
+		if k == "processor" && name != "" {
+			break // the second processor's block: the first one is read
+		}
+	}
+	if family != "" && model != "" {
+		id = "family " + family + " model " + model
+	}
+	return name, id, simd
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -278,5 +279,37 @@ func TestWarmupMismatch(t *testing.T) {
 	res := r.runRequests(context.Background(), s, []int{0})[0]
 	if res.Requests != 1 || res.Errors != 0 || res.TokenMismatches != 1 || res.FirstMismatch != "reported 9 tokens, 8 were sent" {
 		t.Errorf("%d requests, %d errors, %d mismatches (%q); want 1, 0, 1", res.Requests, res.Errors, res.TokenMismatches, res.FirstMismatch)
+	}
+}
+
+// TestParseCPUInfo: the first processor's name, family, model and SIMD flags; the
+// label says "no AVX-512" only when avx512f is missing.
+func TestParseCPUInfo(t *testing.T) {
+	const zen3 = `processor	: 0
+vendor_id	: AuthenticAMD
+cpu family	: 25
+model		: 1
+model name	: AMD EPYC
+flags		: fpu sse2 fma avx f16c avx2 sha_ni
+processor	: 1
+model name	: Other
+flags		: avx512f
+`
+	name, id, simd := parseCPUInfo(zen3)
+	if name != "AMD EPYC" || id != "family 25 model 1" || !reflect.DeepEqual(simd, []string{"avx2", "fma", "f16c"}) {
+		t.Fatalf("parseCPUInfo = %q, %q, %q; want AMD EPYC, family 25 model 1, [avx2 fma f16c]", name, id, simd)
+	}
+	h := Host{CPU: name, CPUID: id, SIMD: simd}
+	if got, want := h.cpuLabel(), "AMD EPYC, family 25 model 1, AVX2 FMA F16C, no AVX-512"; got != want {
+		t.Errorf("cpuLabel = %q, want %q", got, want)
+	}
+	zen5 := "cpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC 9B45\nflags\t\t: avx2 fma f16c avx512f avx512_vnni avx512_bf16\n"
+	name, id, simd = parseCPUInfo(zen5)
+	h = Host{CPU: name, CPUID: id, SIMD: simd}
+	if got, want := h.cpuLabel(), "AMD EPYC 9B45, family 26 model 2, AVX2 FMA F16C AVX512F AVX512_VNNI AVX512_BF16"; got != want {
+		t.Errorf("cpuLabel = %q, want %q", got, want)
+	}
+	if got := (Host{}).cpuLabel(); got != "–" {
+		t.Errorf("empty host label = %q, want –", got)
 	}
 }

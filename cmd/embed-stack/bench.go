@@ -328,25 +328,6 @@ func benchRun(ctx context.Context, f *benchFlags, args []string, stderr io.Write
 		}
 	}()
 
-	if f.floor {
-		// One context holds the longest input of the plan, sized as the long path
-		// sizes an ephemeral worker's.
-		ctxTokens := roundUp(max(f.plan.LongTokens, 8192), 64)
-		if model.Context > 0 {
-			ctxTokens = min(ctxTokens, model.Context)
-		}
-		eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
-		if err != nil {
-			return nil, fmt.Errorf("floor: %w", err)
-		}
-		defer eng.Close()
-		info := eng.Info()
-		contenders = append(contenders, &bench.Contender{
-			Name: "floor", Role: bench.RoleFloor, Target: &bench.Floor{Engine: eng},
-			About: fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens),
-		})
-	}
-
 	switch {
 	case f.url != "":
 		contenders = append(contenders, &bench.Contender{
@@ -388,6 +369,28 @@ func benchRun(ctx context.Context, f *benchFlags, args []string, stderr io.Write
 			Name: ps.name, Role: bench.RolePeer, PID: ps.pid, About: ps.url,
 			Target: &bench.Server{BaseURL: ps.url, Model: ps.model, Client: client},
 		})
+	}
+
+	// The floor is loaded after the servers have started, so that a server's cold
+	// start is measured as a user's would be, with no other engine of this process
+	// holding the model and its context's memory (docs/performance.md, "Cold start").
+	if f.floor {
+		// One context holds the longest input of the plan, sized as the long path
+		// sizes an ephemeral worker's.
+		ctxTokens := roundUp(max(f.plan.LongTokens, 8192), 64)
+		if model.Context > 0 {
+			ctxTokens = min(ctxTokens, model.Context)
+		}
+		eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
+		if err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
+		defer eng.Close()
+		info := eng.Info()
+		contenders = append([]*bench.Contender{{
+			Name: "floor", Role: bench.RoleFloor, Target: &bench.Floor{Engine: eng},
+			About: fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens),
+		}}, contenders...)
 	}
 
 	r := &bench.Runner{
