@@ -4,7 +4,7 @@
 #     --build-arg COMMIT="$(git rev-parse HEAD)" .
 #   docker run --rm -p 8080:8080 -v hf-cache:/data/huggingface embed-stack
 #
-# The model (by default the official Qwen3-Embedding-0.6B Q8_0 GGUF) is downloaded on
+# The model (by default the official Qwen3-Embedding-0.6B F16 GGUF) is downloaded on
 # first start into the Hugging Face cache under /data/huggingface: mount a volume there
 # to keep it. Set EMBED_STACK_MODEL to another Hub reference or to a mounted .gguf.
 
@@ -38,7 +38,7 @@ RUN apt-get update \
 COPY --from=build /src/bin/embed-stack /usr/local/bin/embed-stack
 
 ENV HF_HOME=/data/huggingface \
-	EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0
+	EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 VOLUME ["/data/huggingface"]
 USER embed
 EXPOSE 8080

@@ -299,7 +299,7 @@ func TestDockerfile(t *testing.T) {
 	if !slices.Contains(aptPackages(text), "curl") {
 		t.Error("the runtime stage does not install curl, which the HEALTHCHECK runs")
 	}
-	if !strings.Contains(got["ENV"], "EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0") || !strings.Contains(got["ENV"], "HF_HOME=/data/huggingface") {
+	if !strings.Contains(got["ENV"], "EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:f16") || !strings.Contains(got["ENV"], "HF_HOME=/data/huggingface") {
 		t.Errorf("ENV %q, want the official model and HF_HOME on the volume", got["ENV"])
 	}
 }

@@ -21,11 +21,11 @@ import (
 )
 
 const (
-	qwenRepo = "Qwen/Qwen3-Embedding-0.6B-GGUF"
-	q8File   = "Qwen3-Embedding-0.6B-Q8_0.gguf"
-	f16File  = "Qwen3-Embedding-0.6B-f16.gguf"
-	q8Size   = 4 << 20 // large enough for ten progress steps of several reads each
-	f16Size  = 1 << 20
+	qwenRepo    = "Qwen/Qwen3-Embedding-0.6B-GGUF"
+	defaultFile = "Qwen3-Embedding-0.6B-f16.gguf" // what a reference naming no quantisation selects
+	q8File      = "Qwen3-Embedding-0.6B-Q8_0.gguf"
+	defaultSize = 4 << 20 // large enough for ten progress steps of several reads each
+	q8Size      = 1 << 20
 )
 
 // testBytes is deterministic pseudo-random content.
@@ -38,8 +38,8 @@ func testBytes(seed uint64, n int) []byte {
 }
 
 var (
-	q8Data  = testBytes(1, q8Size)
-	f16Data = testBytes(2, f16Size)
+	defaultData = testBytes(1, defaultSize)
+	q8Data      = testBytes(2, q8Size)
 )
 
 // qwenHub is a fake hub holding a repository shaped like the official one.
@@ -50,8 +50,8 @@ func qwenHub(t *testing.T) (*hubtest.Hub, string) {
 		".gitattributes": []byte("*.gguf filter=lfs diff=lfs merge=lfs -text\n"),
 		"README.md":      []byte("# Qwen3-Embedding-0.6B-GGUF\n"),
 		"LICENSE":        []byte("Apache License 2.0\n"),
+		defaultFile:      defaultData,
 		q8File:           q8Data,
-		f16File:          f16Data,
 	})
 	return f, commit
 }
@@ -136,9 +136,9 @@ func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := hubtest.SHA256(q8Data)
+	sum := hubtest.SHA256(defaultData)
 	dir := repoDir(opts)
-	want := filepath.Join(dir, "snapshots", commit, q8File)
+	want := filepath.Join(dir, "snapshots", commit, defaultFile)
 	if got != want {
 		t.Fatalf("path = %s, want %s", got, want)
 	}
@@ -148,8 +148,8 @@ func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
 	if target, err := os.Readlink(got); err != nil || target != filepath.Join("..", "..", "blobs", sum) {
 		t.Fatalf("symlink target = %q (%v), want ../../blobs/%s", target, err, sum)
 	}
-	if b := readFile(t, filepath.Join(dir, "blobs", sum)); !bytes.Equal(b, q8Data) {
-		t.Fatalf("blob holds %d bytes, sha256 %s; want %d bytes, %s", len(b), hubtest.SHA256(b), len(q8Data), sum)
+	if b := readFile(t, filepath.Join(dir, "blobs", sum)); !bytes.Equal(b, defaultData) {
+		t.Fatalf("blob holds %d bytes, sha256 %s; want %d bytes, %s", len(b), hubtest.SHA256(b), len(defaultData), sum)
 	}
 	if ref := string(readFile(t, filepath.Join(dir, "refs", "main"))); ref != commit {
 		t.Fatalf("refs/main = %q, want %q", ref, commit)
@@ -164,7 +164,7 @@ func TestResolveDownloadsIntoHFCacheLayout(t *testing.T) {
 
 	// The HEAD and the GET ask for the commit the API named; only the blob travels
 	// from the CDN.
-	base := "/Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + q8File
+	base := "/Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + defaultFile
 	wantReqs := []string{
 		"hub GET /api/models/Qwen/Qwen3-Embedding-0.6B-GGUF/revision/main",
 		"hub HEAD " + base,
@@ -192,11 +192,11 @@ func TestResolveSelectsFile(t *testing.T) {
 	f.AddRef(qwenRepo, "v1.0")
 	f.AddRef(qwenRepo, "refs/pr/1")
 	commits := map[string]string{
-		"acme/only-f16-GGUF": f.AddRepo("acme/only-f16-GGUF", map[string][]byte{"model-f16.gguf": f16Data, "README.md": []byte("x")}),
-		"acme/many-GGUF":     f.AddRepo("acme/many-GGUF", map[string][]byte{"m-Q4_K_M.gguf": f16Data, "m-F16.gguf": f16Data, "m.Q5_0.gguf": f16Data}),
-		"acme/twins-GGUF":    f.AddRepo("acme/twins-GGUF", map[string][]byte{"a/m-Q8_0.gguf": f16Data, "b/m-Q8_0.gguf": f16Data}),
+		"acme/only-q4-GGUF": f.AddRepo("acme/only-q4-GGUF", map[string][]byte{"model-Q4_K_M.gguf": q8Data, "README.md": []byte("x")}),
+		"acme/many-GGUF":    f.AddRepo("acme/many-GGUF", map[string][]byte{"m-Q4_K_M.gguf": q8Data, "m-Q8_0.gguf": q8Data, "m.Q5_0.gguf": q8Data}),
+		"acme/twins-GGUF":   f.AddRepo("acme/twins-GGUF", map[string][]byte{"a/m-F16.gguf": q8Data, "b/m-F16.gguf": q8Data}),
 	}
-	f.AddRepo("acme/safetensors", map[string][]byte{"model.safetensors": f16Data})
+	f.AddRepo("acme/safetensors", map[string][]byte{"model.safetensors": q8Data})
 	snap := func(owner, name, commit, file string) string {
 		return filepath.Join("models--"+owner+"--"+name, "snapshots", commit, filepath.FromSlash(file))
 	}
@@ -209,19 +209,19 @@ func TestResolveSelectsFile(t *testing.T) {
 		wantMsg  []string
 	}{
 		{ref: qwenRepo + ":q8_0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File)},
-		{ref: qwenRepo + ":F16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File)},
-		{ref: qwenRepo + "/" + f16File, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File)},
-		{ref: qwenRepo + ":f16@v1.0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File), wantRef: [2]string{"v1.0", commit}},
-		{ref: qwenRepo + "@v1.0:f16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, f16File), wantRef: [2]string{"v1.0", commit}},
-		{ref: qwenRepo + "@refs/pr/1", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File), wantRef: [2]string{"refs/pr/1", commit}},
-		{ref: qwenRepo + "@" + commit, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File)},
-		{ref: "acme/only-f16-GGUF", wantPath: snap("acme", "only-f16-GGUF", commits["acme/only-f16-GGUF"], "model-f16.gguf")},
-		{ref: "acme/twins-GGUF/b/m-Q8_0.gguf", wantPath: snap("acme", "twins-GGUF", commits["acme/twins-GGUF"], "b/m-Q8_0.gguf")},
+		{ref: qwenRepo + ":F16", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, defaultFile)},
+		{ref: qwenRepo + "/" + q8File, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File)},
+		{ref: qwenRepo + ":q8_0@v1.0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File), wantRef: [2]string{"v1.0", commit}},
+		{ref: qwenRepo + "@v1.0:Q8_0", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, q8File), wantRef: [2]string{"v1.0", commit}},
+		{ref: qwenRepo + "@refs/pr/1", wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, defaultFile), wantRef: [2]string{"refs/pr/1", commit}},
+		{ref: qwenRepo + "@" + commit, wantPath: snap("Qwen", "Qwen3-Embedding-0.6B-GGUF", commit, defaultFile)},
+		{ref: "acme/only-q4-GGUF", wantPath: snap("acme", "only-q4-GGUF", commits["acme/only-q4-GGUF"], "model-Q4_K_M.gguf")},
+		{ref: "acme/twins-GGUF/b/m-F16.gguf", wantPath: snap("acme", "twins-GGUF", commits["acme/twins-GGUF"], "b/m-F16.gguf")},
 		{ref: "acme/many-GGUF:q5_0", wantPath: snap("acme", "many-GGUF", commits["acme/many-GGUF"], "m.Q5_0.gguf")},
 		{ref: "acme/many-GGUF", wantErr: ErrAmbiguous, wantMsg: []string{
-			"acme/many-GGUF at revision main has several .gguf files and none is Q8_0: m-F16.gguf, m-Q4_K_M.gguf, m.Q5_0.gguf",
+			"acme/many-GGUF at revision main has several .gguf files and none is F16: m-Q4_K_M.gguf, m-Q8_0.gguf, m.Q5_0.gguf",
 			"acme/many-GGUF:QUANT", "acme/many-GGUF/FILE.gguf"}},
-		{ref: "acme/twins-GGUF", wantErr: ErrAmbiguous, wantMsg: []string{"several Q8_0 files", "a/m-Q8_0.gguf, b/m-Q8_0.gguf"}},
+		{ref: "acme/twins-GGUF", wantErr: ErrAmbiguous, wantMsg: []string{"several F16 files", "a/m-F16.gguf, b/m-F16.gguf"}},
 		{ref: qwenRepo + ":Q4_K_M", wantErr: ErrNotFound, wantMsg: []string{
 			`no .gguf file in Qwen/Qwen3-Embedding-0.6B-GGUF at revision main matches quantisation "Q4_K_M"`,
 			"Qwen3-Embedding-0.6B-Q8_0.gguf, Qwen3-Embedding-0.6B-f16.gguf"}},
@@ -252,9 +252,9 @@ func TestResolveSelectsFile(t *testing.T) {
 			if want := filepath.Join(opts.CacheDir, tt.wantPath); got != want {
 				t.Fatalf("path = %s, want %s", got, want)
 			}
-			wantData := f16Data
-			if strings.HasSuffix(got, q8File) {
-				wantData = q8Data
+			wantData := q8Data // also the content of every acme file
+			if strings.HasSuffix(got, defaultFile) {
+				wantData = defaultData
 			}
 			if b := readFile(t, got); !bytes.Equal(b, wantData) {
 				t.Fatalf("content sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(wantData))
@@ -284,21 +284,21 @@ func TestResolveSelectsFile(t *testing.T) {
 func TestResolveResumesAcrossCalls(t *testing.T) {
 	f, commit := qwenHub(t)
 	opts, logs := testOptions(t, f)
-	half := int64(q8Size / 2)
+	half := int64(defaultSize / 2)
 	f.PlanCDN(hubtest.CDNFault{Cut: half}, hubtest.CDNFault{Status: 503})
 
 	_, err := Resolve(context.Background(), qwenRepo, opts)
 	if !errors.Is(err, ErrNetwork) {
 		t.Fatalf("first Resolve err = %v, want ErrNetwork", err)
 	}
-	for _, m := range []string{"the download server failed to serve " + q8File, "HTTP 503", "run again later to resume", "HF_HUB_OFFLINE=1"} {
+	for _, m := range []string{"the download server failed to serve " + defaultFile, "HTTP 503", "run again later to resume", "HF_HUB_OFFLINE=1"} {
 		if !strings.Contains(err.Error(), m) {
 			t.Errorf("error %q lacks %q", err, m)
 		}
 	}
-	sum := hubtest.SHA256(q8Data)
+	sum := hubtest.SHA256(defaultData)
 	incomplete := filepath.Join(repoDir(opts), "blobs", sum+".incomplete")
-	if b := readFile(t, incomplete); int64(len(b)) != half || !bytes.Equal(b, q8Data[:half]) {
+	if b := readFile(t, incomplete); int64(len(b)) != half || !bytes.Equal(b, defaultData[:half]) {
 		t.Fatalf(".incomplete holds %d bytes, want the first %d of the file", len(b), half)
 	}
 	if _, err := os.Lstat(filepath.Join(repoDir(opts), "snapshots")); !os.IsNotExist(err) {
@@ -323,27 +323,27 @@ func TestResolveResumesAcrossCalls(t *testing.T) {
 		}
 	}
 	range_ := " range=bytes=2097152-"
-	want := []string{"hub GET /Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + q8File + range_, "cdn GET /blobs/" + sum + range_}
+	want := []string{"hub GET /Qwen/Qwen3-Embedding-0.6B-GGUF/resolve/" + commit + "/" + defaultFile + range_, "cdn GET /blobs/" + sum + range_}
 	if !slices.Equal(cdn, want) {
 		t.Fatalf("download requests %q, want %q", cdn, want)
 	}
-	if n := f.CDNBytes() - served; n != q8Size-half {
-		t.Fatalf("CDN served %d bytes on resume, want the missing %d", n, q8Size-half)
+	if n := f.CDNBytes() - served; n != defaultSize-half {
+		t.Fatalf("CDN served %d bytes on resume, want the missing %d", n, defaultSize-half)
 	}
 }
 
 func TestResolveReconnectsWithinOneCall(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
-	third := int64(q8Size / 3)
+	third := int64(defaultSize / 3)
 	f.PlanCDN(hubtest.CDNFault{Cut: third}, hubtest.CDNFault{Cut: third})
 
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := readFile(t, got); !bytes.Equal(b, q8Data) {
-		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(q8Data))
+	if b := readFile(t, got); !bytes.Equal(b, defaultData) {
+		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(defaultData))
 	}
 	var ranges []string
 	for _, r := range f.Requests() {
@@ -362,7 +362,7 @@ func TestResolveReconnectsWithinOneCall(t *testing.T) {
 func TestResolveServerIgnoringRangeStartsOver(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
-	half := int64(q8Size / 2)
+	half := int64(defaultSize / 2)
 	f.PlanCDN(hubtest.CDNFault{Cut: half}, hubtest.CDNFault{Status: 500})
 	if _, err := Resolve(context.Background(), qwenRepo, opts); !errors.Is(err, ErrNetwork) {
 		t.Fatalf("err = %v, want ErrNetwork", err)
@@ -375,16 +375,16 @@ func TestResolveServerIgnoringRangeStartsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := readFile(t, got)
-	if len(b) != q8Size || !bytes.Equal(b, q8Data) {
-		t.Fatalf("file has %d bytes, sha256 %s; want %d, %s (not the half appended to the whole)", len(b), hubtest.SHA256(b), q8Size, hubtest.SHA256(q8Data))
+	if len(b) != defaultSize || !bytes.Equal(b, defaultData) {
+		t.Fatalf("file has %d bytes, sha256 %s; want %d, %s (not the half appended to the whole)", len(b), hubtest.SHA256(b), defaultSize, hubtest.SHA256(defaultData))
 	}
 	reqs := f.Requests()
 	last := reqs[len(reqs)-1]
 	if last.Server != "cdn" || last.Range != "bytes=2097152-" {
 		t.Fatalf("last request %+v, want a CDN GET with Range bytes=2097152-", last)
 	}
-	if n := f.CDNBytes() - served; n != q8Size {
-		t.Fatalf("CDN served %d bytes, want the whole %d", n, q8Size)
+	if n := f.CDNBytes() - served; n != defaultSize {
+		t.Fatalf("CDN served %d bytes, want the whole %d", n, defaultSize)
 	}
 	if n := len(logs.records(t, "server ignored the resume request; downloading from the start")); n != 1 {
 		t.Fatalf("%d 'ignored the resume' warnings, want 1", n)
@@ -395,14 +395,14 @@ func TestResolveStalledDownloadResumes(t *testing.T) {
 	f, _ := qwenHub(t)
 	opts, logs := testOptions(t, f)
 	opts.StallTimeout = 300 * time.Millisecond
-	f.PlanCDN(hubtest.CDNFault{Cut: q8Size / 4, Stall: true})
+	f.PlanCDN(hubtest.CDNFault{Cut: defaultSize / 4, Stall: true})
 
 	got, err := Resolve(context.Background(), qwenRepo, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := readFile(t, got); !bytes.Equal(b, q8Data) {
-		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(q8Data))
+	if b := readFile(t, got); !bytes.Equal(b, defaultData) {
+		t.Fatalf("sha256 %s, want %s", hubtest.SHA256(b), hubtest.SHA256(defaultData))
 	}
 	w := logs.records(t, "download interrupted; resuming")
 	if len(w) != 1 || w[0]["error"] != "no data received for 300ms" {
@@ -419,9 +419,9 @@ func TestResolveRefusesChecksumMismatch(t *testing.T) {
 	if !errors.Is(err, ErrChecksum) {
 		t.Fatalf("err = %v, want ErrChecksum", err)
 	}
-	bad := append([]byte(nil), q8Data...)
+	bad := append([]byte(nil), defaultData...)
 	bad[len(bad)/2] ^= 0xff
-	for _, m := range []string{"downloaded " + q8File + " has sha256 " + hubtest.SHA256(bad) + " but the hub says " + hubtest.SHA256(q8Data), "was deleted, run again"} {
+	for _, m := range []string{"downloaded " + defaultFile + " has sha256 " + hubtest.SHA256(bad) + " but the hub says " + hubtest.SHA256(defaultData), "was deleted, run again"} {
 		if !strings.Contains(err.Error(), m) {
 			t.Errorf("error %q lacks %q", err, m)
 		}
@@ -437,17 +437,17 @@ func TestResolveRefusesChecksumMismatch(t *testing.T) {
 
 func TestResolveWeakETag(t *testing.T) {
 	f, commit := qwenHub(t)
-	f.SetHeader("X-Linked-Etag", `W/"`+hubtest.SHA256(f16Data)+`"`)
+	f.SetHeader("X-Linked-Etag", `W/"`+hubtest.SHA256(q8Data)+`"`)
 	opts, _ := testOptions(t, f)
-	got, err := Resolve(context.Background(), qwenRepo+":f16", opts)
+	got, err := Resolve(context.Background(), qwenRepo+":q8_0", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := hubtest.SHA256(f16Data)
+	sum := hubtest.SHA256(q8Data)
 	if target, _ := os.Readlink(got); target != filepath.Join("..", "..", "blobs", sum) {
 		t.Fatalf("symlink target %q, want ../../blobs/%s (W/ and quotes stripped)", target, sum)
 	}
-	if got != filepath.Join(repoDir(opts), "snapshots", commit, f16File) {
+	if got != filepath.Join(repoDir(opts), "snapshots", commit, q8File) {
 		t.Fatalf("path %s", got)
 	}
 }
@@ -571,13 +571,13 @@ func TestResolveOfflineAndUnreachable(t *testing.T) {
 		warned   bool
 	}{
 		{name: "offline hit", offline: true, ref: qwenRepo, want: primed},
-		{name: "offline hit by tag", offline: true, ref: qwenRepo + ":Q8_0", want: primed},
+		{name: "offline hit by tag", offline: true, ref: qwenRepo + ":F16", want: primed},
 		{name: "offline hit by commit", offline: true, ref: qwenRepo + "@" + commit, want: primed},
 		{name: "offline miss", offline: true, cacheDir: empty, ref: qwenRepo, kind: ErrNotCached, msg: []string{
 			"Qwen/Qwen3-Embedding-0.6B-GGUF (revision main) is not in the Hugging Face cache at " + empty,
 			"offline mode is on (HF_HUB_OFFLINE=1): unset HF_HUB_OFFLINE and run once with network access to download it"}},
-		{name: "offline other quant", offline: true, ref: qwenRepo + ":f16", kind: ErrNotCached, msg: []string{
-			"cached .gguf files of commit " + commit + ": " + q8File, "HF_HUB_OFFLINE"}},
+		{name: "offline other quant", offline: true, ref: qwenRepo + ":q8_0", kind: ErrNotCached, msg: []string{
+			"cached .gguf files of commit " + commit + ": " + defaultFile, "HF_HUB_OFFLINE"}},
 		{name: "offline other branch", offline: true, ref: qwenRepo + "@dev", kind: ErrNotCached, msg: []string{"(revision dev) is not in the Hugging Face cache"}},
 		{name: "unreachable falls back", ref: qwenRepo, want: primed, warned: true},
 		{name: "unreachable miss", cacheDir: empty, ref: qwenRepo, kind: ErrNetwork, msg: []string{
@@ -709,7 +709,7 @@ func TestResolveConcurrentCallsDownloadOnce(t *testing.T) {
 	if paths[0] != paths[1] {
 		t.Fatalf("paths differ: %s, %s", paths[0], paths[1])
 	}
-	if b := readFile(t, paths[1]); !bytes.Equal(b, q8Data) {
+	if b := readFile(t, paths[1]); !bytes.Equal(b, defaultData) {
 		t.Fatal("content differs")
 	}
 	var cdn int
@@ -737,7 +737,7 @@ func TestResolveProgress(t *testing.T) {
 		var pct []float64
 		for _, r := range logs.records(t, "download progress") {
 			pct = append(pct, r["percent"].(float64))
-			if r["file"] != q8File || r["size_mb"] != 4.2 {
+			if r["file"] != defaultFile || r["size_mb"] != 4.2 {
 				t.Fatalf("progress line %v", r)
 			}
 		}
@@ -760,14 +760,14 @@ func TestResolveProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := bar.String()
-		if !strings.HasPrefix(out, "\r"+q8File+"   0% [>                       ] 0.0/4.2 MB") {
+		if !strings.HasPrefix(out, "\r"+defaultFile+"   0% [>                       ] 0.0/4.2 MB") {
 			t.Fatalf("bar starts %q", out[:min(len(out), 80)])
 		}
 		if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
 			t.Fatalf("bar output must be one line ending in a newline: %q", out)
 		}
 		lastDraw := out[strings.LastIndex(out, "\r")+1:]
-		if !strings.HasPrefix(lastDraw, q8File+" 100% [========================] 4.2/4.2 MB") || !strings.Contains(lastDraw, "MB/s  done") {
+		if !strings.HasPrefix(lastDraw, defaultFile+" 100% [========================] 4.2/4.2 MB") || !strings.Contains(lastDraw, "MB/s  done") {
 			t.Fatalf("final bar %q", lastDraw)
 		}
 		if n := len(logs.records(t, "download progress")); n != 0 {

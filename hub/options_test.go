@@ -56,7 +56,7 @@ func TestRepoInfoDecodesHubAnswer(t *testing.T) {
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("gguf files %q, want %q", got, want)
 	}
-	if f, err := selectFile(repoRef{Owner: "Qwen", Name: "Qwen3-Embedding-0.6B-GGUF"}, got); err != nil || f != want[0] {
-		t.Fatalf("default choice %q, %v; want %q", f, err, want[0])
+	if f, err := selectFile(repoRef{Owner: "Qwen", Name: "Qwen3-Embedding-0.6B-GGUF"}, got); err != nil || f != want[1] {
+		t.Fatalf("default choice %q, %v; want %q", f, err, want[1])
 	}
 }

@@ -12,9 +12,11 @@ import (
 const defaultRevision = "main"
 
 // preferredTag is the quantisation chosen when a repository holds several GGUF files and
-// the reference names none: Q8_0 is indistinguishable from f16 for embeddings at half
-// the size, and it is the file Qwen's own instructions use.
-const preferredTag = "Q8_0"
+// the reference names none (matched case-insensitively, so Qwen's ...-f16.gguf counts):
+// F16 embeds faster than Q8_0 on AVX2 CPUs (1.25-1.47x the tokens/s of Q8_0 on the
+// 0.6B model, two Zen 3 cores: docs/performance.md, "Weight type and kernel") and is a
+// GPU's native type; :Q8_0 halves the memory.
+const preferredTag = "F16"
 
 // repoRef is a parsed Hub reference.
 type repoRef struct {
@@ -176,7 +178,7 @@ func selectFile(r repoRef, ggufs []string) (string, error) {
 	if len(ggufs) == 1 {
 		return ggufs[0], nil
 	}
-	return "", selectErr(ErrAmbiguous, "%s has several .gguf files and none is %s: %s; choose one with %s:QUANT (e.g. :F16) or %s/FILE.gguf",
+	return "", selectErr(ErrAmbiguous, "%s has several .gguf files and none is %s: %s; choose one with %s:QUANT (e.g. :Q8_0) or %s/FILE.gguf",
 		where, preferredTag, listFiles(ggufs), r.repoID(), r.repoID())
 }
 

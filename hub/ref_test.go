@@ -79,12 +79,12 @@ func TestSelectFile(t *testing.T) {
 		kind  error
 		msg   string
 	}{
-		{name: "prefer Q8_0", ref: repoRef{Owner: "o", Name: "n"}, files: qwen, want: qwen[0]},
+		{name: "prefer F16", ref: repoRef{Owner: "o", Name: "n"}, files: qwen, want: qwen[1]},
 		{name: "only file", ref: repoRef{Owner: "o", Name: "n"}, files: []string{"x-BF16.gguf"}, want: "x-BF16.gguf"},
-		{name: "tag", ref: repoRef{Owner: "o", Name: "n", Tag: "F16"}, files: qwen, want: qwen[1]},
-		{name: "exact", ref: repoRef{Owner: "o", Name: "n", File: qwen[1]}, files: qwen, want: qwen[1]},
-		{name: "ambiguous", ref: repoRef{Owner: "o", Name: "n"}, files: []string{"a-F16.gguf", "a-Q4_0.gguf"}, kind: ErrAmbiguous,
-			msg: "o/n at revision main has several .gguf files and none is Q8_0: a-F16.gguf, a-Q4_0.gguf; choose one with o/n:QUANT (e.g. :F16) or o/n/FILE.gguf"},
+		{name: "tag", ref: repoRef{Owner: "o", Name: "n", Tag: "q8_0"}, files: qwen, want: qwen[0]},
+		{name: "exact", ref: repoRef{Owner: "o", Name: "n", File: qwen[0]}, files: qwen, want: qwen[0]},
+		{name: "ambiguous", ref: repoRef{Owner: "o", Name: "n"}, files: []string{"a-BF16.gguf", "a-Q8_0.gguf"}, kind: ErrAmbiguous,
+			msg: "o/n at revision main has several .gguf files and none is F16: a-BF16.gguf, a-Q8_0.gguf; choose one with o/n:QUANT (e.g. :Q8_0) or o/n/FILE.gguf"},
 		{name: "none", ref: repoRef{Owner: "o", Name: "n", Revision: "v1"}, kind: ErrNotFound,
 			msg: "o/n at revision v1 has no .gguf files; use a GGUF repository such as Qwen/Qwen3-Embedding-0.6B-GGUF"},
 		{name: "long list elided", ref: repoRef{Owner: "o", Name: "n", Tag: "Q2_K"}, files: numbered(25), kind: ErrNotFound,

@@ -15,14 +15,14 @@ import (
 )
 
 // officialRepo and officialFile are the Hub repository `make run` serves by default and
-// the file its :Q8_0 reference must select (the name Qwen publishes).
+// the file its :f16 reference must select (the name Qwen publishes).
 const (
 	officialRepo = "Qwen/Qwen3-Embedding-0.6B-GGUF"
-	officialFile = "Qwen3-Embedding-0.6B-Q8_0.gguf"
+	officialFile = "Qwen3-Embedding-0.6B-f16.gguf"
 )
 
 // fakeOfficialHub serves the official repository's layout with the tiny test model as
-// its Q8_0 file (and a different f16 file, so picking the wrong one shows).
+// its f16 file (and a different Q8_0 file, so picking the wrong one shows).
 func fakeOfficialHub(t *testing.T, model string) (*hubtest.Hub, string, []byte) {
 	t.Helper()
 	tiny, err := os.ReadFile(model)
@@ -31,10 +31,10 @@ func fakeOfficialHub(t *testing.T, model string) (*hubtest.Hub, string, []byte) 
 	}
 	h := hubtest.New(t)
 	commit := h.AddRepo(officialRepo, map[string][]byte{
-		officialFile:                    tiny,
-		"Qwen3-Embedding-0.6B-f16.gguf": append(append([]byte(nil), tiny...), "not this one"...),
-		"README.md":                     []byte("# Qwen3-Embedding-0.6B-GGUF\n"),
-		"params":                        []byte("{}"),
+		officialFile:                     tiny,
+		"Qwen3-Embedding-0.6B-Q8_0.gguf": append(append([]byte(nil), tiny...), "not this one"...),
+		"README.md":                      []byte("# Qwen3-Embedding-0.6B-GGUF\n"),
+		"params":                         []byte("{}"),
 	})
 	return h, commit, tiny
 }
@@ -68,10 +68,10 @@ func TestMakeRunDefaultsToTheHub(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "bin/embed-stack serve --model " + officialRepo + ":Q8_0 --addr 127.0.0.1:8080"},
+		{nil, "bin/embed-stack serve --model " + officialRepo + ":f16 --addr 127.0.0.1:8080"},
 		{[]string{"MODEL=models/tiny.gguf"}, "bin/embed-stack serve --model models/tiny.gguf --addr 127.0.0.1:8080"},
-		{[]string{"MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF/Qwen3-Embedding-0.6B-f16.gguf", "ADDR=0.0.0.0:9000"},
-			"bin/embed-stack serve --model Qwen/Qwen3-Embedding-0.6B-GGUF/Qwen3-Embedding-0.6B-f16.gguf --addr 0.0.0.0:9000"},
+		{[]string{"MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF/Qwen3-Embedding-0.6B-Q8_0.gguf", "ADDR=0.0.0.0:9000"},
+			"bin/embed-stack serve --model Qwen/Qwen3-Embedding-0.6B-GGUF/Qwen3-Embedding-0.6B-Q8_0.gguf --addr 0.0.0.0:9000"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestMakeRunDefaultsToTheHub(t *testing.T) {
 }
 
 // TestMakeRunDownloadsFromHub is the README's first command end to end: `make run` with
-// HF_ENDPOINT pointing at a fake Hub downloads the official Q8_0 file into the Hugging
+// HF_ENDPOINT pointing at a fake Hub downloads the official F16 file into the Hugging
 // Face cache, logging its progress, and serves embeddings from it that equal those of
 // the same model served from a local path.
 func TestMakeRunDownloadsFromHub(t *testing.T) {
@@ -127,7 +127,7 @@ func TestMakeRunDownloadsFromHub(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", re, log)
 		}
 	}
-	// The standard cache layout, with the Q8_0 file and nothing else downloaded.
+	// The standard cache layout, with the F16 file and nothing else downloaded.
 	snap := filepath.Join(cache, "models--Qwen--Qwen3-Embedding-0.6B-GGUF", "snapshots", commit, officialFile)
 	got, err := os.ReadFile(snap)
 	if err != nil || string(got) != string(tiny) {
@@ -143,7 +143,7 @@ func TestMakeRunDownloadsFromHub(t *testing.T) {
 		}
 	}
 	if want := []string{"/blobs/" + hubtest.SHA256(tiny)}; !slices.Equal(cdn, want) {
-		t.Errorf("CDN downloads %v, want exactly %v (the Q8_0 file, once)", cdn, want)
+		t.Errorf("CDN downloads %v, want exactly %v (the F16 file, once)", cdn, want)
 	}
 
 	texts := []string{"The quick brown fox", "jumps over the lazy dog"}
@@ -173,7 +173,7 @@ func TestEmbedHubProgressBar(t *testing.T) {
 	in := filepath.Join(dir, "in.txt")
 	writeLines(t, in, []string{"one", "two"})
 	run := func(out string) string {
-		line := fmt.Sprintf("%s embed --model %s:Q8_0 --input %s --output %s", bin, officialRepo, in, out)
+		line := fmt.Sprintf("%s embed --model %s:f16 --input %s --output %s", bin, officialRepo, in, out)
 		cmd := exec.Command(script, "-q", "-e", "-c", line, "/dev/null")
 		cmd.Env = hubEnv(h.URL, cache)
 		b, err := cmd.CombinedOutput()

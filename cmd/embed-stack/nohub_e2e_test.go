@@ -30,7 +30,7 @@ const noHubFailFast = 5 * time.Second
 func TestServeWithoutHub(t *testing.T) {
 	bin, _ := e2e.Paths(t)
 	endpoint := "http://" + e2e.FreeAddr(t) // nothing listens there any more
-	const ref = officialRepo + ":Q8_0"
+	const ref = officialRepo + ":f16"
 	// serve ends every run with its exit line (TestServeLifecycleLog).
 	const exitLine = `time=\S+ level=INFO msg=exit status=1`
 	refused := `level=ERROR msg="embed-stack serve failed" error="--model: cannot reach the hub at ` + regexp.QuoteMeta(endpoint) +

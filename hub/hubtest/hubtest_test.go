@@ -14,13 +14,13 @@ import (
 )
 
 // TestResolveThroughFakeHub: package hub downloads from the fake as from the real Hub,
-// choosing the Q8_0 file, into the cache layout, and a second resolve downloads nothing.
+// choosing the F16 file, into the cache layout, and a second resolve downloads nothing.
 func TestResolveThroughFakeHub(t *testing.T) {
 	h := hubtest.New(t)
-	q8 := []byte(strings.Repeat("q8 bytes ", 1000))
+	f16 := []byte(strings.Repeat("f16 bytes ", 1000))
 	commit := h.AddRepo("Qwen/Qwen3-Embedding-0.6B-GGUF", map[string][]byte{
-		"Qwen3-Embedding-0.6B-Q8_0.gguf": q8,
-		"Qwen3-Embedding-0.6B-f16.gguf":  []byte("f16"),
+		"Qwen3-Embedding-0.6B-Q8_0.gguf": []byte("q8"),
+		"Qwen3-Embedding-0.6B-f16.gguf":  f16,
 		"README.md":                      []byte("readme"),
 	})
 	cache := t.TempDir()
@@ -30,12 +30,12 @@ func TestResolveThroughFakeHub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := filepath.Join(cache, "models--Qwen--Qwen3-Embedding-0.6B-GGUF", "snapshots", commit, "Qwen3-Embedding-0.6B-Q8_0.gguf")
+		want := filepath.Join(cache, "models--Qwen--Qwen3-Embedding-0.6B-GGUF", "snapshots", commit, "Qwen3-Embedding-0.6B-f16.gguf")
 		if p != want {
 			t.Fatalf("run %d: path %s, want %s", i, p, want)
 		}
-		if b, _ := os.ReadFile(p); string(b) != string(q8) {
-			t.Fatalf("run %d: downloaded %d bytes, want the %d of the Q8_0 file", i, len(b), len(q8))
+		if b, _ := os.ReadFile(p); string(b) != string(f16) {
+			t.Fatalf("run %d: downloaded %d bytes, want the %d of the F16 file", i, len(b), len(f16))
 		}
 	}
 	var cdn int
