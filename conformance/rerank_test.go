@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -265,5 +266,24 @@ func TestRerankExactKeys(t *testing.T) {
 	r = s.do(t, http.MethodPost, "/rerank", []byte(`{"query":"q","texts":["a"],"TEXTS":["x","y"],"Truncate":true}`), nil)
 	if r.status != http.StatusOK || strings.Count(string(r.body), `"score"`) != 1 {
 		t.Errorf("TEXTS beside texts: %d %s, want 200 with one result", r.status, truncate(r.body))
+	}
+}
+
+// TestRerankInvalidUTF8: the rerank routes refuse bytes that are not UTF-8 with the
+// same 400 as /v1/embeddings, naming the document, instead of scoring the text with
+// each bad byte turned into U+FFFD.
+func TestRerankInvalidUTF8(t *testing.T) {
+	s := rerankServer(t)
+	const notUTF8 = `{"error":{"message":"%s is not valid UTF-8 (byte %s); a JSON body must be UTF-8 (RFC 8259); decode the text from its real encoding before sending it.","type":"invalid_request_error","param":%s,"code":null}}`
+	for _, tt := range []struct {
+		path, body, item, byte_, param string
+	}{
+		{"/v1/rerank", "{\"query\":\"q\",\"documents\":[\"ok\",\"caf\xe9\"]}", "document 1", "0xE9", `"documents"`},
+		{"/v2/rerank", "{\"query\":\"q\",\"documents\":[{\"text\":\"\xff\"}]}", "document 0", "0xFF", `"documents"`},
+		{"/v1/rerank", "{\"query\":\"caf\xe9\",\"documents\":[\"ok\"]}", "'query'", "0xE9", "null"},
+		{"/rerank", "{\"query\":\"q\",\"texts\":[\"ok\",\"\xc3\"]}", "texts[1]", "0xC3", `"texts"`},
+	} {
+		r := s.do(t, http.MethodPost, tt.path, []byte(tt.body), nil)
+		requireExactError(t, r, http.StatusBadRequest, fmt.Sprintf(notUTF8, tt.item, tt.byte_, tt.param))
 	}
 }

@@ -86,6 +86,9 @@ func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
 	if err := decodeExact(body, &w); err != nil {
 		return nil, err
 	}
+	if err := CheckUTF8(body, "documents", documentItem); err != nil {
+		return nil, err
+	}
 	var req RerankRequest
 	var err error
 	if req.Model, err = optString(w.Model, "model"); err != nil {
@@ -155,6 +158,9 @@ func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
 	if err := decodeExact(body, &w); err != nil {
 		return nil, err
 	}
+	if err := CheckUTF8(body, "texts", teiTextItem); err != nil {
+		return nil, err
+	}
 	var req TEIRerankRequest
 	var err error
 	if req.Query, err = reqString(w.Query, "query"); err != nil {
@@ -213,3 +219,9 @@ func optBool(raw json.RawMessage, param string) (bool, error) {
 	}
 	return b, nil
 }
+
+// documentItem and teiTextItem name one text of a rerank body in an error, as the
+// other messages about documents do.
+func documentItem(i int) string { return fmt.Sprintf("document %d", i) }
+
+func teiTextItem(i int) string { return fmt.Sprintf("texts[%d]", i) }

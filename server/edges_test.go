@@ -99,6 +99,11 @@ func TestInvalidUTF8(t *testing.T) {
 		{"in an unknown field", "/v1/embeddings", "{\"input\":\"a\",\"x\":\"\xc0\"}", envelope("'x' is not valid UTF-8 (byte 0xC0); ", "")},
 		{"embed texts", "/embed", "{\"texts\":[\"ok\",\"caf\xe9\"]}", envelope("texts[1] is not valid UTF-8 (byte 0xE9); ", "texts")},
 		{"tokenize text", "/tokenize", "{\"text\":\"caf\xe9\"}", envelope("'text' is not valid UTF-8 (byte 0xE9); ", "")},
+		{"rerank document", "/v1/rerank", "{\"query\":\"q\",\"documents\":[\"ok\",\"caf\xe9\"]}", envelope("document 1 is not valid UTF-8 (byte 0xE9); ", "documents")},
+		{"rerank document object", "/v1/rerank", "{\"query\":\"q\",\"documents\":[{\"text\":\"\xff\"}]}", envelope("document 0 is not valid UTF-8 (byte 0xFF); ", "documents")},
+		{"rerank query", "/v1/rerank", "{\"query\":\"caf\xe9\",\"documents\":[\"ok\"]}", envelope("'query' is not valid UTF-8 (byte 0xE9); ", "")},
+		{"v2 rerank document", "/v2/rerank", "{\"query\":\"q\",\"documents\":[\"caf\xe9\"]}", envelope("document 0 is not valid UTF-8 (byte 0xE9); ", "documents")},
+		{"tei rerank text", "/rerank", "{\"query\":\"q\",\"texts\":[\"ok\",\"ok\",\"\xc3\"]}", envelope("texts[2] is not valid UTF-8 (byte 0xC3); ", "texts")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
