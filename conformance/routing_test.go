@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -552,5 +553,20 @@ func TestQueriesBesideDocuments(t *testing.T) {
 	t.Logf("documents: %s; slowest of %d queries beside them: %s", docTime.Round(time.Millisecond), len(queries), slowest.Round(time.Millisecond))
 	if d.at.Before(queriesDone) {
 		t.Errorf("the documents (%s) were answered before the queries sent beside them; the queries waited for them", docTime.Round(time.Millisecond))
+	}
+}
+
+// TestIdleRequestSkipsBatchWindow: a request that finds the server idle goes to the
+// warm worker at once, without waiting for the cross-request batch window: with an
+// hour's window it is still answered (within the client's two minutes), and its
+// vector is the default server's.
+func TestIdleRequestSkipsBatchWindow(t *testing.T) {
+	s := ownServer(t, "--batch-window", "1h")
+	for i, text := range []string{"the first request on a fresh server", "a second one, after it"} {
+		got := s.rawEmbed(t, map[string]any{"input": text}, nil)
+		want := defaultServer(t).rawEmbed(t, map[string]any{"input": text}, nil)
+		if len(got.Data) != 1 || len(want.Data) != 1 || !reflect.DeepEqual(got.Data[0].Embedding, want.Data[0].Embedding) {
+			t.Fatalf("request %d: vector differs from the default server's", i)
+		}
 	}
 }

@@ -49,6 +49,13 @@ type batcher struct {
 	short func(seqs [][]int32) bool
 	// metricOpts label the batch-size histogram (the router's model).
 	metricOpts []metric.RecordOption
+	// idleSend sends a call at once, without its window, when its lane is idle and
+	// the lane's last batch held one call: a server with one client at a time (no
+	// company to wait for) then adds no delay, which on a GPU, where a query takes
+	// a few milliseconds, is a large share of it. As soon as a batch holds several
+	// calls, the window applies again. The router sets it; tests of the window
+	// leave it off.
+	idleSend bool
 
 	mu    sync.Mutex // guards the fields below and every batch's unsent state
 	lanes [2]lane    // bulk and short
@@ -58,6 +65,8 @@ type batcher struct {
 type lane struct {
 	queue    []*batch // not yet sent, oldest first; only the last one takes newcomers
 	inFlight bool     // a batch is being embedded
+	// lastCalls is how many calls the lane's last sent batch held (0 before any).
+	lastCalls int
 }
 
 const (
@@ -136,6 +145,9 @@ func (b *batcher) joinLocked(c *call, lane int) {
 			l.queue[n-1].due = true
 		}
 		cur = &batch{lane: lane}
+		if b.idleSend && !l.inFlight && len(l.queue) == 0 && l.lastCalls <= 1 {
+			cur.due = true
+		}
 		l.queue = append(l.queue, cur)
 		cur.timer = time.AfterFunc(b.window, func() {
 			b.mu.Lock()
@@ -179,6 +191,7 @@ func (b *batcher) dispatchLocked(lane int) {
 	bt.timer.Stop()
 	bt.sent = true
 	bt.live = len(bt.calls)
+	l.lastCalls = len(bt.calls)
 	// The backend call carries the first caller's trace, but no caller's deadline:
 	// it ends when every caller has left (see leave).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(bt.calls[0].ctx))

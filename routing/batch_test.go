@@ -349,3 +349,58 @@ func TestBatcherShortLane(t *testing.T) {
 		t.Fatalf("backend call sizes %v; want doc2, q4 alone and q2+q3 together", sizes)
 	}
 }
+
+// TestBatcherIdleSend: with idleSend (the router's setting), a lone call on an idle
+// lane goes at once even with an hour's window; once a batch has held several
+// calls, the next lone call waits for its window again.
+func TestBatcherIdleSend(t *testing.T) {
+	g := &gatedBackend{gate: make(chan struct{})}
+	b := newBatcher(g, time.Hour, 1000, nil)
+	b.idleSend = true
+	first := goEmbed(context.Background(), b, seqOf(2, 1))
+	g.waitCalls(t, 1) // sent without its hour's window
+
+	// Two calls arriving while it is in flight share a batch, sent when it is done
+	// and their window has passed: shorten the window for them.
+	b.mu.Lock()
+	b.window = 20 * time.Millisecond
+	b.mu.Unlock()
+	second := goEmbed(context.Background(), b, seqOf(3, 2))
+	third := goEmbed(context.Background(), b, seqOf(3, 3))
+	waitBatcher(t, b, 2, 1)
+	close(g.gate)
+	requireOwn(t, <-first, seqOf(2, 1))
+	requireOwn(t, <-second, seqOf(3, 2))
+	requireOwn(t, <-third, seqOf(3, 3))
+	if sizes := callSizes(g); !slices.Equal(sizes, []int{1, 2}) {
+		t.Fatalf("calls held %v sequences, want [1 2]", sizes)
+	}
+
+	// The last batch held two calls: a lone call now waits for the window.
+	b.mu.Lock()
+	b.window = time.Hour
+	b.mu.Unlock()
+	fourth := goEmbed(context.Background(), b, seqOf(4, 4))
+	waitBatcher(t, b, 1, 1)
+	if n := g.callCount(); n != 2 {
+		t.Fatalf("%d backend calls, want 2: after a batch of two the window applies", n)
+	}
+	b.mu.Lock()
+	b.lanes[bulkLane].queue[0].due = true
+	b.dispatchLocked(bulkLane)
+	b.mu.Unlock()
+	requireOwn(t, <-fourth, seqOf(4, 4))
+
+	// Off (the tests' default), a lone call on a fresh batcher waits: see
+	// TestBatcherWindow.
+}
+
+func callSizes(g *gatedBackend) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sizes := []int{}
+	for _, c := range g.calls {
+		sizes = append(sizes, len(c))
+	}
+	return sizes
+}

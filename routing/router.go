@@ -112,7 +112,8 @@ type Config struct {
 	WarmChunkTokens int
 	// BatchWindow turns on cross-request batching of the warm path: a call waits up
 	// to this long for calls of other requests to share the worker call with (see
-	// batcher). 0 = off: every request's chunks go to the worker on their own.
+	// batcher), except a lone call on an idle server, which goes at once. 0 = off:
+	// every request's chunks go to the worker on their own.
 	BatchWindow time.Duration
 	// BatchMaxTokens is the token budget of one batched warm call; 0 =
 	// DefaultBatchMaxTokens.
@@ -270,6 +271,7 @@ func (r *Router) init() {
 		if r.Config.BatchWindow > 0 && r.Warm != nil {
 			b := newBatcher(r.Warm, r.Config.BatchWindow, r.Config.batchMaxTokens(), r.Config.ShortCalls)
 			b.metricOpts = r.metrics.model
+			b.idleSend = true
 			r.warm = b
 		}
 		queue := r.Config.EphemeralQueue

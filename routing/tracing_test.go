@@ -58,6 +58,13 @@ func batchRequestsPoint(t *testing.T) (uint64, int64) {
 func TestBatchSpans(t *testing.T) {
 	installTelemetry()
 	r, warm, _ := newRouter(Config{BatchWindow: 300 * time.Millisecond, BatchMaxTokens: 1 << 20})
+	// As after a batch of several calls, so that the first request waits for the
+	// second instead of going at once on the idle lane (batcher.idleSend).
+	r.init()
+	bt := r.warm.(*batcher)
+	bt.mu.Lock()
+	bt.lanes[bulkLane].lastCalls = 2
+	bt.mu.Unlock()
 	count0, sum0 := batchRequestsPoint(t)
 	roots := make([]trace.Span, 2)
 	var wg sync.WaitGroup
