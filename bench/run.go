@@ -635,12 +635,18 @@ var simdFlags = []string{"avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_v
 // of simdFlags it has, from the text of /proc/cpuinfo.
 func parseCPUInfo(text string) (name, id string, simd []string) {
 	var family, model string
+	processors := 0
 	for line := range strings.Lines(text) {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if k == "processor" {
+			if processors++; processors > 1 {
+				break // the second processor's block: the first one is read
+			}
+		}
 		switch k {
 		case "model name":
 			name = v
@@ -655,9 +661,6 @@ func parseCPUInfo(text string) (name, id string, simd []string) {
 					simd = append(simd, f)
 				}
 			}
-		}
-		if k == "processor" && name != "" {
-			break // the second processor's block: the first one is read
 		}
 	}
 	if family != "" && model != "" {

@@ -179,11 +179,7 @@ func TestBatcherAccumulatesWhileBusy(t *testing.T) {
 	if got := lens(g.calls); !slices.Equal(got, []int{2, 3, 3, 3, 3}) {
 		t.Fatalf("sequence lengths by call %v", got)
 	}
-	sizes := []int{}
-	for _, c := range g.calls {
-		sizes = append(sizes, len(c))
-	}
-	if !slices.Equal(sizes, []int{1, 3, 1}) {
+	if sizes := callSizes(g); !slices.Equal(sizes, []int{1, 3, 1}) {
 		t.Fatalf("calls held %v sequences, want [1 3 1]: three of 3 tokens fill a 10-token budget", sizes)
 	}
 }
