@@ -33,7 +33,17 @@ endif
 # baseline x86-64 (no AVX), about 4x slower here. `native` suits a binary built and run
 # on the same machine; for a portable build use e.g. `make MARCH=x86-64-v3`.
 MARCH       ?= native
-OPT_FLAGS   := -O3 -march=$(MARCH)
+# AMX stays off in the compiled-in CPU backend on x86: `-march=native` on an Intel Xeon
+# with AMX (Sapphire Rapids and later), or `-march=sapphirerapids`, defines __AMX_INT8__,
+# and ggml-cpu.cpp then calls ggml_backend_amx_buffer_type(), whose sources
+# (ggml-cpu/amx/) sit in a folder cgo never compiles: the link fails. AMX kernels come
+# from the CPU variant libraries instead (docs/building.md). OPT is the optimisation
+# level alone (deploy's link test builds at -O0 to save minutes; the macros -march
+# defines, and so the link, do not depend on it).
+GOARCH_T    := $(shell $(GO) env GOARCH 2>/dev/null)
+NO_AMX      := $(if $(filter amd64,$(GOARCH_T)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+OPT         ?= -O3
+OPT_FLAGS   := $(strip $(OPT) -march=$(MARCH) $(NO_AMX))
 
 export CGO_ENABLED  := 1
 # The stand-in headers' folder is part of CGO_CPPFLAGS and so of every cgo build-cache
