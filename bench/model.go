@@ -44,35 +44,18 @@ func ReadModel(path string) (Model, error) {
 		return Model{}, fmt.Errorf("bench: model: %w", err)
 	}
 	defer f.Close()
-	m := Model{Path: path, FileBytes: st.Size()}
-	if m.Arch, err = f.String("general.architecture"); err != nil {
+	s, err := f.Shape()
+	if err == nil {
+		err = s.Require(gguf.KeyBlockCount, gguf.KeyEmbeddingLength, gguf.KeyHeadCount)
+	}
+	if err != nil {
 		return Model{}, fmt.Errorf("bench: model %s: %w", path, err)
 	}
-	for _, k := range []struct {
-		key string
-		dst *int
-	}{
-		{"block_count", &m.Layers},
-		{"embedding_length", &m.Embd},
-		{"attention.head_count", &m.Heads},
-		{"attention.head_count_kv", &m.KVHeads},
-	} {
-		v, err := f.Uint32(m.Arch + "." + k.key)
-		if err != nil {
-			return Model{}, fmt.Errorf("bench: model %s: %w", path, err)
-		}
-		*k.dst = int(v)
+	if s.Heads == 0 {
+		return Model{}, fmt.Errorf("bench: model %s: %s is 0", path, s.Key(gguf.KeyHeadCount))
 	}
-	if m.Heads == 0 {
-		return Model{}, fmt.Errorf("bench: model %s: %s.attention.head_count is 0", path, m.Arch)
-	}
-	m.HeadDim = m.Embd / m.Heads
-	if v, err := f.Uint32(m.Arch + ".attention.key_length"); err == nil {
-		m.HeadDim = int(v) // Qwen3: 128, not 1024/16
-	}
-	if v, err := f.Uint32(m.Arch + ".context_length"); err == nil {
-		m.Context = int(v)
-	}
+	m := Model{Path: path, FileBytes: st.Size(), Arch: s.Architecture, Layers: s.Layers, Embd: s.EmbeddingLength,
+		Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: s.KeyLength, Context: s.ContextLength}
 	byType := map[string]int64{}
 	for _, t := range f.Tensors() {
 		n := int64(t.Elements())
@@ -101,7 +84,9 @@ func (m Model) FLOPsPerToken(n int) float64 {
 }
 
 // KVBytesPerToken is the KV cache one token takes at elemBytes per element (2 for
-// llama.cpp's default F16 cache): a key and a value of kv_heads × head_dim per layer.
+// llama.cpp's default F16 cache): a key and a value of kv_heads × head_dim per layer
+// (gguf.Shape.KVBytesPerToken).
 func (m Model) KVBytesPerToken(elemBytes int) int64 {
-	return 2 * int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * int64(elemBytes)
+	s := gguf.Shape{Layers: m.Layers, KVHeads: m.KVHeads, KeyLength: m.HeadDim, ValueLength: m.HeadDim}
+	return s.KVBytesPerToken(elemBytes)
 }

@@ -13,6 +13,10 @@
 // generator never holds a whole model in memory, and the file appears atomically.
 //
 // The package knows the container format and how to (de)quantise a few tensor types
-// (F32, F16, BF16, F64, Q8_0). It refuses to know what the keys or tensors mean: model
-// architectures, tokenizers and llama.cpp are its callers' business.
+// (F32, F16, BF16, F64, Q8_0). Of what the keys mean it knows one thing, a model's
+// Shape: the hyperparameter keys llama.cpp's converter writes for every architecture
+// (layers, heads, head sizes, context, pooling, vocabulary type), read once, typed and
+// with llama.cpp's defaults, so that no caller parses them again. It refuses to know
+// how a model computes: architectures' graphs, tokenizers and llama.cpp are its
+// callers' business.
 package gguf

@@ -8,9 +8,9 @@ import (
 
 // GGUF metadata keys of a tokenizer, as llama.cpp's converter writes them.
 const (
-	keyModel  = "tokenizer.ggml.model"
+	keyModel  = gguf.KeyTokenizerModel
 	keyPre    = "tokenizer.ggml.pre"
-	keyTokens = "tokenizer.ggml.tokens"
+	keyTokens = gguf.KeyTokens
 	keyTypes  = "tokenizer.ggml.token_type"
 	keyMerges = "tokenizer.ggml.merges"
 )
@@ -47,7 +47,7 @@ func FromGGUF(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
 	}
-	if model != "gpt2" {
+	if gguf.VocabType(model) != gguf.VocabBPE {
 		return nil, fmt.Errorf("tokenizer: %s: %s is %q; only byte-level BPE (\"gpt2\", as in Qwen2 and Qwen3 models) is implemented", path, keyModel, model)
 	}
 	pre, err := f.String(keyPre)

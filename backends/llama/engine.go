@@ -439,15 +439,15 @@ func Open(cfg Config) (*Engine, error) {
 	// llama.cpp's BPE tables (151k tokens, 151k merges) was two thirds of a worker's
 	// start, which every ephemeral worker pays. The vocabulary size, which the
 	// embedding table's shape and the id check need, comes from that table.
-	arch, nVocab, keyLength, err := vocabShape(cfg.ModelPath)
+	shape, err := readShape(cfg.ModelPath)
 	if err != nil {
 		return nil, err
 	}
 	overrides := (*C.struct_llama_model_kv_override)(C.calloc(3, C.sizeof_struct_llama_model_kv_override))
 	defer C.free(unsafe.Pointer(overrides))
-	carch := C.CString(arch)
+	carch := C.CString(shape.Architecture)
 	defer C.free(unsafe.Pointer(carch))
-	C.es_no_vocab(overrides, carch, C.int64_t(nVocab))
+	C.es_no_vocab(overrides, carch, C.int64_t(shape.VocabSize))
 	mp.kv_overrides = overrides
 	cpath := C.CString(cfg.ModelPath)
 	defer C.free(unsafe.Pointer(cpath))
@@ -501,7 +501,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		head:      head,
-		crossover: attentionCrossover(model, nVocab, keyLength),
+		crossover: attentionCrossover(shape, int64(C.llama_model_n_params(model))),
 		info: Info{
 			NEmbd:         nOut,
 			Hidden:        hidden,
@@ -638,39 +638,28 @@ func attentionFit(budget int64, ctx, heads int) int {
 	return int(max(32, n/32*32))
 }
 
-// vocabShape reads from the GGUF header the model's architecture, the rows of its token
-// embedding table, and the attention heads' key length (0 when the GGUF does not
-// say, for models whose heads split the hidden size evenly).
-func vocabShape(path string) (arch string, nVocab, keyLength int, err error) {
-	f, err := gguf.Open(path)
+// readShape reads the model's shape from the GGUF header (gguf.Shape): the
+// architecture, and the rows of its token-embedding table, which the model is
+// loaded with as its vocabulary size (see Open).
+func readShape(path string) (gguf.Shape, error) {
+	s, err := gguf.ReadShape(path)
 	if err != nil {
-		return "", 0, 0, fmt.Errorf("llama: loading model %s failed: %w", path, err)
+		return s, fmt.Errorf("llama: loading model %s failed: %w", path, err)
 	}
-	defer f.Close()
-	if arch, err = f.String("general.architecture"); err != nil {
-		return "", 0, 0, fmt.Errorf("llama: model %s: %w", path, err)
+	if s.VocabSize == 0 {
+		return s, fmt.Errorf("llama: model %s has no two-dimensional %s; is it a GGUF file of a supported architecture?", path, gguf.TensorTokenEmbedding)
 	}
-	t, ok := f.Tensor("token_embd.weight")
-	if !ok || len(t.Dims) != 2 || t.Dims[1] == 0 || t.Dims[1] > 1<<31-1 {
-		return "", 0, 0, fmt.Errorf("llama: model %s has no two-dimensional token_embd.weight; is it a GGUF file of a supported architecture?", path)
-	}
-	if k, err := f.Uint32(arch + ".attention.key_length"); err == nil {
-		keyLength = int(k)
-	}
-	return arch, int(t.Dims[1]), keyLength, nil
+	return s, nil
 }
 
 // attentionCrossover is the position from which a token's attention (QKᵀ and
 // softmax·V over every earlier cell: 4 x layers x heads x head_dim FLOPs per cell)
-// costs more than its matrix products (2 FLOPs per weight of the layers; the
-// token-embedding table is a lookup): 3837 for Qwen3-Embedding-0.6B. 0 if unknown.
-func attentionCrossover(model *C.struct_llama_model, nVocab, keyLength int) int {
-	layers, heads, embd := int64(C.llama_model_n_layer(model)), int64(C.llama_model_n_head(model)), int64(C.llama_model_n_embd(model))
-	if keyLength == 0 && heads > 0 {
-		keyLength = int(embd / heads)
-	}
-	linear := int64(C.llama_model_n_params(model)) - int64(nVocab)*embd
-	perCell := 2 * layers * heads * int64(keyLength)
+// costs more than its matrix products (2 FLOPs per weight of the layers, params
+// less the token-embedding table, which is a lookup): 3837 for
+// Qwen3-Embedding-0.6B. 0 if unknown.
+func attentionCrossover(s gguf.Shape, params int64) int {
+	linear := params - int64(s.VocabSize)*int64(s.EmbeddingLength)
+	perCell := 2 * int64(s.Layers) * int64(s.Heads) * int64(s.KeyLength)
 	if linear <= 0 || perCell <= 0 {
 		return 0
 	}

@@ -22,7 +22,6 @@ import "C"
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -69,27 +68,27 @@ func readYesNoHead(path string, hidden int) (*yesNoHead, error) {
 		return nil, fmt.Errorf("llama: reading the reranker head of %s: %w", path, err)
 	}
 	defer f.Close()
-	arch, err := f.String("general.architecture")
+	shape, err := f.Shape()
 	if err != nil {
 		return nil, fmt.Errorf("llama: model %s: %w", path, err)
 	}
 	name, yesRow, noRow := "", -1, -1
-	if t, ok := f.Tensor("cls.output.weight"); ok {
+	if t, ok := f.Tensor(gguf.TensorClassifier); ok {
 		name = t.Name
-		labels, err := f.Strings(arch + ".classifier.output_labels")
+		labels := shape.ClassifierLabels
 		switch {
-		case err == nil:
+		case shape.Has(gguf.KeyClassifierLabels):
 			yesRow, noRow = slices.Index(labels, "yes"), slices.Index(labels, "no")
 			if yesRow < 0 || noRow < 0 {
 				return nil, fmt.Errorf(`llama: model %s: cls.output.weight is labelled %q; a Qwen3-Reranker head is labelled "yes" and "no"`, path, labels)
 			}
-		case errors.Is(err, gguf.ErrNotFound) && len(t.Dims) == 2 && t.Dims[1] == 2:
+		case len(t.Dims) == 2 && t.Dims[1] == 2:
 			yesRow, noRow = 0, 1 // llama.cpp's conversion stacks [yes, no]
 		default:
 			return nil, fmt.Errorf("llama: model %s: cls.output.weight has dims %v and no classifier labels; cannot tell which rows are \"yes\" and \"no\"", path, t.Dims)
 		}
 	} else {
-		tokens, err := f.Strings("tokenizer.ggml.tokens")
+		tokens, err := f.Strings(gguf.KeyTokens)
 		if err != nil {
 			return nil, fmt.Errorf("llama: model %s has no cls.output.weight, and its vocabulary cannot be read to find the \"yes\" and \"no\" rows of the LM head: %w", path, err)
 		}
@@ -99,7 +98,7 @@ func readYesNoHead(path string, hidden int) (*yesNoHead, error) {
 		}
 		name = "output.weight"
 		if _, ok := f.Tensor(name); !ok {
-			name = "token_embd.weight" // tied, as in Qwen3-0.6B
+			name = gguf.TensorTokenEmbedding // tied, as in Qwen3-0.6B
 		}
 	}
 	t, _ := f.Tensor(name)

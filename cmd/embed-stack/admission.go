@@ -34,52 +34,18 @@ func parseLengths(s string) ([]int, error) {
 }
 
 // kvBytesPerToken is what one token costs in a worker's KV cache: K and V, f16, in
-// every layer, for the model's KV heads (key_length and value_length wide; the
-// embedding width over the head count when the GGUF names neither). 114688 bytes
+// every layer, for the model's KV heads (gguf.Shape.KVBytesPerToken). 114688 bytes
 // (112 KiB) for Qwen3-Embedding-0.6B.
 func kvBytesPerToken(path string) (int64, error) {
-	f, err := gguf.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("open model %s: %w", path, err)
+	s, err := gguf.ReadShape(path)
+	if err == nil {
+		err = s.Require(gguf.KeyBlockCount, gguf.KeyHeadCount, gguf.KeyEmbeddingLength)
 	}
-	defer f.Close()
-	arch, err := f.String("general.architecture")
 	if err != nil {
 		return 0, fmt.Errorf("model %s: %w", path, err)
 	}
-	get := func(key string) (int64, error) {
-		v, err := f.Uint32(arch + "." + key)
-		if err != nil {
-			return 0, fmt.Errorf("model %s: %w", path, err)
-		}
-		return int64(v), nil
-	}
-	layers, err := get("block_count")
-	if err != nil {
-		return 0, err
-	}
-	heads, err := get("attention.head_count")
-	if err != nil {
-		return 0, err
-	}
-	kvHeads, err := get("attention.head_count_kv")
-	if err != nil {
-		kvHeads = heads // no grouped-query attention
-	}
-	width, err := get("embedding_length")
-	if err != nil {
-		return 0, err
-	}
-	keyLen, err := get("attention.key_length")
-	if err != nil {
-		keyLen = width / max(heads, 1)
-	}
-	valueLen, err := get("attention.value_length")
-	if err != nil {
-		valueLen = keyLen
-	}
 	const f16 = 2
-	return layers * kvHeads * (keyLen + valueLen) * f16, nil
+	return s.KVBytesPerToken(f16), nil
 }
 
 const (

@@ -272,64 +272,28 @@ type modelFacts struct {
 // reranker (task, see modelTask). For an embedding model a declared pooling other
 // than last-token is refused unless allowPoolingMismatch.
 func readModelFacts(path string, allowPoolingMismatch bool, task string) (*modelFacts, error) {
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open model %s: %w", path, err)
+	s, err := gguf.ReadShape(path)
+	if err == nil {
+		err = s.Require(gguf.KeyEmbeddingLength)
 	}
-	defer f.Close()
-	arch, err := f.String("general.architecture")
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
-	dim, err := f.Uint32(arch + ".embedding_length")
-	if err != nil {
+	facts := &modelFacts{name: slug(s.Name), dim: s.EmbeddingLength, trainContext: s.ContextLength, pooling: int(s.Pooling), eosID: s.EOS}
+	if facts.rerank, err = modelTask(task, s); err != nil {
 		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
-	facts := &modelFacts{dim: int(dim), pooling: -1, eosID: -1}
-	if n, err := f.Uint32(arch + ".context_length"); err == nil {
-		facts.trainContext = int(n)
-	}
-	if id, err := f.Uint32("tokenizer.ggml.eos_token_id"); err == nil {
-		facts.eosID = int(id)
-	}
-	_, hasHead := f.Tensor("cls.output.weight")
-	if facts.rerank, err = modelTask(task, f, arch, hasHead); err != nil {
-		return nil, fmt.Errorf("model %s: %w", path, err)
-	}
-	if pooling, err := f.Uint32(arch + ".pooling_type"); err == nil {
-		facts.pooling = int(pooling)
-		// A reranker's score is read at the last token whatever pooling it declares
-		// (llama.cpp's conversion declares rank).
-		if pooling != 3 && !facts.rerank {
-			// Last-token pooling is what Qwen3-Embedding was trained with and what the
-			// engine computes; another pooling type means another kind of model.
-			if !allowPoolingMismatch {
-				return nil, fmt.Errorf("model %s declares pooling type %d (%s); embed-stack computes last-token (3) pooling, as Qwen3-Embedding uses. Pass --allow-pooling-mismatch only if the model was trained with last-token pooling all the same", path, pooling, poolingName(pooling))
-			}
-			facts.poolingMismatch = true
+	// A reranker's score is read at the last token whatever pooling it declares
+	// (llama.cpp's conversion declares rank). Last-token pooling is what
+	// Qwen3-Embedding was trained with and what the engine computes; another
+	// declared pooling type means another kind of model.
+	if s.Pooling != gguf.PoolingUnspecified && s.Pooling != gguf.PoolingLast && !facts.rerank {
+		if !allowPoolingMismatch {
+			return nil, fmt.Errorf("model %s declares pooling type %d (%s); embed-stack computes last-token (%d) pooling, as Qwen3-Embedding uses. Pass --allow-pooling-mismatch only if the model was trained with last-token pooling all the same", path, s.Pooling, s.Pooling, gguf.PoolingLast)
 		}
-	}
-	if name, err := f.String("general.name"); err == nil {
-		facts.name = slug(name)
+		facts.poolingMismatch = true
 	}
 	return facts, nil
-}
-
-// poolingName names llama.cpp's LLAMA_POOLING_TYPE_* values for messages.
-func poolingName(p uint32) string {
-	switch p {
-	case 0:
-		return "none"
-	case 1:
-		return "mean"
-	case 2:
-		return "cls"
-	case 3:
-		return "last"
-	case 4:
-		return "rank"
-	}
-	return "unknown"
 }
 
 var slugRe = regexp.MustCompile(`[^a-z0-9.]+`)

@@ -15,10 +15,6 @@ const (
 	taskRerank = "rerank"
 )
 
-// poolingRank is llama.cpp's LLAMA_POOLING_TYPE_RANK, which its conversion of
-// Qwen3-Reranker declares.
-const poolingRank = 4
-
 // parseTask checks a --task value.
 func parseTask(s string) (string, error) {
 	switch s {
@@ -35,7 +31,7 @@ func parseTask(s string) (string, error) {
 // conversion writes a Qwen3-Reranker: rank pooling declared, or a classifier head
 // (cls.output.weight). A Qwen3-Reranker converted as a plain causal LM looks like
 // any Qwen3 model and needs --task rerank.
-func modelTask(task string, f *gguf.File, arch string, hasHead bool) (bool, error) {
+func modelTask(task string, s gguf.Shape) (bool, error) {
 	t, err := parseTask(task)
 	if err != nil {
 		return false, err
@@ -46,11 +42,7 @@ func modelTask(task string, f *gguf.File, arch string, hasHead bool) (bool, erro
 	case taskRerank:
 		return true, nil
 	}
-	if hasHead {
-		return true, nil
-	}
-	pooling, err := f.Uint32(arch + ".pooling_type")
-	return err == nil && pooling == poolingRank, nil
+	return s.HasClassifier || s.Pooling == gguf.PoolingRank, nil
 }
 
 // checkRerankVocab checks that the vocabulary holds the reranker template's control

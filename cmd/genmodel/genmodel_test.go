@@ -413,8 +413,8 @@ func TestRerankLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if v, _ := f.Uint32("qwen3.pooling_type"); v != poolingRank {
-		t.Errorf("pooling_type = %d, want %d (rank)", v, poolingRank)
+	if s, err := f.Shape(); err != nil || s.Pooling != gguf.PoolingRank || !s.HasClassifier {
+		t.Errorf("pooling %v, classifier head %t (%v); want rank pooling and a head", s.Pooling, s.HasClassifier, err)
 	}
 	if v, _ := f.Strings("qwen3.classifier.output_labels"); !reflect.DeepEqual(v, []string{"yes", "no"}) {
 		t.Errorf("classifier.output_labels = %q, want [yes no]", v)

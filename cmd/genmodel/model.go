@@ -34,8 +34,6 @@ var shapes = map[string]shape{
 const (
 	ropeFreqBase = 1e6
 	rmsEpsilon   = 1e-6
-	poolingLast  = 3 // llama.cpp's LLAMA_POOLING_TYPE_LAST, as the official embedding GGUF sets
-	poolingRank  = 4 // LLAMA_POOLING_TYPE_RANK, as llama.cpp's conversion of Qwen3-Reranker sets
 )
 
 // rerankTemplate is the chat template llama.cpp's conversion (convert_hf_to_gguf.py,
@@ -126,11 +124,13 @@ func build(w *gguf.Writer, o options) (parameters uint64, tensors int, err error
 	w.AddKV("qwen3.attention.value_length", s.headDim)
 	w.AddKV("qwen3.rope.freq_base", float32(ropeFreqBase))
 	w.AddKV("qwen3.attention.layer_norm_rms_epsilon", float32(rmsEpsilon))
+	// Rank pooling as llama.cpp's conversion of Qwen3-Reranker sets; last-token
+	// pooling as the official embedding GGUF does.
 	if o.rerank {
-		w.AddKV("qwen3.pooling_type", uint32(poolingRank))
+		w.AddKV("qwen3.pooling_type", uint32(gguf.PoolingRank))
 		w.AddKV("qwen3.classifier.output_labels", []string{"yes", "no"})
 	} else {
-		w.AddKV("qwen3.pooling_type", uint32(poolingLast))
+		w.AddKV("qwen3.pooling_type", uint32(gguf.PoolingLast))
 	}
 	w.AddKV("tokenizer.ggml.model", "gpt2")
 	w.AddKV("tokenizer.ggml.pre", "qwen2")

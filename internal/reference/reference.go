@@ -132,75 +132,41 @@ func load(f *gguf.File) (*Model, error) {
 // not implement, rather than silently computing something else.
 func readConfig(f *gguf.File) (Config, error) {
 	var cfg Config
-	arch, err := f.String("general.architecture")
+	s, err := f.Shape()
 	if err != nil {
 		return cfg, err
 	}
-	if arch != "qwen3" {
-		return cfg, fmt.Errorf("general.architecture is %q; the reference implements only \"qwen3\"", arch)
+	if s.Architecture != "qwen3" {
+		return cfg, fmt.Errorf("%s is %q; the reference implements only \"qwen3\"", gguf.KeyArchitecture, s.Architecture)
 	}
-	u := func(key string, def int) int {
-		if err != nil {
-			return 0
-		}
-		v, e := f.Uint32(key)
-		switch {
-		case e == nil:
-			return int(v)
-		case def >= 0 && errors.Is(e, gguf.ErrNotFound):
-			return def
-		}
-		err = e
-		return 0
-	}
-	cfg.Hidden = u("qwen3.embedding_length", -1)
-	cfg.Layers = u("qwen3.block_count", -1)
-	cfg.FFN = u("qwen3.feed_forward_length", -1)
-	cfg.Heads = u("qwen3.attention.head_count", -1)
-	cfg.KVHeads = u("qwen3.attention.head_count_kv", cfg.Heads)
-	def := 0
-	if cfg.Heads > 0 {
-		def = cfg.Hidden / cfg.Heads
-	}
-	cfg.HeadDim = u("qwen3.attention.key_length", def)
-	valueLen := u("qwen3.attention.value_length", def)
-	ropeDims := u("qwen3.rope.dimension_count", cfg.HeadDim)
-	if err != nil {
+	if err := s.Require(gguf.KeyEmbeddingLength, gguf.KeyBlockCount, gguf.KeyFeedForwardLength, gguf.KeyHeadCount, gguf.KeyRMSEpsilon); err != nil {
 		return cfg, err
 	}
+	cfg.Hidden, cfg.Layers, cfg.FFN = s.EmbeddingLength, s.Layers, s.FeedForwardLength
+	cfg.Heads, cfg.KVHeads, cfg.HeadDim = s.Heads, s.KVHeads, s.KeyLength
 	switch {
 	case cfg.Hidden <= 0 || cfg.Layers <= 0 || cfg.FFN <= 0 || cfg.Heads <= 0 || cfg.KVHeads <= 0 || cfg.HeadDim <= 0:
 		return cfg, fmt.Errorf("hyperparameters %+v must all be positive", cfg)
 	case cfg.Heads%cfg.KVHeads != 0:
 		return cfg, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", cfg.Heads, cfg.KVHeads)
-	case valueLen != cfg.HeadDim:
-		return cfg, fmt.Errorf("value_length %d differs from key_length %d (llama.cpp's qwen3 graph asserts they are equal)", valueLen, cfg.HeadDim)
-	case ropeDims != cfg.HeadDim:
-		return cfg, fmt.Errorf("rope.dimension_count %d differs from the head size %d (llama.cpp's qwen3 graph asserts they are equal)", ropeDims, cfg.HeadDim)
+	case s.ValueLength != cfg.HeadDim:
+		return cfg, fmt.Errorf("value_length %d differs from key_length %d (llama.cpp's qwen3 graph asserts they are equal)", s.ValueLength, cfg.HeadDim)
+	case s.RopeDimensions != cfg.HeadDim:
+		return cfg, fmt.Errorf("rope.dimension_count %d differs from the head size %d (llama.cpp's qwen3 graph asserts they are equal)", s.RopeDimensions, cfg.HeadDim)
 	case cfg.HeadDim%2 != 0:
 		return cfg, fmt.Errorf("head size %d is odd; RoPE rotates pairs", cfg.HeadDim)
 	}
-
-	cfg.RopeBase = 10000 // llama.cpp's default when the key is absent
-	if v, e := f.Float32("qwen3.rope.freq_base"); e == nil {
-		cfg.RopeBase = float64(v)
-	} else if !errors.Is(e, gguf.ErrNotFound) {
-		return cfg, e
-	}
-	eps, err := f.Float32("qwen3.attention.layer_norm_rms_epsilon")
-	if err != nil {
-		return cfg, err
-	}
+	cfg.RopeBase = float64(s.RopeFreqBase) // llama.cpp's default, 10000, when the key is absent
 	// llama.cpp holds eps as a float; using the same float32 value keeps the two
 	// computations comparable to far below any test tolerance.
-	cfg.Epsilon = float64(eps)
+	cfg.Epsilon = float64(s.RMSEpsilon)
 
 	// RoPE scaling (YaRN, linear) changes the rotation; refuse it instead of ignoring it.
-	if s, e := f.String("qwen3.rope.scaling.type"); e == nil && s != "none" {
-		return cfg, fmt.Errorf("qwen3.rope.scaling.type %q is not implemented by the reference", s)
+	if t := s.RopeScalingType; t != "" && t != "none" {
+		return cfg, fmt.Errorf("%s %q is not implemented by the reference", s.Key(gguf.KeyRopeScalingType), t)
 	}
-	if v, e := f.Float32("qwen3.rope.scaling.factor"); e == nil && v != 0 && v != 1 {
-		return cfg, fmt.Errorf("qwen3.rope.scaling.factor %g is not implemented by the reference", v)
+	if v := s.RopeScalingFactor; v != 0 && v != 1 {
+		return cfg, fmt.Errorf("%s %g is not implemented by the reference", s.Key(gguf.KeyRopeScalingFactor), v)
 	}
 	return cfg, nil
 }
