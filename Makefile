@@ -88,13 +88,15 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/embed-stack ./cmd/embed-stack
 
 # System packages for the cgo build and the node and Python client tests (Debian; run
-# as root). python3-venv is Debian's ensurepip, which `python3 -m venv` needs.
+# as root). python3-venv is Debian's ensurepip, which `python3 -m venv` needs; haproxy
+# is the scale test's balancer, chromium the headless browser of the /docs page's test.
 deps:
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libstb-dev
 	@command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm
 	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3 python3-venv
 	@command -v haproxy >/dev/null || apt-get install -y -qq --no-install-recommends haproxy
+	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium
 
 $(TOKENIZER):
 	bash scripts/fetch-tokenizer.sh

@@ -39,20 +39,15 @@ func (s *Server) describeRoutes(r gin.IRoutes) {
 // client (or a fuzzer) generating requests from it stays within what the server
 // accepts.
 func (s *Server) openAPI() []byte {
-	var doc map[string]any
-	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
-		panic("server: openapi.json: " + err.Error()) // a test parses it
+	parsed, err := decodeOrdered(openAPIDoc)
+	doc, ok := parsed.(*ordered)
+	if err != nil || !ok {
+		panic(fmt.Sprintf("server: openapi.json is not a JSON object: %v", err)) // a test parses it
 	}
 	set := func(v any, path ...string) {
-		m := doc
-		for _, k := range path[:len(path)-1] {
-			next, ok := m[k].(map[string]any)
-			if !ok {
-				panic(fmt.Sprintf("server: openapi.json has no %v", path))
-			}
-			m = next
+		if err := doc.set(v, path...); err != nil {
+			panic("server: openapi.json: " + err.Error())
 		}
-		m[path[len(path)-1]] = v
 	}
 	set(buildinfo.Get().Version, "info", "version")
 	if len(s.Info.Models) > 0 {

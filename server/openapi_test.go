@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -232,4 +233,80 @@ func TestOpenAPIFilledFromServer(t *testing.T) {
 	if got := doc.Schema("TextInputs")["maxItems"]; got != 100.0 {
 		t.Errorf("TextInputs maxItems %v, want 100", got)
 	}
+}
+
+// The served document lists its tags, every operation names one of them, and it keeps
+// the hand-written order (a map would sort /debug/vars first): /docs and any OpenAPI
+// viewer group and order operations from these.
+func TestOpenAPITagsAndOrder(t *testing.T) {
+	served := documentedServer(&fakeEmbedder{}, true, Config{}).openAPI()
+	var doc struct {
+		Tags []struct {
+			Name        string `json:"name"`
+			Description string `json:"description"`
+		} `json:"tags"`
+		Paths map[string]map[string]struct {
+			Tags []string `json:"tags"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(served, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tag := range doc.Tags {
+		names = append(names, tag.Name)
+		if tag.Description == "" {
+			t.Errorf("tag %s has no description", tag.Name)
+		}
+	}
+	if len(names) == 0 || names[0] != "OpenAI" {
+		t.Errorf("tags %v, want OpenAI's first", names)
+	}
+	for path, item := range doc.Paths {
+		for method, op := range item {
+			if len(op.Tags) == 0 || !slices.Contains(names, op.Tags[0]) {
+				t.Errorf("%s %s: tags %v, none of the listed %v", method, path, op.Tags, names)
+			}
+		}
+	}
+	// Paths in the file's order; the figures filled in.
+	var src struct {
+		Paths orderedKeys `json:"paths"`
+	}
+	var out struct {
+		Paths      orderedKeys `json:"paths"`
+		Components struct {
+			Schemas struct {
+				Dimensions struct{ Minimum, Maximum int }
+			}
+		}
+	}
+	if err := json.Unmarshal(openAPIDoc, &src); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(served, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(src.Paths, out.Paths) || src.Paths[0] != "/v1/embeddings" {
+		t.Errorf("served paths %v\nfile's paths %v\nwant the file's order, /v1/embeddings first", out.Paths, src.Paths)
+	}
+	if d := out.Components.Schemas.Dimensions; d.Minimum != 1 || d.Maximum != 3 {
+		t.Errorf("Dimensions %+v, want the served model's 1..3", d)
+	}
+}
+
+// orderedKeys decodes a JSON object into its keys, in order.
+type orderedKeys []string
+
+func (k *orderedKeys) UnmarshalJSON(b []byte) error {
+	v, err := decodeOrdered(b)
+	if err != nil {
+		return err
+	}
+	o, ok := v.(*ordered)
+	if !ok {
+		return fmt.Errorf("not an object: %.40s", b)
+	}
+	*k = o.keys
+	return nil
 }
