@@ -18,6 +18,8 @@
 //   - server side: [Client] speaks the protocol; [Warm] supervises the long-lived
 //     worker (readiness, restarts with backoff); [Ephemeral] runs one short-lived worker
 //     per long sequence with a context sized to it.
+//   - between them, the worker's command line: [WorkerArgs], which the server side
+//     writes (Args) and the worker reads (Parse).
 //
 // Errors that callers map to HTTP statuses: errors.Is(err, [ErrUnavailable]) (503,
 // with [UnavailableError.RetryAfter]), *[WorkerInputError] (400); anything else is an

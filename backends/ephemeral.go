@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/embed-stack/embed-stack/telemetry/stage"
@@ -96,7 +95,7 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 	sctx, spawn := startSpawn(ctx, roleEphemeral, nCtx)
 	// The process outlives ctx only as long as stopping it takes.
 	p, err := startProc(context.WithoutCancel(sctx), e.Spec, filepath.Join(dir, "worker.sock"),
-		[]string{"--ctx", strconv.Itoa(nCtx)}, orDefault(e.StopTimeout, DefaultStopTimeout))
+		WorkerArgs{Ctx: nCtx}.Args(), orDefault(e.StopTimeout, DefaultStopTimeout))
 	if err != nil {
 		endSpawn(spawn, roleEphemeral, 0, started, err)
 		err = fmt.Errorf("ephemeral worker: %w", err)

@@ -16,7 +16,7 @@ import (
 // WorkerSpec says how to start a worker process, for example
 //
 //	exe, _ := os.Executable()
-//	WorkerSpec{Path: exe, Args: []string{"worker", "--model", model}}
+//	WorkerSpec{Path: exe, Args: append([]string{"worker"}, WorkerArgs{Model: model}.Args()...)}
 //
 // backends appends "--socket PATH" (and, for [Ephemeral], "--ctx N" before it) to
 // Args, so Args should hold neither flag.
@@ -75,7 +75,7 @@ func startProc(ctx context.Context, spec WorkerSpec, socket string, extraArgs []
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the stale socket %s: %w", socket, err)
 	}
-	args := slices.Concat(spec.Args, extraArgs, []string{"--socket", socket})
+	args := slices.Concat(spec.Args, extraArgs, WorkerArgs{Socket: socket}.Args())
 	pctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(pctx, spec.Path, args...)
 	cmd.Env = append(append(os.Environ(), spec.Env...), traceEnv(ctx)...)

@@ -6,32 +6,11 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
-
-// parseLengths reads a comma-separated list of token counts (--warm-buckets,
-// worker --warm-up): positive, returned sorted without repeats; "" is none.
-func parseLengths(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive number of tokens", f)
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
 
 // kvBytesPerToken is what one token costs in a worker's KV cache: K and V, f16, in
 // every layer, for the model's KV heads (gguf.Shape.KVBytesPerToken). 114688 bytes
@@ -233,7 +212,7 @@ func checkRoutingFlags(f *serveFlags) error {
 	if f.batchWindow < 0 {
 		return fmt.Errorf("--batch-window must not be negative (0 turns batching off); got %s", f.batchWindow)
 	}
-	buckets, err := parseLengths(f.warmBuckets)
+	buckets, err := backends.ParseLengths(f.warmBuckets)
 	if err != nil {
 		return fmt.Errorf("--warm-buckets: %w; give comma-separated token counts such as 256,1024,8192", err)
 	}
@@ -302,14 +281,6 @@ func (e *engine) warmBytes(warmCtx int) (int64, error) {
 		overhead = gpuWorkerOverhead
 	}
 	return st.Size() + kv*int64(warmCtx) + overhead, nil
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, n := range v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
 }
 
 // ephemeralQueue turns --ephemeral-queue into routing.Config.EphemeralQueue, where

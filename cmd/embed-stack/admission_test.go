@@ -14,32 +14,6 @@ import (
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
-func TestParseLengths(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []int
-		wantErr string
-	}{
-		{"256,1024,8192", []int{256, 1024, 8192}, ""},
-		{" 8192, 256 ,256,", []int{256, 8192}, ""},
-		{"", nil, ""},
-		{"256,x", nil, `"x" is not a positive number of tokens`},
-		{"0", nil, `"0" is not a positive number of tokens`},
-	}
-	for _, tt := range tests {
-		got, err := parseLengths(tt.in)
-		if tt.wantErr != "" {
-			if err == nil || err.Error() != tt.wantErr {
-				t.Errorf("parseLengths(%q): err = %v, want %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, tt.want) {
-			t.Errorf("parseLengths(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
-		}
-	}
-}
-
 // TestKVBytesPerToken: layers x KV heads x (key + value width) x 2 bytes.
 func TestKVBytesPerToken(t *testing.T) {
 	root := testrepo.RootOf(t)

@@ -9,52 +9,26 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
 )
 
-// deviceFlags are --device, --gpu-layers and --backend-dir: where the workers
-// compute. serve, embed and worker take them alike; serve and embed pass them on
-// to every worker they start.
-type deviceFlags struct {
-	device     string
-	gpuLayers  int
-	backendDir string
-}
-
-// addDeviceFlags defines the device flags on fs, bound to f.
-func addDeviceFlags(fs *flag.FlagSet, f *deviceFlags) {
-	fs.StringVar(&f.device, "device", llama.DeviceAuto, "where the model runs: `auto` (the first GPU of a loaded backend, else the CPU), cpu (loads no GPU backend), cuda, cuda:N or metal; a GPU asked for by name that is missing is an error, never a fallback to the CPU")
-	fs.IntVar(&f.gpuLayers, "gpu-layers", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU")
-	fs.StringVar(&f.backendDir, "backend-dir", "", "`folder` of loadable ggml GPU backends such as libggml-cuda.so, which `make cuda` builds (default: "+llama.BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+llama.BackendDirName+"/); every backend library in it must load")
-}
-
-// check refuses a malformed device name or a negative layer count.
-func (f *deviceFlags) check() error {
-	if _, _, err := llama.ParseDevice(f.device); err != nil {
+// checkDevice refuses a malformed device name or a negative layer count.
+func checkDevice(d backends.DeviceArgs) error {
+	if _, _, err := llama.ParseDevice(d.Device); err != nil {
 		return fmt.Errorf("--device: %w", err)
 	}
-	if f.gpuLayers < 0 {
-		return fmt.Errorf("--gpu-layers must not be negative (0 = all layers); got %d", f.gpuLayers)
+	if d.GPULayers < 0 {
+		return fmt.Errorf("--gpu-layers must not be negative (0 = all layers); got %d", d.GPULayers)
 	}
 	return nil
 }
 
-// args are the worker flags that carry f.
-func (f *deviceFlags) args() []string {
-	out := []string{"--device", f.device, "--gpu-layers", strconv.Itoa(f.gpuLayers)}
-	if f.backendDir != "" {
-		out = append(out, "--backend-dir", f.backendDir)
-	}
-	return out
-}
-
-// config fills the device fields of an engine configuration.
-func (f *deviceFlags) config(c *llama.Config) {
-	c.Device, c.GPULayers, c.BackendDir = f.device, f.gpuLayers, f.backendDir
+// deviceConfig fills the device fields of an engine configuration.
+func deviceConfig(d backends.DeviceArgs, c *llama.Config) {
+	c.Device, c.GPULayers, c.BackendDir = d.Device, d.GPULayers, d.BackendDir
 }
 
 // explainDeviceError adds to an engine's device or backend error the flags that
@@ -88,8 +62,8 @@ func deviceOf(d llama.DeviceInfo) *backends.Device {
 func runDevices(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("embed-stack devices", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f deviceFlags
-	addDeviceFlags(fs, &f)
+	var f backends.DeviceArgs
+	f.AddFlags(fs)
 	asJSON := fs.Bool("json", false, "print the device as the JSON object of a worker's /health \"device\" field")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack devices [flags]\n\n"+
@@ -103,12 +77,12 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if err := f.check(); err != nil {
+	if err := checkDevice(f); err != nil {
 		fmt.Fprintln(stderr, "embed-stack devices:", err)
 		return 2
 	}
 	var c llama.Config
-	f.config(&c)
+	deviceConfig(f, &c)
 	info, err := llama.Probe(c)
 	if err != nil {
 		fmt.Fprintln(stderr, "embed-stack devices:", explainDeviceError(err))
@@ -130,8 +104,8 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 // mayHaveGPU says whether a worker started with f might run on a GPU, so that
 // serve must probe where (probeDevice): a GPU asked for by name, or auto where
 // Metal is compiled in or a backend folder exists.
-func mayHaveGPU(f deviceFlags) bool {
-	kind, _, _ := llama.ParseDevice(f.device)
+func mayHaveGPU(f backends.DeviceArgs) bool {
+	kind, _, _ := llama.ParseDevice(f.Device)
 	switch kind {
 	case llama.DeviceCPU:
 		return false
@@ -139,7 +113,7 @@ func mayHaveGPU(f deviceFlags) bool {
 		if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
 			return true
 		}
-		if f.backendDir != "" {
+		if f.BackendDir != "" {
 			return true // and a folder that is not there fails now, not in a worker
 		}
 		_, err := os.Stat(llama.DefaultBackendDir())
@@ -163,8 +137,8 @@ func deviceName(d *backends.Device) string {
 // probeDevice runs `embed-stack devices --json` with f as a child process (ggml's
 // backends, once loaded, stay in a process, and serve itself never loads them) and
 // returns what it printed. The error is the child's message.
-func probeDevice(exe string, f deviceFlags) (*backends.Device, error) {
-	out, err := exec.Command(exe, append([]string{"devices", "--json"}, f.args()...)...).Output()
+func probeDevice(exe string, f backends.DeviceArgs) (*backends.Device, error) {
+	out, err := exec.Command(exe, append([]string{"devices", "--json"}, f.Args()...)...).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && len(ee.Stderr) > 0 {

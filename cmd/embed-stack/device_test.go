@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/llama"
 	"github.com/embed-stack/embed-stack/internal/e2e"
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
@@ -31,28 +32,28 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.device != (deviceFlags{device: "cuda:1", gpuLayers: 7, backendDir: "/opt/es/lib"}) ||
+	if f.device != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
 		sources["device"] != fromEnv || sources["gpu-layers"] != fromFlag || sources["backend-dir"] != fromFile {
 		t.Errorf("device flags = %+v from %s/%s/%s", f.device, sources["device"], sources["gpu-layers"], sources["backend-dir"])
 	}
-	if err := f.device.check(); err != nil {
+	if err := checkDevice(f.device); err != nil {
 		t.Errorf("check: %v", err)
 	}
 	want := []string{"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/es/lib"}
-	if got := f.device.args(); !slices.Equal(got, want) {
+	if got := f.device.Args(); !slices.Equal(got, want) {
 		t.Errorf("worker args = %q, want %q", got, want)
 	}
-	if got := (&deviceFlags{device: "auto"}).args(); !slices.Equal(got, []string{"--device", "auto", "--gpu-layers", "0"}) {
+	if got := (backends.DeviceArgs{Device: "auto"}).Args(); !slices.Equal(got, []string{"--device", "auto", "--gpu-layers", "0"}) {
 		t.Errorf("default worker args = %q", got)
 	}
 	for _, bad := range []struct {
-		f    deviceFlags
+		f    backends.DeviceArgs
 		want string
 	}{
-		{deviceFlags{device: "gpu"}, `--device: device "gpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`},
-		{deviceFlags{device: "cpu", gpuLayers: -1}, "--gpu-layers must not be negative (0 = all layers); got -1"},
+		{backends.DeviceArgs{Device: "gpu"}, `--device: device "gpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`},
+		{backends.DeviceArgs{Device: "cpu", GPULayers: -1}, "--gpu-layers must not be negative (0 = all layers); got -1"},
 	} {
-		if err := bad.f.check(); err == nil || err.Error() != bad.want {
+		if err := checkDevice(bad.f); err == nil || err.Error() != bad.want {
 			t.Errorf("check(%+v) = %v, want %q", bad.f, err, bad.want)
 		}
 	}
@@ -65,10 +66,18 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	}
 
 	// The MLX server chooses no ggml device: the flags are dropped for it.
-	llamaSpec := backends.WorkerSpec{Path: "/bin/embed-stack", Args: append([]string{"worker", "--model", "q.gguf", "--ctx", "8192"}, want...)}
-	mlx, err := (warmChoice{Name: warmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).spec(llamaSpec)
-	if err != nil || !slices.Equal(mlx.Args, []string{"--model", "/m", "--ctx", "8192"}) {
-		t.Errorf("mlx args = %q, %v", mlx.Args, err)
+	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: f.device}
+	mlx := (warmChoice{Name: warmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).spec(args, workerSpec("/bin/embed-stack", args))
+	if !slices.Equal(mlx.Args, []string{"--model", "/m", "--ctx", "8192"}) {
+		t.Errorf("mlx args = %q", mlx.Args)
+	}
+}
+
+// TestDeviceDefaults: backends spells the device flags' defaults without
+// importing backends/llama; they must be llama's.
+func TestDeviceDefaults(t *testing.T) {
+	if backends.DefaultDevice != llama.DeviceAuto || backends.BackendDirName != llama.BackendDirName {
+		t.Errorf("backends has %q and %q, llama %q and %q", backends.DefaultDevice, backends.BackendDirName, llama.DeviceAuto, llama.BackendDirName)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/routing"
 )
@@ -52,7 +53,7 @@ type embedFlags struct {
 	// shard is the slice of the input this run embeds (Count 0: all of it), from
 	// --shard, or --shards with JOB_COMPLETION_INDEX.
 	shard  batch.Shard
-	device deviceFlags
+	device backends.DeviceArgs
 }
 
 // newEmbedFlagSet defines embed's flags. The model and worker flags are named and
@@ -83,7 +84,7 @@ func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.shardSpec, "shard", "", "embed only slice `i/N` of the input file (0 ≤ i < N; lines by byte range, see docs/batch.md) into OUTPUT with -0000i-of-0000N before its extension; merge the N parts with embed-stack merge")
 	fs.IntVar(&f.shards, "shards", 0, "`N` slices, this run's index from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it); same as --shard $JOB_COMPLETION_INDEX/N")
-	addDeviceFlags(fs, &f.device)
+	f.device.AddFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack embed --model MODEL --input FILE --output FILE [flags]\n\n"+
 			"Embeds every text of a file (or standard input) offline, with the same wrapping,\n"+
@@ -122,7 +123,7 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if _, err := routing.ParseInputType(f.inputType); err != nil {
 		return nil, fmt.Errorf("--input-type: %w", err)
 	}
-	if err := f.device.check(); err != nil {
+	if err := checkDevice(f.device); err != nil {
 		return nil, err
 	}
 	format, err := inputFormat(f)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -46,7 +45,7 @@ type engineConfig struct {
 	LogFormat, LogLevel string
 	// Device is where the workers compute (their --device, --gpu-layers and
 	// --backend-dir).
-	Device deviceFlags
+	Device backends.DeviceArgs
 }
 
 // engine is the model side of both commands: the resolved GGUF, its facts, the
@@ -56,8 +55,11 @@ type engine struct {
 	modelPath string
 	facts     *modelFacts
 	tok       *tokenizer.Tokenizer
-	warm      *backends.Warm
-	long      *backends.Ephemeral
+	// warmArgs are the warm worker's command line, which warm.Spec runs as
+	// `embed-stack worker`; another warm backend (warmChoice.spec) takes them too.
+	warmArgs backends.WorkerArgs
+	warm     *backends.Warm
+	long     *backends.Ephemeral
 	// warmInfo, when set, describes the running warm worker in place of
 	// warm.Info: serve runs copies of warm (backends.OnDemand), never warm itself.
 	warmInfo func() backends.EngineInfo
@@ -126,47 +128,41 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	}
 	// --threads only when set: a worker's default depends on its device (every
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
-	workerArgs := []string{"worker", "--model", modelPath}
-	if cfg.Threads > 0 {
-		workerArgs = append(workerArgs, "--threads", strconv.Itoa(cfg.Threads))
-	}
-	workerArgs = append(append(workerArgs, "--log-format", cfg.LogFormat, "--log-level", cfg.LogLevel), cfg.Device.args()...)
+	base := backends.WorkerArgs{Model: modelPath, Threads: cfg.Threads, LogFormat: cfg.LogFormat, LogLevel: cfg.LogLevel, DeviceArgs: cfg.Device}
 	// A reranker's workers return the two logits of yes and no per sequence.
 	outputs := facts.dim
 	if facts.rerank {
-		workerArgs = append(workerArgs, "--task", taskRerank)
+		base.Task = backends.TaskRerank
 		outputs = 2
 	}
-	warmArgs := append(append([]string(nil), workerArgs...), "--ctx", strconv.Itoa(cfg.WarmMaxTokens))
-	if cfg.BatchTokens > 0 {
-		warmArgs = append(warmArgs, "--batch", strconv.Itoa(cfg.BatchTokens))
-	}
-	if len(cfg.WarmBuckets) > 0 {
-		warmArgs = append(warmArgs, "--buckets", joinInts(cfg.WarmBuckets))
-	}
-	longArgs := workerArgs
-	if cfg.EphemeralNice > 0 {
-		longArgs = append(append([]string(nil), workerArgs...), "--nice", strconv.Itoa(cfg.EphemeralNice))
-	}
+	warmArgs, longArgs := base, base
+	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = cfg.WarmMaxTokens, cfg.BatchTokens, cfg.WarmBuckets
+	longArgs.Nice = cfg.EphemeralNice
 	return &engine{
 		modelPath: modelPath,
 		device:    device,
 		facts:     facts,
 		tok:       tok,
+		warmArgs:  warmArgs,
 		warm: &backends.Warm{
-			Spec:         backends.WorkerSpec{Path: exe, Args: warmArgs},
+			Spec:         workerSpec(exe, warmArgs),
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "warm"),
 			MinTokens:    cfg.WarmMaxTokens,
 			NEmbd:        outputs,
 		},
 		long: &backends.Ephemeral{
-			Spec:         backends.WorkerSpec{Path: exe, Args: longArgs},
+			Spec:         workerSpec(exe, longArgs),
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "ephemeral"),
 			NEmbd:        outputs,
 		},
 	}, nil
+}
+
+// workerSpec runs this executable as `embed-stack worker` with a.
+func workerSpec(exe string, a backends.WorkerArgs) backends.WorkerSpec {
+	return backends.WorkerSpec{Path: exe, Args: append([]string{"worker"}, a.Args()...)}
 }
 
 // router returns a router over the engine's tokenizer and workers with the given

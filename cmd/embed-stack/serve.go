@@ -87,7 +87,7 @@ type serveFlags struct {
 	ephemeralQueue     int
 	ephemeralNice      int
 	// device is --device, --gpu-layers and --backend-dir (device.go).
-	device deviceFlags
+	device backends.DeviceArgs
 }
 
 // stringList is a repeatable flag.
@@ -146,7 +146,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token, but at most what --max-ephemeral workers hold at --max-input-tokens each)")
 	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
 	fs.IntVar(&f.ephemeralNice, "ephemeral-nice", 10, "lower the CPU priority of ephemeral workers' decoding by `n` (0-19), so the warm worker's short requests go first on shared cores: with 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way")
-	addDeviceFlags(fs, &f.device)
+	f.device.AddFlags(fs)
 	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
 	fs.Usage = func() {
@@ -200,7 +200,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if err := checkRoutingFlags(f); err != nil {
 		return nil, err
 	}
-	if err := f.device.check(); err != nil {
+	if err := checkDevice(f.device); err != nil {
 		return nil, err
 	}
 	if err := checkGuardFlags(f); err != nil {
@@ -329,9 +329,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		return err
 	}
 	for _, m := range models {
-		if m.eng.warm.Spec, err = f.warm.spec(m.eng.warm.Spec); err != nil {
-			return err
-		}
+		m.eng.warm.Spec = f.warm.spec(m.eng.warmArgs, m.eng.warm.Spec)
 		lim := m.lim
 		logger.Info("ephemeral workers", "model", m.name, "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
 		// A worker that stops answering is killed, and so restarted, by the hang

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -115,32 +114,19 @@ func (b warmChoice) resolve(platform, exe string) (warmChoice, error) {
 	return b, nil
 }
 
-// spec returns the warm worker's command, given the one serve builds for the llama.cpp
-// worker (`embed-stack worker --model GGUF ...`). For mlx it runs MLXServer with the
-// same worker arguments, minus the "worker" subcommand word, and with --model MLXModel
-// in place of the GGUF. mlx-embed-server honours --ctx (its largest bucket) and
-// accepts the llama.cpp-only flags (--threads, --batch, ...) with a warning, so both
-// workers take one argument list. b must have come from resolve.
-func (b warmChoice) spec(llama backends.WorkerSpec) (backends.WorkerSpec, error) {
+// spec returns the warm worker's command, given the one serve builds for the
+// llama.cpp worker (`embed-stack worker` with args). For mlx it runs MLXServer with
+// the same worker arguments but --model MLXModel in place of the GGUF and no device
+// flags (they choose a ggml device; MLX always runs on the Mac's GPU).
+// mlx-embed-server honours --ctx (its largest bucket) and accepts the llama.cpp-only
+// flags (--threads, --batch, ...) with a warning, so both workers take one argument
+// list. b must have come from resolve.
+func (b warmChoice) spec(args backends.WorkerArgs, llama backends.WorkerSpec) backends.WorkerSpec {
 	if b.Name != warmMLX {
-		return llama, nil
+		return llama
 	}
-	args := slices.Clone(llama.Args)
-	if len(args) > 0 && args[0] == "worker" {
-		args = args[1:]
-	}
-	i := slices.Index(args, "--model")
-	if i < 0 || i+1 >= len(args) {
-		return llama, fmt.Errorf("the warm worker's arguments %q hold no --model to replace", llama.Args)
-	}
-	args[i+1] = b.MLXModel
-	// The device flags choose a ggml device; MLX always runs on the Mac's GPU.
-	for _, name := range []string{"--device", "--gpu-layers", "--backend-dir"} {
-		if j := slices.Index(args, name); j >= 0 && j+1 < len(args) {
-			args = slices.Delete(args, j, j+2)
-		}
-	}
+	args.Model, args.DeviceArgs = b.MLXModel, backends.DeviceArgs{}
 	out := llama
-	out.Path, out.Args = b.MLXServer, args
-	return out, nil
+	out.Path, out.Args = b.MLXServer, args.Args()
+	return out
 }

@@ -1,0 +1,222 @@
+package backends
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Values of WorkerArgs.Task: what a worker returns per sequence.
+const (
+	// TaskEmbed returns each sequence's last-token hidden state (the default).
+	TaskEmbed = "embed"
+	// TaskRerank returns the logits of the tokens yes and no at the sequence's last
+	// token, for a Qwen3-Reranker: an "embedding" of 2.
+	TaskRerank = "rerank"
+)
+
+// Defaults of the device flags, spelt as backends/llama spells them (DeviceAuto,
+// BackendDirName): this package does not import the cgo package, and a test of
+// cmd/embed-stack, which links both, checks that they agree.
+const (
+	// DefaultDevice is --device's default: the first GPU of a loaded backend, else
+	// the CPU.
+	DefaultDevice = "auto"
+	// BackendDirName is the folder, beside the executable's folder, that GPU
+	// backends are loaded from when --backend-dir is not given.
+	BackendDirName = "lib/embed-stack"
+)
+
+// DeviceArgs are the flags that say where a worker computes: --device, --gpu-layers
+// and --backend-dir. serve and embed take them too and pass them on to every worker
+// they start; `embed-stack devices` takes them to report that device. Checking a
+// device name is the engine's (backends/llama.ParseDevice).
+type DeviceArgs struct {
+	// Device is auto, cpu, cuda, cuda:N or metal; "" writes no device flags (a
+	// worker that picks no ggml device, such as mlx-embed-server).
+	Device string
+	// GPULayers is how many layers' weights go to the GPU, the output layer
+	// counting as one; 0 means all.
+	GPULayers int
+	// BackendDir is the folder of loadable ggml GPU backends; "" means
+	// BackendDirName beside the executable's folder.
+	BackendDir string
+}
+
+// AddFlags defines the device flags on fs, bound to d.
+func (d *DeviceArgs) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&d.Device, "device", DefaultDevice, "where the model runs: `auto` (the first GPU of a loaded backend, else the CPU), cpu (loads no GPU backend), cuda, cuda:N or metal; a GPU asked for by name that is missing is an error, never a fallback to the CPU")
+	fs.IntVar(&d.GPULayers, "gpu-layers", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU")
+	fs.StringVar(&d.BackendDir, "backend-dir", "", "`folder` of loadable ggml GPU backends such as libggml-cuda.so, which `make cuda` builds (default: "+BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+BackendDirName+"/); every backend library in it must load")
+}
+
+// Args are the worker flags that carry d: none when d.Device is "".
+func (d DeviceArgs) Args() []string {
+	if d.Device == "" {
+		return nil
+	}
+	out := []string{"--device", d.Device, "--gpu-layers", strconv.Itoa(d.GPULayers)}
+	if d.BackendDir != "" {
+		out = append(out, "--backend-dir", d.BackendDir)
+	}
+	return out
+}
+
+// WorkerArgs is a worker's command line: the flags of `embed-stack worker`, which
+// mlx-embed-server takes too (it ignores those that only llama.cpp has, with a
+// warning). Args writes it and Parse reads it back, so whoever starts a worker
+// (serve and embed for their warm workers, [Ephemeral] adding --ctx, every spawn
+// adding --socket) and the worker itself agree on one spelling. Zero fields are left
+// out, and the worker takes its default.
+type WorkerArgs struct {
+	// Model is the GGUF file (mlx-embed-server: the Hugging Face snapshot directory).
+	Model string
+	// Socket is the Unix socket the worker serves the protocol on; its directory
+	// should be private. Every spawn sets it (startProc).
+	Socket string
+	// Ctx is the context size in tokens: the longest sequence accepted and the
+	// packing budget per round. 0: 8192, capped at the model's training context.
+	Ctx int
+	// Batch is the tokens per decode call of packed short inputs; 0: min(Ctx, 512).
+	Batch int
+	// Threads are the decode threads; 0: the worker's default for its device.
+	Threads int
+	// Seqs are the sequences packed into one round; 0: 64.
+	Seqs int
+	// Buckets are the sequence lengths warmed before the worker reports ready.
+	Buckets []int
+	// Task is TaskEmbed or TaskRerank; "" means TaskEmbed.
+	Task string
+	// Nice lowers the decoding threads' CPU priority (0-19).
+	Nice int
+	// IgnoreStdin keeps the worker running when its stdin reaches EOF, which by
+	// default stops it so that it dies with its parent.
+	IgnoreStdin bool
+	// LogFormat and LogLevel are the worker's logging; "" is its default (text,
+	// info).
+	LogFormat, LogLevel string
+	// DeviceArgs say where it computes.
+	DeviceArgs
+}
+
+// Args returns the command line that Parse reads back as a, without the program
+// name or subcommand word. The flags come in a fixed order (the model first, the
+// socket last), so that a command line in a log reads the same every time.
+func (a WorkerArgs) Args() []string {
+	var out []string
+	str := func(name, v string) {
+		if v != "" {
+			out = append(out, name, v)
+		}
+	}
+	num := func(name string, v int) {
+		if v > 0 {
+			out = append(out, name, strconv.Itoa(v))
+		}
+	}
+	str("--model", a.Model)
+	num("--threads", a.Threads)
+	str("--log-format", a.LogFormat)
+	str("--log-level", a.LogLevel)
+	out = append(out, a.DeviceArgs.Args()...)
+	if a.Task != TaskEmbed {
+		str("--task", a.Task)
+	}
+	num("--ctx", a.Ctx)
+	num("--batch", a.Batch)
+	str("--buckets", JoinLengths(a.Buckets))
+	num("--seqs", a.Seqs)
+	num("--nice", a.Nice)
+	if a.IgnoreStdin {
+		out = append(out, "--ignore-stdin")
+	}
+	str("--socket", a.Socket)
+	return out
+}
+
+// Parse reads a worker's command line (what follows the word "worker"; Args
+// writes it) into a, as flag.FlagSet.Parse with flag.ContinueOnError does: the
+// usage goes to output for -h (the error is then flag.ErrHelp), and any error is
+// reported on output, after "embed-stack worker: " when it is not the flag
+// package's own, so that the caller only chooses the exit status. Fields the
+// command line leaves out take the flags' defaults.
+func (a *WorkerArgs) Parse(args []string, output io.Writer) error {
+	fs := flag.NewFlagSet("embed-stack worker", flag.ContinueOnError)
+	fs.SetOutput(output)
+	var buckets string
+	fs.StringVar(&a.Model, "model", "", "GGUF model `path` (required)")
+	fs.StringVar(&a.Socket, "socket", "", "Unix socket `path` to serve the worker protocol on (required; its directory should be private)")
+	fs.IntVar(&a.Ctx, "ctx", 0, "context size in `tokens`: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
+	fs.IntVar(&a.Batch, "batch", 0, "`tokens` per llama.cpp decode call of packed short inputs (n_batch = n_ubatch; 0 = min(ctx, 512)); a long input's calls take at most 256 of them, fewer where their attention scores would pass 512 MiB")
+	fs.IntVar(&a.Threads, "threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
+	fs.IntVar(&a.Seqs, "seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
+	fs.StringVar(&buckets, "buckets", "", "comma-separated sequence `lengths` warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length is created and decodes one short throwaway input, so that the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
+	fs.StringVar(&a.Task, "task", TaskEmbed, "`embed`: return each sequence's last-token hidden state; rerank: return the logits of the tokens yes and no at its last token, for a Qwen3-Reranker (serve passes it when it serves one)")
+	fs.IntVar(&a.Nice, "nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
+	fs.BoolVar(&a.IgnoreStdin, "ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
+	fs.StringVar(&a.LogFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&a.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	a.DeviceArgs.AddFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: embed-stack worker --model PATH --socket PATH [flags]\n\n"+
+			"Loads a GGUF through llama.cpp and embeds token-id sequences sent over the worker\n"+
+			"protocol (docs/architecture.md). Started by `embed-stack serve`.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	err := a.check(buckets)
+	if err != nil {
+		fmt.Fprintf(output, "%s: %v\n", fs.Name(), err)
+	}
+	return err
+}
+
+// check refuses what the flag package cannot, and reads --buckets.
+func (a *WorkerArgs) check(buckets string) error {
+	if a.Model == "" || a.Socket == "" {
+		return errors.New("--model and --socket are required")
+	}
+	if a.Task != TaskEmbed && a.Task != TaskRerank {
+		return fmt.Errorf("--task %q is not one of %s, %s", a.Task, TaskEmbed, TaskRerank)
+	}
+	var err error
+	if a.Buckets, err = ParseLengths(buckets); err != nil {
+		return fmt.Errorf("--buckets: %w", err)
+	}
+	return nil
+}
+
+// ParseLengths reads a comma-separated list of token counts (serve's
+// --warm-buckets, a worker's --buckets): positive, returned sorted without
+// repeats; "" is none.
+func ParseLengths(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number of tokens", f)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// JoinLengths writes lengths as ParseLengths reads them.
+func JoinLengths(lengths []int) string {
+	s := make([]string, len(lengths))
+	for i, n := range lengths {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
