@@ -58,13 +58,18 @@ func (h Health) Info() EngineInfo {
 // requests; sending them apart from documents (as routing's batcher does) keeps
 // their latency near idle beside long documents. The vectors are the same either
 // way.
+//
+// Fits is the one rule both sides apply: the llama.cpp engine (backends/llama) to
+// decide which Embed calls may run inside a long one, the router (through the
+// worker's /health) to decide which requests to send apart.
 type ShortJobs struct {
 	MaxTokens   int `json:"max_tokens"`
 	BatchTokens int `json:"batch_tokens"`
 	MaxSeqs     int `json:"max_seqs"`
 }
 
-// Fits says whether a request of seqs is a short job.
+// Fits says whether a request of seqs is a short job; never for a nil s (a worker
+// that lets nothing jump ahead) or no sequences.
 func (s *ShortJobs) Fits(seqs [][]int32) bool {
 	if s == nil || len(seqs) == 0 || len(seqs) > s.MaxSeqs {
 		return false
@@ -80,6 +85,8 @@ func (s *ShortJobs) Fits(seqs [][]int32) bool {
 }
 
 // Device describes the device a worker computes on, as its /health reports it.
+// The llama.cpp engine (backends/llama) describes its device with this type too, so
+// a worker reports what its engine found without converting it.
 type Device struct {
 	// Name is the device: "CPU", "CUDA0", "Metal".
 	Name string `json:"name"`
@@ -87,15 +94,18 @@ type Device struct {
 	Description string `json:"description,omitempty"`
 	// Backend is the ggml backend in use: "CPU", "CUDA" or "Metal".
 	Backend string `json:"backend"`
-	// GPU says the model's layers run on a GPU; GPULayers how many of them.
+	// GPU says the model's layers run on a GPU; GPULayers how many of them (the
+	// output layer counted as one), 0 on the CPU.
 	GPU       bool `json:"gpu"`
 	GPULayers int  `json:"gpu_layers,omitempty"`
 	// MemoryTotal and MemoryFree are the device's memory in bytes: on a GPU its
 	// driver's figures (every process's allocations counted), on the CPU the
-	// host's MemTotal and MemAvailable.
+	// host's MemTotal and MemAvailable. /health reads them at the time of the
+	// answer; an engine's own description, when it was opened.
 	MemoryTotal int64 `json:"memory_total_bytes"`
 	MemoryFree  int64 `json:"memory_free_bytes"`
-	// Note says why a worker that could have used a GPU runs on the CPU.
+	// Note says why a worker that could have used a GPU runs on the CPU: no
+	// backend library in the backend folder, or no device found by those loaded.
 	Note string `json:"note,omitempty"`
 }
 

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
 
@@ -82,28 +83,6 @@ func ParseDevice(s string) (kind string, index int, err error) {
 	return "", 0, fmt.Errorf("device %q is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal", s)
 }
 
-// DeviceInfo describes the device an engine runs on.
-type DeviceInfo struct {
-	// Name is ggml's device name: "CPU", "CUDA0", "Metal".
-	Name string
-	// Description is the hardware: "NVIDIA H200", "Apple M1", the CPU's model name.
-	Description string
-	// Backend is ggml's backend: "CPU", "CUDA" or "Metal".
-	Backend string
-	// GPU is true when the model's layers run on a GPU.
-	GPU bool
-	// GPULayers is the number of layers (the output layer counted as one) whose
-	// weights live on the GPU; 0 on the CPU.
-	GPULayers int
-	// MemoryTotal and MemoryFree are the device's memory in bytes when the engine
-	// was opened (see Engine.DeviceMemory). On the CPU: the host's MemTotal and
-	// MemAvailable.
-	MemoryTotal, MemoryFree int64
-	// Note says why an engine asked for "auto" runs on the CPU: no backend
-	// library in the backend folder, or no device found by those loaded.
-	Note string
-}
-
 // BackendError is a file of the backend folder that ggml could not load as a
 // backend: not a shared library, built for another ggml, or missing a library it
 // needs (the CUDA runtime, the driver's libcuda).
@@ -137,10 +116,10 @@ func (e *DeviceError) Error() string {
 // Is makes errors.Is(err, ErrNoDevice) true.
 func (e *DeviceError) Is(target error) bool { return target == ErrNoDevice }
 
-// backends records the backend folders loaded in this process. ggml's registry is
+// backendDirs records the backend folders loaded in this process. ggml's registry is
 // process-wide and a loaded library is never unloaded, so each folder is read
 // once and its result (the libraries loaded, or the error) reused by every Open.
-var backends struct {
+var backendDirs struct {
 	mu     sync.Mutex
 	loaded map[string]backendLoad
 }
@@ -174,9 +153,9 @@ func isBackendLibrary(name string) bool {
 // A file that does not load is an error: the folder is where the operator put the
 // GPU backend, and running on the CPU instead would be a silent fallback.
 func loadBackends(dir string, explicit bool) ([]string, error) {
-	backends.mu.Lock()
-	defer backends.mu.Unlock()
-	if r, ok := backends.loaded[dir]; ok {
+	backendDirs.mu.Lock()
+	defer backendDirs.mu.Unlock()
+	if r, ok := backendDirs.loaded[dir]; ok {
 		return r.libs, r.err
 	}
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -188,10 +167,10 @@ func loadBackends(dir string, explicit bool) ([]string, error) {
 		return nil, nil
 	}
 	libs, err := readBackendDir(dir)
-	if backends.loaded == nil {
-		backends.loaded = map[string]backendLoad{}
+	if backendDirs.loaded == nil {
+		backendDirs.loaded = map[string]backendLoad{}
 	}
-	backends.loaded[dir] = backendLoad{libs, err}
+	backendDirs.loaded[dir] = backendLoad{libs, err}
 	return libs, err
 }
 
@@ -243,10 +222,10 @@ func ggmlDevices() []ggmlDevice {
 
 // selectDevice loads the backends the device name needs and returns the ggml
 // device to offload to (nil for the CPU) with its description.
-func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, DeviceInfo, error) {
+func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, backends.Device, error) {
 	kind, index, err := ParseDevice(name)
 	if err != nil {
-		return nil, DeviceInfo{}, fmt.Errorf("llama: Config.Device: %w", err)
+		return nil, backends.Device{}, fmt.Errorf("llama: Config.Device: %w", err)
 	}
 	if dir == "" {
 		dir = DefaultBackendDir()
@@ -255,7 +234,7 @@ func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, Dev
 	if kind != DeviceCPU {
 		// Metal is compiled in; a backend folder may still hold others.
 		if libs, err = loadBackends(dir, explicitDir); err != nil {
-			return nil, DeviceInfo{}, err
+			return nil, backends.Device{}, err
 		}
 	}
 	devs := ggmlDevices()
@@ -273,11 +252,11 @@ func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, Dev
 		cuda := pick(regCUDA)
 		switch {
 		case len(cuda) == 0 && !slices.ContainsFunc(libs, func(l string) bool { return strings.HasPrefix(l, "libggml-cuda") }):
-			return nil, DeviceInfo{}, &DeviceError{Device: name, Reason: fmt.Sprintf("no CUDA backend is loaded: the backend folder %s holds no libggml-cuda library. Build it with `make cuda` (it lands in %s beside the binary), or give the folder that holds it", dir, BackendDirName)}
+			return nil, backends.Device{}, &DeviceError{Device: name, Reason: fmt.Sprintf("no CUDA backend is loaded: the backend folder %s holds no libggml-cuda library. Build it with `make cuda` (it lands in %s beside the binary), or give the folder that holds it", dir, BackendDirName)}
 		case len(cuda) == 0:
-			return nil, DeviceInfo{}, &DeviceError{Device: name, Reason: "the CUDA backend is loaded but found no GPU; check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES"}
+			return nil, backends.Device{}, &DeviceError{Device: name, Reason: "the CUDA backend is loaded but found no GPU; check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES"}
 		case index >= len(cuda):
-			return nil, DeviceInfo{}, &DeviceError{Device: name, Reason: fmt.Sprintf("the CUDA backend has %d device(s), cuda:0 to cuda:%d", len(cuda), len(cuda)-1)}
+			return nil, backends.Device{}, &DeviceError{Device: name, Reason: fmt.Sprintf("the CUDA backend has %d device(s), cuda:0 to cuda:%d", len(cuda), len(cuda)-1)}
 		}
 		return gpuDevice(cuda[index])
 	case DeviceMetal:
@@ -287,7 +266,7 @@ func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, Dev
 			if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
 				reason = "ggml's Metal backend found no GPU"
 			}
-			return nil, DeviceInfo{}, &DeviceError{Device: name, Reason: reason}
+			return nil, backends.Device{}, &DeviceError{Device: name, Reason: reason}
 		}
 		return gpuDevice(metal[0])
 	case DeviceAuto:
@@ -310,8 +289,8 @@ func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, Dev
 	return nil, cpuDevice(devs), nil
 }
 
-func gpuDevice(d ggmlDevice) (C.ggml_backend_dev_t, DeviceInfo, error) {
-	info := DeviceInfo{
+func gpuDevice(d ggmlDevice) (C.ggml_backend_dev_t, backends.Device, error) {
+	info := backends.Device{
 		Name:        C.GoString(C.ggml_backend_dev_name(d.dev)),
 		Description: C.GoString(C.ggml_backend_dev_description(d.dev)),
 		Backend:     d.backend,
@@ -321,8 +300,8 @@ func gpuDevice(d ggmlDevice) (C.ggml_backend_dev_t, DeviceInfo, error) {
 	return d.dev, info, nil
 }
 
-func cpuDevice(devs []ggmlDevice) DeviceInfo {
-	info := DeviceInfo{Name: regCPU, Backend: regCPU}
+func cpuDevice(devs []ggmlDevice) backends.Device {
+	info := backends.Device{Name: regCPU, Backend: regCPU}
 	for _, d := range devs {
 		if d.kind == C.GGML_BACKEND_DEVICE_TYPE_CPU {
 			info.Name = C.GoString(C.ggml_backend_dev_name(d.dev))
@@ -357,9 +336,9 @@ func hostMemory(devs []ggmlDevice) (free, total int64) {
 
 // Probe returns the device an engine opened with c would run on, loading the
 // backends c.Device needs from c.BackendDir but no model. Its errors are Open's.
-func Probe(c Config) (DeviceInfo, error) {
+func Probe(c Config) (backends.Device, error) {
 	if err := backendInit(); err != nil {
-		return DeviceInfo{}, err
+		return backends.Device{}, err
 	}
 	_, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "")
 	return info, err

@@ -105,6 +105,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/gguf"
 
 	// Links llama.cpp and ggml (CPU backend included) into the binary; this package
@@ -265,17 +266,14 @@ type Info struct {
 	BatchTokens   int    // tokens per decode call
 	TrainContext  int    // the model's training context
 	ModelName     string // general.name from the GGUF, else the file name
-	Device        DeviceInfo
+	// Device is where the engine computes, as the worker protocol reports it.
+	Device backends.Device
 	// ShortJobs bounds the Embed calls that run inside a long sequence's (see
-	// YieldCallTokens); zero when the engine has no long context.
-	ShortJobs ShortJobs
-}
-
-// ShortJobs bounds an Embed call that runs ahead of a long sequence: at most
-// MaxSeqs sequences of at most MaxTokens tokens, BatchTokens in all (one decode
-// call of the short context).
-type ShortJobs struct {
-	MaxTokens, BatchTokens, MaxSeqs int
+	// YieldCallTokens): at most MaxSeqs sequences of at most MaxTokens tokens,
+	// BatchTokens in all, one decode call of the short context. Its Fits is the
+	// rule, shared with the router's batcher through the worker's /health. Nil when
+	// the engine has no long context.
+	ShortJobs *backends.ShortJobs
 }
 
 // kctx is one llama.cpp context, with its kernel and sizes, and the batch its decode
@@ -541,7 +539,7 @@ func Open(cfg Config) (*Engine, error) {
 				longBatch = plainBatch
 			}
 			e.long = &kctx{kernel: sched.long, ctxTokens: ctxTokens, batchTokens: longBatch, maxSeqs: 1}
-			e.info.ShortJobs = ShortJobs{MaxTokens: e.shortMax, BatchTokens: e.short.batchTokens, MaxSeqs: e.short.maxSeqs}
+			e.info.ShortJobs = &backends.ShortJobs{MaxTokens: e.shortMax, BatchTokens: e.short.batchTokens, MaxSeqs: e.short.maxSeqs}
 		}
 	case attnPlain:
 		e.short = &kctx{kernel: attnPlain, ctxTokens: ctxTokens, batchTokens: plainBatch, maxSeqs: maxSeqs}
@@ -1067,23 +1065,6 @@ func (e *Engine) yield() {
 	if ran > 0 {
 		e.smallCalls = YieldSmallCalls
 	}
-}
-
-// shortJob says whether seqs may run inside a long job (see yield): they fit one
-// decode call of the short context (Info.ShortJobs), as queries do.
-func (e *Engine) shortJob(seqs [][]int32) bool {
-	lim := e.info.ShortJobs
-	if lim.MaxTokens == 0 || len(seqs) > lim.MaxSeqs {
-		return false
-	}
-	total := 0
-	for _, s := range seqs {
-		if len(s) > lim.MaxTokens {
-			return false
-		}
-		total += len(s)
-	}
-	return total <= lim.BatchTokens
 }
 
 func allFinite(v []float32) bool {

@@ -38,7 +38,7 @@ func (e *Engine) run(ctx context.Context, seqs [][]int32) ([][]float32, error) {
 	_, queue := stage.Start(ctx, tracer, "llama.queue")
 	var once sync.Once
 	endQueue := func(err error) { once.Do(func() { queue.End(err) }) }
-	v, err := do(ctx, e, e.shortJob(seqs), func() ([][]float32, error) {
+	v, err := do(ctx, e, e.info.ShortJobs.Fits(seqs), func() ([][]float32, error) {
 		endQueue(nil)
 		_, dec := stage.Start(ctx, tracer, "llama.decode")
 		v, err := e.embed(ctx, seqs)

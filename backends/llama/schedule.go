@@ -66,7 +66,7 @@ var gpuSchedule = schedule{
 	threads:        func() int { return min(4, runtime.NumCPU()) },
 }
 
-// scheduleFor returns the schedule of a device: gpu is DeviceInfo.GPU.
+// scheduleFor returns the schedule of a device: gpu is backends.Device.GPU.
 func scheduleFor(gpu bool) schedule {
 	if gpu {
 		return gpuSchedule

@@ -23,8 +23,8 @@ func TestShortJobGoesFirst(t *testing.T) {
 	vocab := e.Info().NVocab
 	long := randomSeq(71, 900, vocab)
 	short := randomSeq(72, 20, vocab)
-	if !e.shortJob([][]int32{short}) || e.shortJob([][]int32{long}) {
-		t.Fatalf("shortJob: a 20-token query must be short and a 900-token document not")
+	if lim := e.Info().ShortJobs; !lim.Fits([][]int32{short}) || lim.Fits([][]int32{long}) {
+		t.Fatalf("ShortJobs %+v: a 20-token query must be short and a 900-token document not", lim)
 	}
 	wantLong, wantShort := embedOne(t, e, long), embedOne(t, e, short)
 
@@ -172,7 +172,7 @@ func TestLongJobDoesNotJump(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
 	vocab := e.Info().NVocab
 	first, second := randomSeq(91, 700, vocab), randomSeq(92, 300, vocab)
-	if e.shortJob([][]int32{second}) {
+	if e.Info().ShortJobs.Fits([][]int32{second}) {
 		t.Fatal("a 300-token sequence must not be a short job")
 	}
 	var order []string

@@ -47,14 +47,6 @@ func explainDeviceError(err error) error {
 	return err
 }
 
-// deviceOf converts the engine's device description to the worker protocol's.
-func deviceOf(d llama.DeviceInfo) *backends.Device {
-	return &backends.Device{
-		Name: d.Name, Description: d.Description, Backend: d.Backend, GPU: d.GPU, GPULayers: d.GPULayers,
-		MemoryTotal: d.MemoryTotal, MemoryFree: d.MemoryFree, Note: d.Note,
-	}
-}
-
 // runDevices is `embed-stack devices`: the device a worker would run on, found as a
 // worker finds it (backends loaded from the folder), without loading a model.
 // serve runs it before its workers, to size the ephemeral workers against the
@@ -88,7 +80,7 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "embed-stack devices:", explainDeviceError(err))
 		return 1
 	}
-	d := deviceOf(info)
+	d := &info
 	if *asJSON {
 		_ = json.NewEncoder(stdout).Encode(d)
 		return 0

@@ -73,11 +73,8 @@ func runWorker(args []string, stderr io.Writer) int {
 		if name == "" {
 			name = filepath.Base(a.Model)
 		}
-		ei := backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens, Model: name, Device: deviceOf(info.Device)}
-		if s := info.ShortJobs; s.MaxTokens > 0 {
-			ei.ShortJobs = &backends.ShortJobs{MaxTokens: s.MaxTokens, BatchTokens: s.BatchTokens, MaxSeqs: s.MaxSeqs}
-		}
-		return e, ei, nil
+		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens,
+			Model: name, Device: &info.Device, ShortJobs: info.ShortJobs}, nil
 	}
 	if err := backends.RunWorker(context.Background(), cfg, traceLoad(load)); err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
