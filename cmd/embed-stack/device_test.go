@@ -81,37 +81,6 @@ func TestDeviceDefaults(t *testing.T) {
 	}
 }
 
-// TestGPUEphemeralLimits: on a GPU every ephemeral worker holds its own weights
-// and KV cache in device memory, after the warm worker's share.
-func TestGPUEphemeralLimits(t *testing.T) {
-	const (
-		kv      = 114688 // Qwen3-Embedding-0.6B, f16
-		weights = 1_200_000_000
-		gib     = int64(1) << 30
-	)
-	// An H200 (140 GiB free), 32k inputs, an 8192-token warm worker:
-	// budget = 126 GiB - (weights + 1 GiB) - 8192 x 112 KiB; per worker
-	// weights + 1 GiB + 32768 x 112 KiB = 6.7 GiB, so the cap of 4 applies.
-	l := gpuEphemeralLimits(0, 0, 32768, 8192, kv, weights, 140*gib, "CUDA0 (NVIDIA H200)")
-	budget := 140*gib/10*9 - (weights + gib) - kv*8192
-	if wantTokens := int((budget - 4*(weights+gib)) / kv); l.workers != 4 || l.tokens != wantTokens {
-		t.Errorf("H200: %d workers, %d tokens; want 4, %d", l.workers, l.tokens, wantTokens)
-	}
-	// A 12 GiB card: room for one 32k worker, and the token bound never below one
-	// such input.
-	l = gpuEphemeralLimits(0, 0, 32768, 8192, kv, weights, 12*gib, "CUDA0")
-	if l.workers != 1 || l.tokens < 32768 {
-		t.Errorf("12 GiB: %d workers, %d tokens; want 1 and at least 32768", l.workers, l.tokens)
-	}
-	// Flags win.
-	if l := gpuEphemeralLimits(2, 50000, 32768, 8192, kv, weights, 140*gib, "x"); l.workers != 2 || l.tokens != 50000 {
-		t.Errorf("flags: %+v", l)
-	}
-	if l := gpuEphemeralLimits(0, 0, 32768, 8192, kv, weights, 140*gib, "CUDA0 (NVIDIA H200)"); !strings.HasPrefix(l.basis, "CUDA0 (NVIDIA H200): 143360 MiB free") {
-		t.Errorf("basis = %q", l.basis)
-	}
-}
-
 // TestCUDACMakeConfigures runs the configure step of `make cuda` (cmake/cuda)
 // without nvcc: the ggml sources of the pinned module are found and configured,
 // and without EMBED_STACK_NO_CUDA the missing compiler is named. The CUDA build

@@ -288,7 +288,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dim := eng.facts.dim
+	dim := eng.facts.Dim
 	if f.dimensions != 0 {
 		if f.dimensions < 32 || f.dimensions > dim {
 			return fmt.Errorf("--dimensions %d: this model gives 32 to %d", f.dimensions, dim)
@@ -296,7 +296,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		dim = f.dimensions
 	}
 	typ, _ := routing.ParseInputType(f.inputType)
-	lim, err := eng.ephemeralLimits(f.maxEphemeral, f.maxEphTokens, f.maxInputTokens, f.warmMaxTokens)
+	lim, err := eng.capacity(f.maxEphemeral, f.maxEphTokens, f.maxInputTokens, f.warmMaxTokens, nil)
 	if err != nil {
 		return err
 	}
@@ -308,8 +308,8 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		WarmMaxTokens:      f.warmMaxTokens,
 		DefaultInputType:   typ,
 		DefaultInstruction: f.instruction,
-		MaxEphemeral:       lim.workers,
-		MaxEphemeralTokens: lim.tokens,
+		MaxEphemeral:       lim.Workers,
+		MaxEphemeralTokens: lim.Tokens,
 		// Every long input of the batches in flight may wait for an ephemeral worker:
 		// a batch job queues, where a server refuses.
 		EphemeralQueue: f.batchSize * f.inFlight,

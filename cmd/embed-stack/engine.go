@@ -10,6 +10,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/hub"
+	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
@@ -19,7 +20,7 @@ import (
 type engineConfig struct {
 	// Model is a local GGUF path or a Hugging Face reference (see package hub).
 	Model string
-	// Task is --task: auto, embed or rerank (see modelTask); "" means auto.
+	// Task is --task: auto, embed or rerank (see modelinfo.Read); "" means auto.
 	Task string
 	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
 	// last-token; see readModelFacts.
@@ -53,7 +54,7 @@ type engineConfig struct {
 // caller starts engine.warm, builds a router with engine.router, and closes warm.
 type engine struct {
 	modelPath string
-	facts     *modelFacts
+	facts     *modelinfo.Facts
 	tok       *tokenizer.Tokenizer
 	// warmArgs are the warm worker's command line, which warm.Spec runs as
 	// `embed-stack worker`; another warm backend (warmChoice.spec) takes them too.
@@ -81,36 +82,28 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w%s", err, withoutHubAdvice(err))
 	}
-	facts, err := readModelFacts(modelPath, cfg.AllowPoolingMismatch, cfg.Task)
+	facts, err := modelinfo.Read(modelPath, modelinfo.Options{Task: cfg.Task, AllowPoolingMismatch: cfg.AllowPoolingMismatch})
 	if err != nil {
 		return nil, err
 	}
-	if facts.poolingMismatch {
+	if facts.PoolingMismatch {
 		logger.Warn("serving a model whose declared pooling is not last-token (--allow-pooling-mismatch): vectors are last-token pooled all the same",
-			"model", modelPath, "pooling_type", facts.pooling)
+			"model", modelPath, "pooling_type", int(facts.Pooling))
 	}
-	if facts.trainContext > 0 && cfg.MaxInputTokens > facts.trainContext {
-		return nil, fmt.Errorf("--max-input-tokens (%d) exceeds the model's training context (%d); lower it", cfg.MaxInputTokens, facts.trainContext)
+	if facts.TrainContext > 0 && cfg.MaxInputTokens > facts.TrainContext {
+		return nil, fmt.Errorf("--max-input-tokens (%d) exceeds the model's training context (%d); lower it", cfg.MaxInputTokens, facts.TrainContext)
 	}
 	start := time.Now()
 	tok, err := tokenizer.FromGGUF(modelPath)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", modelPath, err)
 	}
-	// routing closes every sequence with <|endoftext|> (151643), as Qwen3-Embedding was
-	// trained; a vocabulary that puts another token there is not a Qwen3 vocabulary, and
-	// every vector would end on the wrong token.
-	if id, ok := tok.TokenID("<|endoftext|>"); !ok || id != routing.EOS {
-		return nil, fmt.Errorf("model %s: its vocabulary has no <|endoftext|> token at id %d (the end-of-text id every sequence is closed with); embed-stack serves Qwen3-Embedding models", modelPath, routing.EOS)
+	if err := facts.CheckVocabulary(tok); err != nil {
+		return nil, fmt.Errorf("model %s: %w", modelPath, err)
 	}
-	if facts.eosID >= 0 && facts.eosID != int(routing.EOS) {
+	if facts.EOS >= 0 && facts.EOS != int(routing.EOS) {
 		logger.Warn("the GGUF's eos_token_id is not <|endoftext|>; sequences are closed with <|endoftext|> all the same, as Qwen3-Embedding was trained",
-			"eos_token_id", facts.eosID, "used", routing.EOS)
-	}
-	if facts.rerank {
-		if err := checkRerankVocab(tok); err != nil {
-			return nil, fmt.Errorf("model %s: %w", modelPath, err)
-		}
+			"eos_token_id", facts.EOS, "used", routing.EOS)
 	}
 	logger.Info("tokenizer loaded", "vocab", tok.VocabSize(), "duration", time.Since(start).Round(time.Millisecond))
 
@@ -130,10 +123,9 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
 	base := backends.WorkerArgs{Model: modelPath, Threads: cfg.Threads, LogFormat: cfg.LogFormat, LogLevel: cfg.LogLevel, DeviceArgs: cfg.Device}
 	// A reranker's workers return the two logits of yes and no per sequence.
-	outputs := facts.dim
-	if facts.rerank {
+	outputs := facts.Outputs()
+	if facts.Rerank {
 		base.Task = backends.TaskRerank
-		outputs = 2
 	}
 	warmArgs, longArgs := base, base
 	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = cfg.WarmMaxTokens, cfg.BatchTokens, cfg.WarmBuckets
@@ -168,8 +160,8 @@ func workerSpec(exe string, a backends.WorkerArgs) backends.WorkerSpec {
 // router returns a router over the engine's tokenizer and workers with the given
 // limits; Dim is the model's native dimension whatever c says.
 func (e *engine) router(c routing.Config) *routing.Router {
-	c.Dim = e.facts.dim
-	c.Rerank = e.facts.rerank
+	c.Dim = e.facts.Dim
+	c.Rerank = e.facts.Rerank
 	// Queries go to the warm worker beside a batch of documents in flight, which
 	// it interrupts for them (backends.ShortJobs).
 	info := e.warm.Info

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
@@ -148,16 +149,11 @@ func checkModelNames(entries []modelEntry, names []string) error {
 
 // modelName is the name a model is served under: the entry's, else the GGUF's
 // general.name as a slug, else a generic one by task.
-func modelName(e modelEntry, facts *modelFacts) string {
-	switch {
-	case e.name != "":
+func modelName(e modelEntry, facts *modelinfo.Facts) string {
+	if e.name != "" {
 		return e.name
-	case facts.name != "":
-		return facts.name
-	case facts.rerank:
-		return "qwen3-reranker"
 	}
-	return "qwen3-embedding"
+	return facts.ServedName()
 }
 
 // servedModel is one model of serve: its entry and name, its engine, router, warm
@@ -166,7 +162,7 @@ type servedModel struct {
 	entry  modelEntry
 	name   string
 	eng    *engine
-	lim    ephemeralLimits
+	lim    backends.Capacity
 	router *routing.Router
 	warm   *backends.OnDemand
 }
@@ -176,7 +172,8 @@ type servedModels []*servedModel
 
 // loadModels prepares every --model entry (newEngine: resolve, read the GGUF and
 // its tokenizer; nothing is started), refuses names given twice, and sizes each
-// model's ephemeral workers with every model's warm worker counted (memShare).
+// model's ephemeral workers with every model's warm worker counted
+// (backends.CapacityConfig.Warm).
 func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (servedModels, error) {
 	models := make(servedModels, 0, len(f.entries))
 	names := make([]string, 0, len(f.entries))
@@ -217,18 +214,18 @@ func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (served
 	if err := checkModelNames(entries, names); err != nil {
 		return nil, err
 	}
-	var share memShare
+	var warm []int64
 	if len(models) > 1 {
 		for _, m := range models {
 			b, err := m.eng.warmBytes(f.warmMaxTokens)
 			if err != nil {
 				return nil, err
 			}
-			share.warm = append(share.warm, b)
+			warm = append(warm, b)
 		}
 	}
 	for _, m := range models {
-		lim, err := m.eng.sharedEphemeralLimits(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens, share)
+		lim, err := m.eng.capacity(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens, warm)
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +238,7 @@ func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (served
 func (ms servedModels) registry() []server.Model {
 	out := make([]server.Model, len(ms))
 	for i, m := range ms {
-		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: m.eng.facts.rerank, Embedder: m.router, Reranker: m.router}
+		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: m.eng.facts.Rerank, Embedder: m.router, Reranker: m.router}
 	}
 	return out
 }
@@ -250,7 +247,7 @@ func (ms servedModels) registry() []server.Model {
 func (ms servedModels) info() []server.ModelInfo {
 	out := make([]server.ModelInfo, len(ms))
 	for i, m := range ms {
-		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: infoTask(m.eng.facts.rerank), Pooling: "last", Limits: m.router.Limits()}
+		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: m.eng.facts.TaskName(), Pooling: "last", Limits: m.router.Limits()}
 	}
 	return out
 }

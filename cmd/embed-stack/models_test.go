@@ -66,44 +66,6 @@ func TestCheckModelNames(t *testing.T) {
 	}
 }
 
-// TestSharedEphemeralLimits: with several models, every warm worker beyond the
-// largest comes off the ephemeral half of the memory (the other half was sized for
-// one), and the rest is split evenly; one model is sized as before.
-func TestSharedEphemeralLimits(t *testing.T) {
-	const kv06 = 114688 // 0.6B
-	const gib = int64(1) << 30
-	one := defaultEphemeralLimits(0, 0, 32768, kv06, 64*gib, 64)
-	if alone := sharedEphemeralLimits(0, 0, 32768, kv06, 64*gib, 64, memShare{warm: []int64{3 * gib}}); alone != one {
-		t.Errorf("one model in a memShare: %+v, want %+v", alone, one)
-	}
-	// 64 GiB: 32 for ephemeral workers; two more warm workers of 3 GiB leave 26,
-	// 8.7 each. A 32k input costs 3.5 GiB of KV cache + 0.75: 2 workers fit, where
-	// one model alone gets 7 (64 CPUs allow 8).
-	two := sharedEphemeralLimits(0, 0, 32768, kv06, 64*gib, 64, memShare{warm: []int64{3 * gib, 3 * gib, 3 * gib}})
-	perModel := (32*gib - 6*gib) / 3
-	wantWorkers := int(perModel / (workerOverhead + kv06*32768))
-	if two.workers != wantWorkers || wantWorkers != 2 || two.tokens != 2*32768 || one.workers != 7 {
-		t.Errorf("three models: %d workers, %d tokens (one model: %d); want %d, %d (%s)", two.workers, two.tokens, one.workers, wantWorkers, 2*32768, two.basis)
-	}
-	if !strings.HasSuffix(two.basis, "; 3 models: 6144 MiB off for the warm workers beyond the largest, the rest split 3 ways") {
-		t.Errorf("basis %q", two.basis)
-	}
-	// Warm workers that take all the memory still leave one admitted input per model.
-	none := sharedEphemeralLimits(0, 0, 32768, kv06, 8*gib, 64, memShare{warm: []int64{6 * gib, 6 * gib}})
-	if none.workers != 1 || none.tokens != 32768 || checkEphemeralLimits(none, 32768) != nil {
-		t.Errorf("no memory left: %+v", none)
-	}
-	// On a GPU every model's warm worker comes off first, this one's included.
-	weights := int64(640 << 20)
-	warm := weights + kv06*8192 + gpuWorkerOverhead
-	g1 := gpuEphemeralLimits(0, 0, 32768, 8192, kv06, weights, 40*gib, "GPU")
-	g2 := sharedGPUEphemeralLimits(0, 0, 32768, 8192, kv06, weights, 40*gib, "GPU", memShare{warm: []int64{warm, warm}})
-	budget := (40 * gib / 10 * 9) - 2*warm
-	if want := int(max(1, min(budget/2/(weights+gpuWorkerOverhead+kv06*32768), gpuMaxEphemeral))); g2.workers != want || g2.workers >= g1.workers {
-		t.Errorf("GPU, two models: %d workers (one model: %d); want %d", g2.workers, g1.workers, want)
-	}
-}
-
 // TestSeveralModelsConfig: the entries come as a list from a config file (YAML
 // here) and comma-separated from EMBED_STACK_MODEL, as every repeatable flag does.
 func TestSeveralModelsConfig(t *testing.T) {

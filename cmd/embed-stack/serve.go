@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -21,7 +20,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/embed-stack/embed-stack/backends"
-	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/tokenizer"
@@ -57,7 +56,7 @@ type serveFlags struct {
 	printConfig      bool
 	// allowPoolingMismatch serves a GGUF whose declared pooling is not last-token.
 	allowPoolingMismatch bool
-	// task is --task: auto, embed or rerank (see modelTask).
+	// task is --task: auto, embed or rerank (see modelinfo.Read).
 	task string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see warmChoice.resolve).
@@ -122,7 +121,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
-	fs.StringVar(&f.task, "task", taskAuto, "what the model does: `auto` (a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it; else an embedding model), embed, or rerank (a Qwen3-Reranker whose GGUF keeps the whole LM head: the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize")
+	fs.StringVar(&f.task, "task", modelinfo.TaskAuto, "what the model does: `auto` (a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it; else an embedding model), embed, or rerank (a Qwen3-Reranker whose GGUF keeps the whole LM head: the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize")
 	fs.BoolVar(&f.allowPoolingMismatch, "allow-pooling-mismatch", false, "serve a GGUF whose declared pooling type is not last-token (3) anyway; its vectors are still last-token pooled, which is right only for a model trained that way")
 	fs.StringVar(&f.warm.Name, "warm-backend", warmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
 	fs.StringVar(&f.warm.MLXServer, "mlx-server", "", "mlx-embed-server executable `path` for --warm-backend mlx (default: mlx-embed-server next to the embed-stack executable, on darwin/arm64 only; given explicitly, any platform)")
@@ -194,7 +193,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if f.threads < 0 || f.batchTokens < 0 {
 		return nil, errors.New("--threads and --batch-tokens must not be negative")
 	}
-	if _, err := parseTask(f.task); err != nil {
+	if _, err := modelinfo.ParseTask(f.task); err != nil {
 		return nil, err
 	}
 	if err := checkRoutingFlags(f); err != nil {
@@ -252,57 +251,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 // since the configuration it printed is one that serve refuses.
 const printConfigNoModel = "embed-stack serve: warning: no model is set (--model, EMBED_STACK_MODEL or model in the --config file); serve would refuse to start with this configuration"
 
-// modelFacts are what serve needs to know about the GGUF without loading weights.
-type modelFacts struct {
-	name         string
-	dim          int
-	trainContext int
-	// pooling is the declared pooling type (-1 when the GGUF declares none);
-	// poolingMismatch says it is not last-token and was allowed anyway.
-	pooling         int
-	poolingMismatch bool
-	// eosID is tokenizer.ggml.eos_token_id (-1 when absent).
-	eosID int
-	// rerank says the model is served as a Qwen3-Reranker (see modelTask).
-	rerank bool
-}
-
-// readModelFacts reads the model's native dimension, training context, pooling type
-// and end-of-sequence id from the GGUF header, and whether it is served as a
-// reranker (task, see modelTask). For an embedding model a declared pooling other
-// than last-token is refused unless allowPoolingMismatch.
-func readModelFacts(path string, allowPoolingMismatch bool, task string) (*modelFacts, error) {
-	s, err := gguf.ReadShape(path)
-	if err == nil {
-		err = s.Require(gguf.KeyEmbeddingLength)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", path, err)
-	}
-	facts := &modelFacts{name: slug(s.Name), dim: s.EmbeddingLength, trainContext: s.ContextLength, pooling: int(s.Pooling), eosID: s.EOS}
-	if facts.rerank, err = modelTask(task, s); err != nil {
-		return nil, fmt.Errorf("model %s: %w", path, err)
-	}
-	// A reranker's score is read at the last token whatever pooling it declares
-	// (llama.cpp's conversion declares rank). Last-token pooling is what
-	// Qwen3-Embedding was trained with and what the engine computes; another
-	// declared pooling type means another kind of model.
-	if s.Pooling != gguf.PoolingUnspecified && s.Pooling != gguf.PoolingLast && !facts.rerank {
-		if !allowPoolingMismatch {
-			return nil, fmt.Errorf("model %s declares pooling type %d (%s); embed-stack computes last-token (%d) pooling, as Qwen3-Embedding uses. Pass --allow-pooling-mismatch only if the model was trained with last-token pooling all the same", path, s.Pooling, s.Pooling, gguf.PoolingLast)
-		}
-		facts.poolingMismatch = true
-	}
-	return facts, nil
-}
-
-var slugRe = regexp.MustCompile(`[^a-z0-9.]+`)
-
-// slug turns "Qwen3 Embedding 0.6B" into "qwen3-embedding-0.6b".
-func slug(s string) string {
-	return strings.Trim(slugRe.ReplaceAllString(strings.ToLower(s), "-"), "-")
-}
-
 func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	tel, err := startTelemetry("serve", f.metrics, logger)
 	if err != nil {
@@ -331,7 +279,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	for _, m := range models {
 		m.eng.warm.Spec = f.warm.spec(m.eng.warmArgs, m.eng.warm.Spec)
 		lim := m.lim
-		logger.Info("ephemeral workers", "model", m.name, "max", lim.workers, "max_tokens", lim.tokens, "queue", f.ephemeralQueue, "basis", lim.basis)
+		logger.Info("ephemeral workers", "model", m.name, "max", lim.Workers, "max_tokens", lim.Tokens, "queue", f.ephemeralQueue, "basis", lim.Basis())
 		// A worker that stops answering is killed, and so restarted, by the hang
 		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
 		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: m.entry.keepAlive, HangTimeout: f.workerHangTimeout,
@@ -345,8 +293,8 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 			WarmMaxTokens:      f.warmMaxTokens,
 			BatchWindow:        f.batchWindow,
 			BatchMaxTokens:     f.batchMaxTokens,
-			MaxEphemeral:       lim.workers,
-			MaxEphemeralTokens: lim.tokens,
+			MaxEphemeral:       lim.Workers,
+			MaxEphemeralTokens: lim.Tokens,
 			EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
 			DefaultInputType:   defaultType,
 			DefaultInstruction: f.defaultInstr,
@@ -410,7 +358,7 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	srv := api.HTTPServer()
 	ln = api.LimitListener(ln)
 	for _, m := range models {
-		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.dim, "rerank", m.eng.facts.rerank)
+		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.Dim, "rerank", m.eng.facts.Rerank)
 	}
 
 	// The API answers at once (GET /ready says 503 and requests get 503 with
