@@ -62,9 +62,13 @@ func RepoRoot(t testing.TB) string {
 }
 
 // Paths returns the binary and the test model, skipping the test when either is
-// missing (failing it when EMBED_STACK_REQUIRE_E2E=1).
+// missing (failing it when EMBED_STACK_REQUIRE_E2E=1), and under -short (`make unit`,
+// the inner loop, which leaves every real-binary test to `make test`).
 func Paths(t testing.TB) (bin, model string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test runs the real binary")
+	}
 	root := RepoRoot(t)
 	bin = envOr("EMBED_STACK_BIN", filepath.Join(root, "bin", "embed-stack"))
 	model = envOr("EMBED_STACK_MODEL", filepath.Join(root, "models", "tiny.gguf"))
