@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // WorkerSpec says how to start a worker process, for example
@@ -53,7 +53,7 @@ type proc struct {
 	socket string
 	client *Client
 	stdin  io.WriteCloser // the parent's end of the worker's stdin; closing it stops the worker
-	tail   *tailBuffer
+	tail   *tail.Buffer
 	cancel context.CancelFunc // ends the exec context: SIGTERM now, SIGKILL after WaitDelay
 
 	done    chan struct{} // closed by the reaper once cmd.Wait has returned
@@ -79,10 +79,10 @@ func startProc(ctx context.Context, spec WorkerSpec, socket string, extraArgs []
 	pctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(pctx, spec.Path, args...)
 	cmd.Env = append(append(os.Environ(), spec.Env...), traceEnv(ctx)...)
-	tail := &tailBuffer{max: tailBytes, also: spec.Output}
+	out := tail.New(tailBytes, spec.Output)
 	// One writer for both streams: exec then shares one pipe, keeping their order.
-	cmd.Stdout = tail
-	cmd.Stderr = tail
+	cmd.Stdout = out
+	cmd.Stderr = out
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		cancel()
@@ -101,7 +101,7 @@ func startProc(ctx context.Context, spec WorkerSpec, socket string, extraArgs []
 		socket: socket,
 		client: NewClient(socket),
 		stdin:  stdin,
-		tail:   tail,
+		tail:   out,
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
@@ -191,54 +191,4 @@ func (p *proc) stop(ctx context.Context) error {
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill() // fails only when the process is already gone
 	<-p.done
-}
-
-// tailBuffer keeps the last bytes written to it and counts all of them. It is safe
-// for concurrent use.
-type tailBuffer struct {
-	max  int
-	also io.Writer // optional copy; its errors are ignored
-
-	mu      sync.Mutex // guards buf and written
-	buf     []byte     // holds up to 2*max bytes, so trimming is amortised
-	written int64
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	t.written += int64(len(b))
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	t.mu.Unlock()
-	if t.also != nil {
-		// An error must not reach exec's copier: it would stop reading and the
-		// worker would block (or die of SIGPIPE) writing its log.
-		_, _ = t.also.Write(b)
-	}
-	return len(b), nil
-}
-
-// Written returns how many bytes have been written in all.
-func (t *tailBuffer) Written() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.written
-}
-
-// String returns the last max bytes; a tail that was cut starts at a line
-// boundary, after "...".
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) <= t.max && int64(len(b)) == t.written {
-		return string(b)
-	}
-	b = b[max(0, len(b)-t.max):]
-	if i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b) {
-		b = b[i+1:]
-	}
-	return "...\n" + string(b)
 }

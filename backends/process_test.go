@@ -15,55 +15,6 @@ import (
 	"time"
 )
 
-func TestTailBuffer(t *testing.T) {
-	tests := []struct {
-		name   string
-		writes []string
-		want   string
-	}{
-		{"short", []string{"a\n", "b\n"}, "a\nb\n"},
-		{"exactly max", []string{"0123456789"}, "0123456789"},
-		{"cut at a line boundary", []string{"line one\n", "two\n", "three\n"}, "...\nthree\n"},
-		{"cut without a newline keeps the last bytes", []string{"abcdefghijklmnop"}, "...\nghijklmnop"},
-		{"many writes trimmed", []string{strings.Repeat("x", 25), "\nend"}, "...\nend"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var also bytes.Buffer
-			tb := &tailBuffer{max: 10, also: &also}
-			total := 0
-			for _, w := range tt.writes {
-				n, err := tb.Write([]byte(w))
-				if n != len(w) || err != nil {
-					t.Fatalf("Write = %d, %v", n, err)
-				}
-				total += len(w)
-			}
-			if got := tb.String(); got != tt.want {
-				t.Errorf("String() = %q, want %q", got, tt.want)
-			}
-			if tb.Written() != int64(total) {
-				t.Errorf("Written() = %d, want %d", tb.Written(), total)
-			}
-			if also.String() != strings.Join(tt.writes, "") {
-				t.Errorf("the copy got %q", also.String())
-			}
-		})
-	}
-}
-
-// failingWriter stands for an Output whose reader has gone.
-type failingWriter struct{}
-
-func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
-
-func TestTailBufferIgnoresOutputErrors(t *testing.T) {
-	tb := &tailBuffer{max: 10, also: failingWriter{}}
-	if n, err := tb.Write([]byte("abc")); n != 3 || err != nil {
-		t.Fatalf("Write = %d, %v; a failing copy must not fail the worker's output", n, err)
-	}
-}
-
 // startFake starts one fake worker directly and waits until it is ready.
 func startFake(t *testing.T, env ...string) (*proc, Health) {
 	t.Helper()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // chromiumFlags start Debian's Chromium headless on a machine without a display, a
@@ -54,9 +56,8 @@ func dumpDOM(t *testing.T, url string) string {
 	args := append(slices.Clone(chromiumFlags), "--user-data-dir="+t.TempDir(),
 		"--virtual-time-budget=15000", "--dump-dom", url)
 	cmd := exec.CommandContext(c, chromium(t), args...)
-	var stderr tailBuffer
-	stderr.max = stderrTail
-	cmd.Stderr = &stderr
+	stderr := tail.New(stderrTail, nil)
+	cmd.Stderr = stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("chromium --dump-dom %s: %v\nstderr:\n%s", url, err, stderr.String())

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/internal/tail"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -105,7 +106,7 @@ type server struct {
 	flags   []string
 	baseURL string // http://127.0.0.1:PORT, no trailing slash
 	cmd     *exec.Cmd
-	stderr  *tailBuffer
+	stderr  *tail.Buffer
 	// done is closed by the reaper goroutine once cmd.Wait returns; waitErr is set before.
 	done    chan struct{}
 	waitErr error
@@ -199,7 +200,7 @@ func launch(flags []string, port int) (*server, error) {
 		flags:   flags,
 		baseURL: "http://" + addr,
 		cmd:     cmd,
-		stderr:  &tailBuffer{max: stderrTail},
+		stderr:  tail.New(stderrTail, nil),
 		done:    make(chan struct{}),
 	}
 	cmd.Stdout = s.stderr
@@ -407,30 +408,6 @@ func procState(pid int) (string, error) {
 		return "", errors.New("empty stat")
 	}
 	return f[0], nil
-}
-
-// tailBuffer keeps the last max bytes written to it; safe for concurrent use because the
-// process's stdout and stderr copiers and the test goroutine all touch it.
-type tailBuffer struct {
-	max int
-	mu  sync.Mutex // guards buf
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // ctx returns a context bounded well below the go test timeout, so a hung request fails

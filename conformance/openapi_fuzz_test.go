@@ -48,9 +48,9 @@ func TestOpenAPIFuzz(t *testing.T) {
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, tail(out, 12000), s.stderr)
+		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, lastBytes(out, 12000), s.stderr)
 	}
-	t.Logf("schemathesis:\n%s", tail(out, 3000))
+	t.Logf("schemathesis:\n%s", lastBytes(out, 3000))
 	// schemathesis exits 0 when its time ran out before it tested anything: require
 	// that every operation was tested, with enough cases to mean something.
 	selected := regexp.MustCompile(`Selected: (\d+)/(\d+)`).FindSubmatch(out)
@@ -70,7 +70,7 @@ func TestOpenAPIFuzz(t *testing.T) {
 // 75 s on a loaded 2-core machine.
 const minFuzzCases = 200
 
-func tail(b []byte, n int) string {
+func lastBytes(b []byte, n int) string {
 	if len(b) > n {
 		return "..." + string(b[len(b)-n:])
 	}

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // Routing of long inputs (docs/routing.md): the warm/ephemeral split at its exact
@@ -421,7 +423,7 @@ func TestWarmLimitBeyondTheWorker(t *testing.T) {
 	}
 	cmd := exec.Command(binPath, "serve", "--model", modelPath, "--addr", "127.0.0.1:"+strconv.Itoa(port),
 		"--warm-backend", "mlx", "--mlx-server", script, "--mlx-model", snapshot)
-	out := &tailBuffer{max: stderrTail}
+	out := tail.New(stderrTail, nil)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = pipeDelay
 	if err := cmd.Start(); err != nil {

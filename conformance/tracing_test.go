@@ -25,6 +25,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // The tests in this file run `embed-stack serve` with its spans exported over
@@ -268,7 +270,7 @@ func launchEnv(bin string, flags []string, port int, env []string) (*server, err
 	cmd := exec.Command(bin, serveArgs(addr, flags)...)
 	cmd.Dir = repoRoot
 	cmd.Env = env
-	s := &server{flags: flags, baseURL: "http://" + addr, cmd: cmd, stderr: &tailBuffer{max: stderrTail}, done: make(chan struct{})}
+	s := &server{flags: flags, baseURL: "http://" + addr, cmd: cmd, stderr: tail.New(stderrTail, nil), done: make(chan struct{})}
 	cmd.Stdout = s.stderr
 	cmd.Stderr = s.stderr
 	cmd.WaitDelay = pipeDelay

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // Process is a started server.
@@ -41,7 +43,7 @@ type Process struct {
 	About string
 
 	cmd  *exec.Cmd
-	out  *tail
+	out  *tail.Buffer
 	done chan struct{}
 	err  error // set before done is closed
 	stop sync.Once
@@ -53,7 +55,7 @@ const stopGrace = 15 * time.Second
 // start runs cmd in a process group of its own, its output kept, with one reaper
 // goroutine.
 func start(name string, cmd *exec.Cmd) (*Process, error) {
-	p := &Process{Name: name, cmd: cmd, out: &tail{max: 64 << 10}, done: make(chan struct{})}
+	p := &Process{Name: name, cmd: cmd, out: tail.New(64<<10, nil), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A grandchild that keeps the output pipe open must not hold Wait forever.
@@ -338,27 +340,4 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// tail keeps the last max bytes written to it. Safe for concurrent use.
-type tail struct {
-	mu  sync.Mutex // guards buf
-	buf []byte
-	max int
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -297,29 +296,3 @@ func ctxFor(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
-
-// tailBuffer keeps the last max bytes written to it. Safe for concurrent use: the
-// child's stdout and stderr copiers and the test goroutines all touch it.
-type tailBuffer struct {
-	max int
-	mu  sync.Mutex // guards buf
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-var _ io.Writer = (*tailBuffer)(nil)

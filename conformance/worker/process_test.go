@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // health is the ready body of GET /health; the loading one holds only status and pid.
@@ -37,7 +39,7 @@ type worker struct {
 	socket string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser // our end of the stdin pipe; closing it is the EOF signal
-	out    *tailBuffer    // stderr and stdout
+	out    *tail.Buffer   // stderr and stdout
 	http   *http.Client
 
 	// done is closed by the reaper goroutine once cmd.Wait returns; waitErr is set
@@ -89,7 +91,7 @@ func startWorker(name string, argv []string) (*worker, error) {
 		argv:   append([]string{exe}, args...),
 		socket: sock,
 		cmd:    cmd,
-		out:    &tailBuffer{max: outputTail},
+		out:    tail.New(outputTail, nil),
 		done:   make(chan struct{}),
 	}
 	cmd.Stdout, cmd.Stderr = w.out, w.out

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 // TestServeWarmBackendMLX: `embed-stack serve --warm-backend mlx` starts --mlx-server as
@@ -69,12 +71,11 @@ func TestServeWarmBackendMLX(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	var out tailBuffer
-	out.max = outputTail
+	out := tail.New(outputTail, nil)
 	cmd := exec.Command(bin, "serve", "--model", model, "--addr", addr, "--threads", "1",
 		"--warm-backend", "mlx", "--mlx-server", stub, "--mlx-model", snapshot)
 	cmd.Dir = suite.repoRoot
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = exitBound
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -27,10 +27,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/tail"
 )
 
 const (
@@ -111,7 +112,7 @@ func FreeAddr(t testing.TB) string {
 // Process is a started command with its output kept.
 type Process struct {
 	Cmd  *exec.Cmd
-	Out  *Tail
+	Out  *tail.Buffer
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -121,7 +122,7 @@ type Process struct {
 // cleanup stops the group: SIGTERM, then SIGKILL after a bound.
 func Start(t testing.TB, cmd *exec.Cmd) *Process {
 	t.Helper()
-	p := &Process{Cmd: cmd, Out: &Tail{Max: tailBytes}, done: make(chan struct{})}
+	p := &Process{Cmd: cmd, Out: tail.New(tailBytes, nil), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A grandchild holding the pipes must not block Wait forever.
@@ -281,30 +282,6 @@ func Cosine(a, b []float64) float64 {
 		nb += b[i] * b[i]
 	}
 	return dot / math.Sqrt(na*nb)
-}
-
-// Tail keeps the last Max bytes written to it. Safe for concurrent use: a process's
-// stdout and stderr copiers and the test all touch it.
-type Tail struct {
-	Max int
-	mu  sync.Mutex // guards buf
-	buf []byte
-}
-
-func (b *Tail) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.Max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *Tail) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // ExitCode is the exit status carried by a Wait error (0 for nil, -1 for a signal or
