@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cuda cgo-env deps tokenizer models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -102,11 +102,39 @@ deps:
 	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3 python3-venv
 	@command -v haproxy >/dev/null || apt-get install -y -qq --no-install-recommends haproxy
 	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium
+	@command -v unzip >/dev/null || apt-get install -y -qq --no-install-recommends unzip
 
 $(TOKENIZER):
 	bash scripts/fetch-tokenizer.sh
 
 tokenizer: $(TOKENIZER)
+
+# The real encoder files (all-MiniLM-L6-v2's checkpoint and WordPiece tokenizer.json,
+# XLM-R's Unigram vocabulary as a GGUF), pinned by sha256: scripts/fetch-encoders.sh.
+ENCODERS := .cache/minilm/model.safetensors .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf
+$(ENCODERS) &:
+	bash scripts/fetch-encoders.sh
+
+encoders: $(ENCODERS)
+
+# Hugging Face's tokenizers (PyPI), the reference of the WordPiece and Unigram
+# tokenizers, in a virtual environment of tools/hf-tokenizers/requirements.txt
+# (every package pinned, installed without their own dependencies).
+HF_VENV  ?= .cache/venv-hf
+HF_REQS  := tools/hf-tokenizers/requirements.txt
+
+$(HF_VENV)/installed: $(HF_REQS)
+	rm -rf $(HF_VENV)
+	python3 -m venv $(HF_VENV)
+	$(HF_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(HF_REQS)
+	touch $@
+
+# The live comparison with HF: its character classes (tokenizer/bert_tables.go) and the
+# ids of the committed parity files must still be what HF gives (docs/tokenizers.md).
+# go test ./tokenizer then holds the Go tokenizers to those files.
+test-tokenizers: $(ENCODERS) $(HF_VENV)/installed
+	$(HF_VENV)/bin/python tools/hf-tokenizers/tables.py --check
+	$(HF_VENV)/bin/python tools/hf-tokenizers/parity.py --check
 
 # Random-weight Qwen3 GGUFs carrying the real vocabulary (fixed seed: identical files
 # on every machine). tiny is for tests; the 0.6B shape for benchmarks.
@@ -161,7 +189,7 @@ vet:
 # failure. Then the node clients (openai, @langchain/openai) and the Python ones
 # (openai, langchain-openai, llama-index, litellm) against the binary, and
 # the Cohere SDK against a reranker.
-test: build models vet test-pure fuzz test-go test-node test-openapi test-python test-cohere
+test: build models vet test-pure test-tokenizers fuzz test-go test-node test-openapi test-python test-cohere
 
 E2E_PKGS     = $(shell $(GO) list -find ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -192,7 +220,7 @@ $(PYARROW_VENV)/installed: $(PYARROW_REQS)
 	$(PYARROW_VENV)/bin/pip install -q --disable-pip-version-check -r $(PYARROW_REQS)
 	touch $@
 
-test-go: build models $(PYARROW_VENV)/installed
+test-go: build models $(ENCODERS) $(PYARROW_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
 

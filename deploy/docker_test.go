@@ -265,7 +265,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("the build stage does not run make build (the step CI runs): %v", runs)
 	}
 	for _, p := range aptPackages(makeTarget(t, "deps")) {
-		if p == "nodejs" || p == "npm" || p == "python3" || p == "python3-venv" || p == "haproxy" || p == "chromium" { // test tools, not build ones
+		if p == "nodejs" || p == "npm" || p == "python3" || p == "python3-venv" || p == "haproxy" || p == "chromium" || p == "unzip" { // test tools, not build ones
 			continue
 		}
 		if !slices.Contains(aptPackages(text), p) {

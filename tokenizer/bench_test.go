@@ -83,3 +83,25 @@ func BenchmarkPretokenize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeEncoders is BenchmarkEncode for the WordPiece (all-MiniLM-L6-v2) and
+// Unigram (XLM-R) tokenizers, which have no word cache.
+func BenchmarkEncodeEncoders(b *testing.B) {
+	texts := benchTexts(b)
+	for _, tc := range []struct {
+		name string
+		tok  *Tokenizer
+	}{{"wordpiece", minilmTokenizer(b)}, {"unigram", xlmrTokenizer(b)}} {
+		for _, name := range []string{"english", "mixed"} {
+			text := texts[name]
+			b.Run(tc.name+"/"+name, func(b *testing.B) {
+				b.SetBytes(int64(len(text)))
+				n := 0
+				for b.Loop() {
+					n = len(tc.tok.Encode(text))
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}

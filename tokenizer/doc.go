@@ -1,6 +1,12 @@
-// Package tokenizer turns text into Qwen3 token ids in the API server's own process,
+// Package tokenizer turns text into token ids in the API server's own process,
 // without the model weights, and decodes token ids of the two vocabularies clients
 // send: Qwen3's own and tiktoken's cl100k_base (what LangChain sends by default).
+//
+// FromGGUF builds the tokenizer of the vocabulary a GGUF carries: byte-level BPE
+// (Qwen3, below), WordPiece (BERT: wordpiece.go) or SentencePiece Unigram (XLM-R, T5:
+// unigram.go, charsmap.go). Each must give the ids of the model's Hugging Face
+// tokenizer with split_special_tokens=True; docs/tokenizers.md says how that is tested
+// and the one deliberate difference (Unigram never produces control ids from text).
 //
 // The Qwen3 tokenizer is a pure-Go reimplementation of Hugging Face's tokenizer.json
 // pipeline for Qwen2/Qwen3, built from the vocabulary a GGUF file carries

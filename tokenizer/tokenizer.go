@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/embed-stack/embed-stack/gguf"
 )
 
 // Token types, as GGUF's tokenizer.ggml.token_type stores them (llama.cpp's
@@ -37,6 +39,20 @@ type Tokenizer struct {
 	bpe    *bpe
 	added  addedMatcher
 	cache  *wordCache // nil disables caching (benchmarks compare both)
+	// enc encodes text between added tokens for WordPiece and Unigram vocabularies;
+	// nil for byte-level BPE, which bpe and cache do.
+	enc interface {
+		appendText(ids []int32, text string, limit int) []int32
+	}
+	kind    gguf.VocabType // VocabBPE, VocabWPM or VocabUGM
+	special Special
+}
+
+// Special is the special tokens a model wraps its input in, from the GGUF; -1 where
+// the model has none. Encode never adds them: that is routing's policy.
+type Special struct {
+	BOS, EOS, CLS, SEP, UNK, PAD int32
+	AddBOS, AddEOS               bool
 }
 
 // New validates v and builds a Tokenizer from it. It refuses a vocabulary it could
@@ -55,11 +71,13 @@ func New(v Vocab) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: the vocabulary has %d tokens but %d token types", n, len(v.Types))
 	}
 	t := &Tokenizer{
-		tokens: newStrtab(n, func(i int) string { return v.Tokens[i] }),
-		types:  slices.Clone(v.Types), // the caller keeps v; t must not change under it
-		ids:    newTokenIndex(n),
-		bpe:    &bpe{merges: newMergeTable(len(v.Merges))},
-		cache:  newWordCache(cacheCapacity),
+		tokens:  newStrtab(n, func(i int) string { return v.Tokens[i] }),
+		types:   slices.Clone(v.Types), // the caller keeps v; t must not change under it
+		ids:     newTokenIndex(n),
+		bpe:     &bpe{merges: newMergeTable(len(v.Merges))},
+		cache:   newWordCache(cacheCapacity),
+		kind:    gguf.VocabBPE,
+		special: noSpecial,
 	}
 	pieces := make([]string, n) // until they are packed into t.pieces
 	var added []addedToken
@@ -132,6 +150,15 @@ func (t *Tokenizer) normalID(tok string) (int32, error) {
 	}
 	return id, nil
 }
+
+// noSpecial is a Special with no special tokens.
+var noSpecial = Special{BOS: -1, EOS: -1, CLS: -1, SEP: -1, UNK: -1, PAD: -1}
+
+// Kind returns the vocabulary's type: gguf.VocabBPE, VocabWPM or VocabUGM.
+func (t *Tokenizer) Kind() gguf.VocabType { return t.kind }
+
+// Special returns the model's special tokens and whether it adds BOS and EOS.
+func (t *Tokenizer) Special() Special { return t.special }
 
 // VocabSize returns the number of token ids, including added and unused ones.
 func (t *Tokenizer) VocabSize() int { return t.tokens.len() }
@@ -208,6 +235,9 @@ func (t *Tokenizer) appendText(ids []int32, text string) []int32 {
 func (t *Tokenizer) appendTextLimit(ids []int32, text string, limit int) []int32 {
 	if text == "" {
 		return ids
+	}
+	if t.enc != nil {
+		return t.enc.appendText(ids, text, limit)
 	}
 	text = norm.NFC.String(text)
 	for i := 0; i < len(text); {
