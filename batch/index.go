@@ -35,6 +35,9 @@ type idEntry struct {
 // reader goroutine during a run, then by Run after it.
 type idIndex struct {
 	m map[idKey]idEntry
+	// text keys ids by their text (jsonText) rather than their JSON: a Parquet id
+	// column is a string, so the ids "7" and 7 would be one id there.
+	text bool
 	// dupRows are the output rows found at the start whose id an earlier row holds.
 	dupRows []int64
 	// firstDup is the id of dupRows[0], for the log.
@@ -43,9 +46,16 @@ type idIndex struct {
 
 func newIDIndex() *idIndex { return &idIndex{m: make(map[idKey]idEntry)} }
 
+func (x *idIndex) key(id json.RawMessage) idKey {
+	if x.text {
+		return keyOf(jsonText(id))
+	}
+	return keyOf(id)
+}
+
 // addRow records that output row holds id.
 func (x *idIndex) addRow(row int64, id json.RawMessage) {
-	k := keyOf(id)
+	k := x.key(id)
 	if _, ok := x.m[k]; ok {
 		if len(x.dupRows) == 0 {
 			x.firstDup = append(json.RawMessage(nil), id...)
@@ -59,14 +69,18 @@ func (x *idIndex) addRow(row int64, id json.RawMessage) {
 // see records that input line holds id. It returns whether the output already holds
 // it, or a *LineError when an earlier line holds the same id.
 func (x *idIndex) see(id json.RawMessage, line int64) (written bool, err error) {
-	k := keyOf(id)
+	k := x.key(id)
 	e, ok := x.m[k]
 	if !ok {
 		x.m[k] = idEntry{line: line, row: -1}
 		return false, nil
 	}
 	if e.line != 0 {
-		return false, &LineError{Line: line, Msg: fmt.Sprintf("repeats the id %s of line %d: every id must be unique, since the output holds each id once", id, e.line)}
+		how := ""
+		if x.text {
+			how = ` (as text, which the Parquet id column holds: "7" and 7 are one id there)`
+		}
+		return false, &LineError{Line: line, Repeats: e.line, Msg: fmt.Sprintf("repeats the id %s of line %d%s: every id must be unique, since the output holds each id once", id, e.line, how)}
 	}
 	e.line = line
 	x.m[k] = e

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -49,6 +50,14 @@ type ReaderConfig struct {
 	FirstLine int64
 }
 
+// maxLine is MaxLineBytes or its default.
+func (c ReaderConfig) maxLine() int {
+	if c.MaxLineBytes <= 0 {
+		return DefaultMaxLineBytes
+	}
+	return c.MaxLineBytes
+}
+
 // Item is one text to embed.
 type Item struct {
 	// ID is the item's id as compact JSON: a string or a number.
@@ -69,6 +78,8 @@ type Item struct {
 type LineError struct {
 	Line int64
 	Msg  string
+	// Repeats is, for a repeated id, the line that holds it first; 0 otherwise.
+	Repeats int64
 }
 
 func (e *LineError) Error() string { return fmt.Sprintf("input line %d %s", e.Line, e.Msg) }
@@ -89,15 +100,12 @@ type Reader struct {
 
 // NewReader returns a Reader over r.
 func NewReader(r io.Reader, cfg ReaderConfig) *Reader {
-	rd := &Reader{r: bufio.NewReaderSize(r, 1<<20), cfg: cfg, idKey: cfg.IDField, textKey: cfg.TextField, maxBytes: cfg.MaxLineBytes}
+	rd := &Reader{r: bufio.NewReaderSize(r, 1<<20), cfg: cfg, idKey: cfg.IDField, textKey: cfg.TextField, maxBytes: cfg.maxLine()}
 	if rd.idKey == "" {
 		rd.idKey = "id"
 	}
 	if rd.textKey == "" {
 		rd.textKey = "text"
-	}
-	if rd.maxBytes <= 0 {
-		rd.maxBytes = DefaultMaxLineBytes
 	}
 	if cfg.FirstLine > 1 {
 		rd.line = cfg.FirstLine - 1
@@ -199,6 +207,9 @@ func (r *Reader) parseJSON(line []byte) (Item, string) {
 		// say which rule the line broke; the line's start shows what it holds.
 		return Item{}, fmt.Sprintf("is not a JSON object (%v); it begins %s", err, quoteStart(line, 40))
 	}
+	if key := r.repeatedKey(line); key != "" {
+		return Item{}, fmt.Sprintf("holds the key %q more than once; give each key once (the HTTP API refuses such bodies too: JSON readers differ on which one counts)", key)
+	}
 	rawID, ok := obj[r.idKey]
 	if !ok {
 		return Item{}, fmt.Sprintf("has no %q field (set the id field's name with --id-field)", r.idKey)
@@ -228,6 +239,36 @@ func (r *Reader) parseJSON(line []byte) (Item, string) {
 		}
 	}
 	return it, ""
+}
+
+// repeatedKey returns a key the reader uses (the id, the text, a passthrough field)
+// that the object on line (valid JSON) holds more than once, or "". encoding/json
+// keeps the last of such keys silently, where another reader may keep the first: the
+// job would embed a text that its user, reading the file another way, never sees.
+func (r *Reader) repeatedKey(line []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if _, err := dec.Token(); err != nil { // '{'
+		return ""
+	}
+	seen := make(map[string]bool, 2+len(r.cfg.Fields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := tok.(string)
+		if key == r.idKey || key == r.textKey || slices.Contains(r.cfg.Fields, key) {
+			if seen[key] {
+				return key
+			}
+			seen[key] = true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // quoteStart quotes the first n bytes of b (cut at a character boundary), marking a

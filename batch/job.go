@@ -49,6 +49,11 @@ type Job struct {
 	Format Format
 	// Overwrite starts the output over instead of resuming it.
 	Overwrite bool
+	// TextIDs compares ids by their text rather than their JSON, as a Parquet id
+	// column (a string) holds them: set it when the vectors are for a .parquet
+	// output, so that the ids "7" and 7 are refused as one id (issue 28) instead of
+	// becoming two rows with the same id.
+	TextIDs bool
 	// Dim is the dimension of every vector the Embedder returns.
 	Dim int
 
@@ -123,7 +128,8 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		return Stats{}, errors.New("batch: Job.Dim must be set")
 	}
 	idx := newIDIndex()
-	out, err := openOutput(j.Output, j.Format, j.Dim, j.Overwrite, idx)
+	idx.text = j.TextIDs
+	out, err := openOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), j.Overwrite, idx)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -219,7 +225,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		return stats, errors.Join(runErr, err)
 	}
 	// The whole input is read: rows it does not hold, and repeated rows, can go.
-	if drop, foreign := idx.dropRows(); len(drop) > 0 {
+	if drop, foreign := idx.dropRows(); len(drop) > 0 && !out.stream {
 		first, err := repairOutput(j.Output, j.Format, j.Dim, drop)
 		if err != nil {
 			stats.Elapsed = time.Since(start)

@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/parquet-go/parquet-go"
 )
 
 // FormatParquet is a Parquet file (see parquetSink), written by Merge only: an embed
@@ -50,6 +53,9 @@ type Merge struct {
 	// AllowMissing merges anyway when input items have no vector (texts the model
 	// refused under --skip-invalid); otherwise a missing vector fails the merge.
 	AllowMissing bool
+	// Overwrite replaces an existing Output that does not read as an output of this
+	// package; without it such a file is refused, never replaced.
+	Overwrite bool
 	// Logger receives the summary; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -77,6 +83,9 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 	if len(m.Parts) == 0 {
 		return st, errors.New("merge: no parts")
 	}
+	if err := m.checkFiles(); err != nil {
+		return st, err
+	}
 	parts := make([]*partReader, len(m.Parts))
 	defer func() {
 		for _, p := range parts {
@@ -86,7 +95,7 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 		}
 	}()
 	for i, path := range m.Parts {
-		p, err := openPart(path)
+		p, err := openPart(path, m.Reader.maxLine())
 		if err != nil {
 			return st, fmt.Errorf("part %d of %d: %w", i, len(m.Parts), err)
 		}
@@ -116,9 +125,27 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 		}
 	}()
 
+	if err := m.walk(ctx, parts, &st, sink); err != nil {
+		return st, err
+	}
+	if err := sink.commit(m.Output); err != nil {
+		return st, err
+	}
+	ok = true
+	st.Elapsed = time.Since(start)
+	log.Info("merged", "output", m.Output, "rows", st.Rows, "parts", len(m.Parts), "missing", st.Missing, "invalid_lines", st.Invalid, "seconds", round1(st.Elapsed.Seconds()))
+	return st, nil
+}
+
+// walk reads the input once, slice by slice, and hands each item's row of its part
+// to sink (nil: only check), in input order. It fails when a part holds a row that
+// is not the next item of its slice, when an id has rows in two parts, and (unless
+// AllowMissing) when an item has no row.
+func (m *Merge) walk(ctx context.Context, parts []*partReader, st *MergeStats, sink *mergeSink) error {
 	idx := newIDIndex()
+	idx.text = m.Format == FormatParquet
 	var firstMissing string
-	n := len(m.Parts)
+	n := len(parts)
 	line := int64(1)
 	for i, part := range parts {
 		shard := Shard{Index: i, Count: n}
@@ -127,14 +154,14 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 		}
 		si, err := OpenShard(m.Input, m.InputSize, shard)
 		if err != nil {
-			return st, err
+			return err
 		}
 		cfg := m.Reader
 		cfg.FirstLine, cfg.Fields = line, m.Passthrough
 		r := NewReader(si.Reader(m.Input), cfg)
 		for {
 			if err := ctx.Err(); err != nil {
-				return st, err
+				return err
 			}
 			it, err := r.Next()
 			if errors.Is(err, io.EOF) {
@@ -145,43 +172,164 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 			}
 			var le *LineError
 			if errors.As(err, &le) {
+				if le.Repeats > 0 && part.ok && part.matches(it.ID) {
+					// A shard refuses (or skips) an id its own slice repeats, so a
+					// row for the repeat means the first is in another slice: no
+					// shard could see both lines (issue 28).
+					if n == 1 {
+						return fmt.Errorf("%s, and %s holds a row for both: it is not an output of this input", le.Error(), part.path)
+					}
+					return fmt.Errorf("%s; the shards embedded both lines, since each reads only its slice of the input. Give every item its own id, then run every shard again with --overwrite (the slices move when the input changes)", le.Error())
+				}
 				st.Invalid++ // the job stopped at it or skipped it: no vector
 				continue
 			}
 			if err != nil {
-				return st, err
+				return err
 			}
-			if !part.ok || !bytes.Equal(part.id, it.ID) {
+			if !part.ok || !part.matches(it.ID) {
 				if st.Missing == 0 {
 					firstMissing = fmt.Sprintf("line %d (id %s)", it.Line, it.ID)
 				}
 				st.Missing++
 				continue
 			}
-			if err := sink.add(part.id, part.vec, it.Fields); err != nil {
-				return st, err
+			if sink != nil {
+				if err := sink.add(part.id, part.vec, it.Fields); err != nil {
+					return err
+				}
 			}
 			st.Rows++
 			if err := part.advance(); err != nil {
-				return st, err
+				return err
 			}
 		}
 		if part.ok {
-			return st, fmt.Errorf("part %s: row %d has the id %s, which is not the next item of its slice of the input (lines %d to %d): a repeated row, a row out of order, or not this input's; rerun that shard with --overwrite",
+			return fmt.Errorf("part %s: row %d has the id %s, which is not the next item of its slice of the input (lines %d to %d): a repeated row, a row out of order, or not this input's (was the input changed after the shards ran?); rerun that shard with --overwrite, or every shard if the input changed",
 				part.path, part.row+1, part.id, line, r.Line())
 		}
 		line = r.Line() + 1
 	}
 	if st.Missing > 0 && !m.AllowMissing {
-		return st, fmt.Errorf("%d input items have no vector in the parts, the first on %s: rerun the shards to complete them, or pass --allow-missing if the job skipped them (--skip-invalid)", st.Missing, firstMissing)
+		return fmt.Errorf("%d input items have no vector in the parts, the first on %s: rerun the shards to complete them, or pass --allow-missing if the job skipped them (--skip-invalid)", st.Missing, firstMissing)
 	}
-	if err := sink.commit(m.Output); err != nil {
+	return nil
+}
+
+// Verify checks, writing nothing, that Output is a Parquet file holding what a merge
+// would write: every input item's row once, in input order (items without a row only
+// with AllowMissing). A finished .parquet job that is run again calls it, and does
+// nothing more when it passes, as a finished .npy or JSONL job does (issue 28: it
+// embedded the whole input again).
+func (m *Merge) Verify(ctx context.Context) (MergeStats, error) {
+	var st MergeStats
+	p, err := openParquetPart(m.Output)
+	if err != nil {
 		return st, err
 	}
-	ok = true
-	st.Elapsed = time.Since(start)
-	log.Info("merged", "output", m.Output, "rows", st.Rows, "parts", len(m.Parts), "missing", st.Missing, "invalid_lines", st.Invalid, "seconds", round1(st.Elapsed.Seconds()))
-	return st, nil
+	defer p.close()
+	m.Format = FormatParquet
+	err = m.walk(ctx, []*partReader{p}, &st, nil)
+	return st, err
+}
+
+// Finished says whether a .parquet job's Output is already complete: it exists, no
+// run is under way (its work file, WorkPath, does not exist) and Verify passes. A
+// run that finds it so does nothing. An Output that exists without a work file but
+// fails Verify is an error: a Parquet file cannot be appended to or resumed.
+func (m *Merge) Finished(ctx context.Context) (bool, MergeStats, error) {
+	if _, err := os.Stat(m.Output); err != nil {
+		return false, MergeStats{}, nil
+	}
+	if _, err := os.Stat(WorkPath(m.Output)); err == nil {
+		return false, MergeStats{}, nil
+	}
+	st, err := m.Verify(ctx)
+	if err != nil {
+		return false, st, fmt.Errorf("%s exists but does not hold this input's vectors (%w); a Parquet file cannot be resumed: pass --overwrite to embed the input again, or choose another --output", m.Output, err)
+	}
+	return true, st, nil
+}
+
+// checkFiles refuses a merge that would destroy a file it did not write: an output
+// that is the input or one of the parts (by device and inode, or resolved path),
+// parts that are one file, an output that is not a regular file, and an existing
+// output that is not an output of this package (unless Overwrite).
+func (m *Merge) checkFiles() error {
+	var input fs.FileInfo
+	if f, ok := m.Input.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		input, _ = f.Stat()
+	}
+	files, err := refsOf("the output", m.Output, m.Format)
+	if err != nil {
+		return err
+	}
+	if fi := files[0].fi; fi != nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("--output %s is not a regular file (%s): a merge writes a temporary file and renames it into place; give a file name", m.Output, fi.Mode().Type())
+	}
+	tmp, err := refsOf("the output's temporary copy", m.Output+".merging", m.Format)
+	if err != nil {
+		return err
+	}
+	files = append(files, tmp...)
+	for i, p := range m.Parts {
+		refs, err := refsOf(fmt.Sprintf("part %d", i), p, FormatFor(p))
+		if err != nil {
+			return err
+		}
+		files = append(files, refs...)
+	}
+	if err := checkDistinct(input, "--input", files); err != nil {
+		return err
+	}
+	if files[0].fi == nil || m.Overwrite {
+		return nil
+	}
+	if err := isOurOutput(m.Output, m.Format); err != nil {
+		return fmt.Errorf("--output %s exists and is not an output of embed-stack (%v): a merge would replace it; pass --overwrite to replace it, or choose another --output", m.Output, err)
+	}
+	return nil
+}
+
+// isOurOutput says (nil) whether path reads as an output this package writes, by its
+// start: a .npy header as npyHeader writes it, a Parquet file with the id and
+// embedding columns, or JSONL whose first line starts as a record (an empty file
+// passes: there is nothing to lose).
+func isOurOutput(path string, format Format) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	switch format {
+	case FormatNPY:
+		h := make([]byte, npyHeaderLen)
+		if _, err := io.ReadFull(f, h); err != nil {
+			return fmt.Errorf("read .npy header: %w", err)
+		}
+		_, _, err := parseNPYHeader(h)
+		return err
+	case FormatParquet:
+		p, err := openParquetPart(path)
+		if err != nil {
+			return err
+		}
+		p.close()
+		return nil
+	}
+	head := make([]byte, 256)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return err
+	}
+	head = head[:n]
+	if i := bytes.IndexByte(head, '\n'); i >= 0 {
+		head = head[:i]
+	}
+	if n > 0 && !isRecordPrefix(head) {
+		return fmt.Errorf("its first line begins %s", quoteStart(head, 40))
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------------------
@@ -199,13 +347,35 @@ type partReader struct {
 	rows int64 // .npy: rows in the header
 	row  int64 // index of the current row
 
+	maxLine int // the longest line read (JSONL rows, .npy ids)
+
+	// pq reads the ids of a Parquet output (Merge.Verify); pqIDs are those read
+	// ahead.
+	pq    *parquet.GenericReader[parquetID]
+	pqIDs []parquetID
+
 	ok  bool // a current row is loaded
 	id  json.RawMessage
 	vec []float32
 	buf []byte
 }
 
-func openPart(path string) (*partReader, error) {
+// parquetID is the column a Parquet output's ids are read from.
+type parquetID struct {
+	ID string `parquet:"id"`
+}
+
+// matches says whether the current row is the item with id: the same JSON, or for
+// a Parquet output the same text.
+func (p *partReader) matches(id json.RawMessage) bool {
+	if p.pq != nil {
+		return string(jsonText(id)) == string(p.id)
+	}
+	return bytes.Equal(p.id, id)
+}
+
+// openPart opens a JSONL or .npy part whose ids are at most maxID bytes.
+func openPart(path string, maxID int) (*partReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -229,6 +399,11 @@ func openPart(path string) (*partReader, error) {
 		p.ids = bufio.NewReader(p.idsF)
 		p.buf = make([]byte, 4*p.dim)
 		p.vec = make([]float32, p.dim)
+		p.maxLine = maxID + 2
+	} else {
+		// The dimension is not known before the first row: bound it by the largest
+		// a model has (a row is checked against the first's dimension after).
+		p.maxLine = maxRecordBytes(1<<16, maxID)
 	}
 	if err := p.advance(); err != nil {
 		p.close()
@@ -240,9 +415,59 @@ func openPart(path string) (*partReader, error) {
 	return p, nil
 }
 
+// openParquetPart opens a Parquet output for its ids. A file that is not Parquet,
+// or lacks the id and embedding columns, is refused.
+func openParquetPart(path string) (*partReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	pf, err := parquet.OpenFile(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, ok := pf.Schema().Lookup("id"); !ok {
+		f.Close()
+		return nil, fmt.Errorf("%s: no id column", path)
+	}
+	if _, ok := pf.Schema().Lookup("embedding", "list", "element"); !ok {
+		f.Close()
+		return nil, fmt.Errorf("%s: no embedding column", path)
+	}
+	p := &partReader{path: path, f: f, row: -1, pq: parquet.NewGenericReader[parquetID](pf)}
+	if err := p.advance(); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
 // advance loads the next row; at the end ok is false.
 func (p *partReader) advance() error {
 	p.ok = false
+	if p.pq != nil {
+		if len(p.pqIDs) == 0 {
+			buf := make([]parquetID, 1024)
+			n, err := p.pq.Read(buf)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("%s: %w", p.path, err)
+			}
+			if n == 0 {
+				return nil
+			}
+			p.pqIDs = buf[:n]
+		}
+		p.id, p.ok = json.RawMessage(p.pqIDs[0].ID), true
+		p.pqIDs = p.pqIDs[1:]
+		p.row++
+		return nil
+	}
 	if p.npy {
 		if p.row+1 >= p.rows {
 			return nil
@@ -250,7 +475,7 @@ func (p *partReader) advance() error {
 		if _, err := io.ReadFull(p.r, p.buf); err != nil {
 			return fmt.Errorf("%s: row %d: %w (a part of a job that is still running or was killed: rerun its shard)", p.path, p.row+2, err)
 		}
-		id, err := p.ids.ReadBytes('\n')
+		id, err := readLine(p.ids, p.maxLine)
 		if err != nil {
 			return fmt.Errorf("%s: line %d: %w", IDsPath(p.path), p.row+2, err)
 		}
@@ -261,7 +486,7 @@ func (p *partReader) advance() error {
 		p.row++
 		return nil
 	}
-	line, err := p.r.ReadBytes('\n')
+	line, err := readLine(p.r, p.maxLine)
 	if errors.Is(err, io.EOF) {
 		if len(line) > 0 {
 			return fmt.Errorf("%s: row %d is incomplete (a part of a job that is still running or was killed: rerun its shard)", p.path, p.row+2)
@@ -284,6 +509,9 @@ func (p *partReader) advance() error {
 }
 
 func (p *partReader) close() {
+	if p.pq != nil {
+		p.pq.Close()
+	}
 	p.f.Close()
 	if p.idsF != nil {
 		p.idsF.Close()
@@ -337,7 +565,7 @@ func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*me
 		}
 		return s, nil
 	}
-	out, err := openOutput(tmp, format, dim, true, newIDIndex())
+	out, err := openOutput(tmp, format, dim, DefaultMaxLineBytes, true, newIDIndex())
 	if err != nil {
 		return nil, err
 	}

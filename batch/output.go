@@ -68,6 +68,9 @@ type jsonlSink struct {
 	w   *bufio.Writer
 	dim int
 	buf []byte
+	// failed is set by a write that failed: the writer keeps its error, and close
+	// would only report it a second time.
+	failed bool
 }
 
 func (s *jsonlSink) write(ids []json.RawMessage, vecs [][]float32) error {
@@ -88,17 +91,19 @@ func (s *jsonlSink) write(ids []json.RawMessage, vecs [][]float32) error {
 		b = append(b, "]}\n"...)
 		s.buf = b
 		if _, err := s.w.Write(b); err != nil {
+			s.failed = true
 			return fmt.Errorf("write output: %w", err)
 		}
 	}
 	if err := s.w.Flush(); err != nil {
+		s.failed = true
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
 }
 
 func (s *jsonlSink) close() error {
-	if err := s.w.Flush(); err != nil {
+	if err := s.w.Flush(); err != nil && !s.failed {
 		return fmt.Errorf("write output: %w", err)
 	}
 	if s.f == nil {
@@ -186,38 +191,78 @@ func (s *npySink) close() error {
 type output struct {
 	sink sink
 	rows int64
+	// stream says the output is not a regular file (a pipe, a terminal, /dev/null):
+	// it is written to and never read back, so there is nothing to resume or repair.
+	stream bool
 }
 
+// maxRecordBytes bounds one line of a JSONL output (or of a .npy's ids file) that a
+// job with ids of at most maxID bytes writes for dim-dimensional vectors: the id, at
+// most 15 bytes a float ("-1.1754944e-38,") and the punctuation. Reading an output back
+// never holds a longer line, so a file without newlines cannot fill memory (issue 28:
+// a 300 MB one took 1 GB).
+func maxRecordBytes(dim, maxID int) int { return maxID + 16*dim + 64 }
+
 // openOutput opens path ("-" is standard output, JSONL only) for a job making
-// dim-dimensional vectors. An existing non-empty output is resumed unless overwrite:
-// a partly written last record is cut off, the rest kept, and the id of every kept
-// row recorded in idx.
-func openOutput(path string, format Format, dim int, overwrite bool, idx *idIndex) (*output, error) {
+// dim-dimensional vectors with ids of at most maxID bytes. An existing non-empty
+// output is resumed unless overwrite: it must read as this job's output, a partly
+// written last record is cut off, the rest kept, and the id of every kept row recorded
+// in idx. An existing path that is not a regular file (/dev/stdout, a FIFO,
+// /dev/null) is written as a stream, never read back or truncated; a .npy output,
+// which is rewritten in place, refuses one.
+func openOutput(path string, format Format, dim, maxID int, overwrite bool, idx *idIndex) (*output, error) {
 	if path == "-" {
 		if format != FormatJSONL {
 			return nil, errors.New("standard output takes JSONL only; give a .npy file name for --output")
 		}
-		return &output{sink: &jsonlSink{w: bufio.NewWriterSize(os.Stdout, 1<<20), dim: dim}}, nil
+		return &output{sink: &jsonlSink{w: bufio.NewWriterSize(os.Stdout, 1<<20), dim: dim}, stream: true}, nil
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.Mode()&fs.ModeDevice != 0 && fi.Mode()&fs.ModeCharDevice == 0 {
+			return nil, fmt.Errorf("--output %s is a block device: give a file name", path)
+		}
+		if format != FormatJSONL {
+			return nil, fmt.Errorf("--output %s is not a regular file (%s): a .npy output is rewritten in place and read back to resume; give a file name", path, fi.Mode().Type())
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open output: %w", err)
+		}
+		return &output{sink: &jsonlSink{f: f, w: bufio.NewWriterSize(f, 1<<20), dim: dim}, stream: true}, nil
 	}
 	if err := finishRepair(path, format); err != nil {
 		return nil, err
 	}
 	if format == FormatNPY {
-		return openNPY(path, dim, overwrite, idx)
+		return openNPY(path, dim, maxID, overwrite, idx)
 	}
-	return openJSONL(path, dim, overwrite, idx)
+	return openJSONL(path, dim, maxID, overwrite, idx)
 }
 
-func openJSONL(path string, dim int, overwrite bool, idx *idIndex) (*output, error) {
-	flags := os.O_RDWR | os.O_CREATE
-	if overwrite {
-		flags |= os.O_TRUNC
+// openRegular opens path for reading and writing, creating it, and refuses it when it
+// turned out not to be a regular file (it changed since the caller's Stat).
+func openRegular(path string, flags int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|flags, 0o644)
+	if err != nil {
+		return nil, err
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return f, nil
+}
+
+func openJSONL(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output, error) {
+	flags := 0
+	if overwrite {
+		flags = os.O_TRUNC
+	}
+	f, err := openRegular(path, flags)
 	if err != nil {
 		return nil, fmt.Errorf("open output: %w", err)
 	}
-	keep, rows, err := scanJSONL(f, dim, idx)
+	keep, rows, err := scanJSONL(f, dim, maxRecordBytes(dim, maxID), idx)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err)
@@ -235,19 +280,34 @@ func openJSONL(path string, dim int, overwrite bool, idx *idIndex) (*output, err
 
 // scanJSONL checks every complete record of an existing output, records its id in idx,
 // and returns the size of the complete records and their number. Only the last line
-// may be incomplete (a kill mid-write); anything else that is not a record of dim
-// floats is refused.
-func scanJSONL(f *os.File, dim int, idx *idIndex) (keep, rows int64, err error) {
+// may be incomplete (a kill mid-write), and it is cut off only when it is the start of
+// a record: a file that is not this job's output is refused whole, never cut (issue
+// 28: a one-line file without a newline was replaced). No line longer than maxLine is
+// read.
+func scanJSONL(f *os.File, dim, maxLine int, idx *idIndex) (keep, rows int64, err error) {
 	r := bufio.NewReaderSize(f, 1<<20)
+	notOurs := func(what string) error {
+		return fmt.Errorf("line %d %s, which no record of this job is: it is not an output of this job", rows+1, what)
+	}
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
 		line = append(line, chunk...)
 		switch {
+		case len(line) > maxLine:
+			return 0, 0, notOurs(fmt.Sprintf("is longer than %d bytes", maxLine))
 		case errors.Is(err, bufio.ErrBufferFull):
+			// A line this long is a record only if it starts as one: look before
+			// reading on.
+			if !isRecordPrefix(line) {
+				return 0, 0, notOurs(fmt.Sprintf("begins %s", quoteStart(line, 40)))
+			}
 			continue
 		case errors.Is(err, io.EOF):
-			return keep, rows, nil // an incomplete last line is dropped
+			if len(line) > 0 && !isRecordPrefix(line) {
+				return 0, 0, notOurs(fmt.Sprintf("(the last, without a newline) begins %s", quoteStart(line, 40)))
+			}
+			return keep, rows, nil // a partly written last record is dropped
 		case err != nil:
 			return 0, 0, fmt.Errorf("read: %w", err)
 		}
@@ -265,19 +325,89 @@ func scanJSONL(f *os.File, dim int, idx *idIndex) (keep, rows int64, err error) 
 	}
 }
 
-func openNPY(path string, dim int, overwrite bool, idx *idIndex) (*output, error) {
+// isRecordPrefix says whether b is the start of a line jsonlSink writes,
+// {"id":ID,"embedding":[F,…]}, cut anywhere (a kill mid-write leaves such a start).
+func isRecordPrefix(b []byte) bool {
+	const head, mid = `{"id":`, `,"embedding":[`
+	prefixOf := func(b []byte, s string) (rest []byte, ok, more bool) {
+		if len(b) < len(s) {
+			return nil, s[:len(b)] == string(b), false
+		}
+		return b[len(s):], string(b[:len(s)]) == s, true
+	}
+	b, ok, more := prefixOf(b, head)
+	if !ok || !more {
+		return ok
+	}
+	n, complete := idPrefixLen(b)
+	if n < 0 || !complete {
+		return n >= 0
+	}
+	if b, ok, more = prefixOf(b[n:], mid); !ok || !more {
+		return ok
+	}
+	i := 0
+	for i < len(b) && (b[i] == ',' || b[i] == '.' || b[i] == '-' || b[i] == '+' || b[i] == 'e' || b[i] >= '0' && b[i] <= '9' || b[i] == 'N' || b[i] == 'a' || b[i] == 'I' || b[i] == 'n' || b[i] == 'f') {
+		i++
+	}
+	switch string(b[i:]) {
+	case "", "]", "]}", "]}\n":
+		return true
+	}
+	return false
+}
+
+// idPrefixLen returns the length of the JSON string or number that b starts with and
+// whether it is complete (false: b ends inside it); -1 when b starts with neither.
+func idPrefixLen(b []byte) (n int, complete bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	if b[0] == '"' {
+		for i := 1; i < len(b); i++ {
+			switch {
+			case b[i] == '\\':
+				i++
+			case b[i] == '"':
+				return i + 1, true
+			case b[i] < 0x20:
+				return -1, false
+			}
+		}
+		return len(b), false
+	}
+	i := 0
+	for i < len(b) && (b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] >= '0' && b[i] <= '9') {
+		i++
+	}
+	if i == 0 {
+		return -1, false
+	}
+	return i, i < len(b)
+}
+
+func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output, error) {
 	idsPath := IDsPath(path)
 	fi, err := os.Stat(path)
-	fresh := overwrite || errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Size() == 0)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("output: %w", err)
 	}
+	fresh := overwrite || errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Size() == 0)
+	ifi, ierr := os.Stat(idsPath)
+	switch {
+	case ierr == nil && !ifi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (%s): a .npy output's ids are rewritten in place and read back to resume; choose another --output", idsPath, ifi.Mode().Type())
+	case fresh && !overwrite && ierr == nil && ifi.Size() > 0:
+		// The job writes the array's header before any id: ids beside an empty
+		// array are not this job's, and starting over would truncate them.
+		return nil, fmt.Errorf("%s holds data but %s holds no array: the pair is not an output of this job; pass --overwrite to start it over, or choose another --output", idsPath, path)
+	}
 	if fresh {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := openRegular(path, os.O_TRUNC)
 		if err != nil {
 			return nil, fmt.Errorf("open output: %w", err)
 		}
-		ids, err := os.OpenFile(idsPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		ids, err := openRegular(idsPath, os.O_TRUNC)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("open ids: %w", err)
@@ -304,7 +434,7 @@ func openNPY(path string, dim int, overwrite bool, idx *idIndex) (*output, error
 		ids.Close()
 		return nil, err
 	}
-	rows, keepIDs, err := scanNPY(f, ids, dim, idx)
+	rows, keepIDs, err := scanNPY(f, ids, dim, maxID+2, idx)
 	if err != nil {
 		return fail(fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err))
 	}
@@ -329,8 +459,8 @@ func openNPY(path string, dim int, overwrite bool, idx *idIndex) (*output, error
 
 // scanNPY returns how many rows of an existing .npy output are complete, in the array
 // and in the ids file both, and the size of the ids file's first rows lines; it records
-// each of those rows' ids in idx.
-func scanNPY(f, ids *os.File, dim int, idx *idIndex) (rows, keepIDs int64, err error) {
+// each of those rows' ids in idx. No ids line longer than maxLine is read.
+func scanNPY(f, ids *os.File, dim, maxLine int, idx *idIndex) (rows, keepIDs int64, err error) {
 	h := make([]byte, npyHeaderLen)
 	if _, err := io.ReadFull(f, h); err != nil {
 		return 0, 0, fmt.Errorf("read .npy header: %w", err)
@@ -349,14 +479,14 @@ func scanNPY(f, ids *os.File, dim int, idx *idIndex) (rows, keepIDs int64, err e
 	// The header may lag the data (it is rewritten after each batch); the size is what
 	// counts, rounded down to whole rows.
 	arrayRows := (fi.Size() - npyHeaderLen) / (int64(dim) * 4)
-	r := bufio.NewReader(ids)
+	r := bufio.NewReaderSize(ids, 64<<10)
 	for rows < arrayRows {
-		line, err := r.ReadBytes('\n')
+		line, err := readLine(r, maxLine)
 		if errors.Is(err, io.EOF) {
 			break // an incomplete last id is dropped
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("read ids: %w", err)
+			return 0, 0, fmt.Errorf("read ids line %d: %w", rows+1, err)
 		}
 		id, err := compactID(line[:len(line)-1])
 		if err != nil {
@@ -367,4 +497,25 @@ func scanNPY(f, ids *os.File, dim int, idx *idIndex) (rows, keepIDs int64, err e
 		rows++
 	}
 	return rows, keepIDs, nil
+}
+
+// errLineTooLong is a line of an output or ids file longer than any this package
+// writes.
+var errLineTooLong = errors.New("the line is longer than any this job writes: not an output of this job")
+
+// readLine returns the next line of r with its newline, reading at most max bytes of
+// it: a longer one is errLineTooLong. A last line without a newline is io.EOF, as
+// bufio.Reader.ReadBytes reports it.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return nil, errLineTooLong
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
 }

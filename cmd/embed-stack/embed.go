@@ -245,6 +245,8 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	in, size := io.Reader(os.Stdin), int64(0)
 	var file *os.File
 	firstLine := int64(1)
+	inName := "standard input"
+	inInfo, _ := os.Stdin.Stat() // a file redirected to standard input is checked too
 	if f.input != "-" {
 		var err error
 		if file, err = os.Open(f.input); err != nil {
@@ -252,6 +254,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		}
 		defer file.Close()
 		fi, err := file.Stat()
+		inName, inInfo = f.input, fi
 		if err == nil && fi.Mode().IsRegular() {
 			size = fi.Size()
 		} else if f.shard.Count > 0 || batch.FormatFor(f.output) == batch.FormatParquet {
@@ -267,11 +270,28 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 			logger.Info("shard", "shard", f.shard.String(), "first_line", si.FirstLine, "bytes", size, "input_offset", si.Start)
 		}
 	}
+	if err := batch.CheckFiles(inInfo, inName, f.output, f.shard, f.overwrite); err != nil {
+		return err
+	}
 	output := f.output
 	if f.shard.Count > 0 {
 		output = batch.ShardPath(output, f.shard)
 	}
 	work := batch.WorkPath(output)
+	readerCfg := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
+	// A .parquet output: written from the work file once it holds every vector.
+	pq := &batch.Merge{Input: file, InputSize: size, Reader: readerCfg, Parts: []string{work}, Output: output,
+		Format: batch.FormatParquet, Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Overwrite: f.overwrite, Logger: logger}
+	if work != output && f.shard.Count == 0 && !f.overwrite {
+		done, st, err := pq.Finished(ctx)
+		if err != nil {
+			return err
+		}
+		if done {
+			logger.Info("the output already holds every item; nothing to do", "output", output, "rows", st.Rows, "missing", st.Missing)
+			return nil
+		}
+	}
 
 	eng, err := newEngine(ctx, engineConfig{
 		Model:                f.model,
@@ -327,7 +347,6 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	}()
 	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", work)
 
-	readerCfg := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
 	job := &batch.Job{
 		Input:            in,
 		InputSize:        size,
@@ -335,6 +354,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		Output:           work,
 		Format:           batch.FormatFor(work),
 		Overwrite:        f.overwrite,
+		TextIDs:          batch.FormatFor(output) == batch.FormatParquet,
 		Dim:              dim,
 		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
 		BatchSize:        f.batchSize,
@@ -365,10 +385,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		logger.Info("the shard's vectors are ready; once every shard is done, embed-stack merge writes the .parquet", "part", work)
 		return nil
 	}
-	// A .parquet output: written from the work file once it holds every vector.
-	m := &batch.Merge{Input: file, InputSize: size, Reader: readerCfg, Parts: []string{work}, Output: output,
-		Format: batch.FormatParquet, Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Logger: logger}
-	if _, err := m.Run(ctx); err != nil {
+	if _, err := pq.Run(ctx); err != nil {
 		return err
 	}
 	return errors.Join(os.Remove(work), os.Remove(batch.IDsPath(work)))

@@ -18,7 +18,7 @@ import (
 type mergeFlags struct {
 	input, output, inputFormat, idField, textField, passthrough string
 	shards                                                      int
-	allowMissing                                                bool
+	allowMissing, overwrite                                     bool
 	logFormat, logLevel                                         string
 }
 
@@ -29,6 +29,7 @@ func newMergeFlagSet(f *mergeFlags) *flag.FlagSet {
 	fs.IntVar(&f.shards, "shards", 0, "the job's shard count `N` (required)")
 	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
 	fs.BoolVar(&f.allowMissing, "allow-missing", false, "merge even when input items have no vector (texts the shards skipped with --skip-invalid)")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing --output that is not an embed-stack output (one that is is always replaced)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.Usage = func() {
@@ -109,6 +110,7 @@ func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
 		Format:       batch.FormatFor(f.output),
 		Passthrough:  splitList(f.passthrough),
 		AllowMissing: f.allowMissing,
+		Overwrite:    f.overwrite,
 		Logger:       logger,
 	}
 	_, err = m.Run(ctx)
