@@ -13,111 +13,37 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/embed-stack/embed-stack/telemetry/stage"
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
-var (
-	telemetryOnce sync.Once
-	spanRecorder  = tracetest.NewSpanRecorder()
-	metricReader  = sdkmetric.NewManualReader()
-	testTracer    trace.Tracer
-)
-
-// installTelemetry installs recording providers as the globals, once per test
-// binary (instruments made at package init forward to the first meter provider).
-// The fake workers (child processes) install none.
-func installTelemetry() {
-	telemetryOnce.Do(func() {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder))
-		otel.SetTracerProvider(tp)
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
-		otel.SetTextMapPropagator(propagation.TraceContext{})
-		testTracer = tp.Tracer("backends_test")
-	})
-}
-
-func spansOf(id trace.TraceID) map[string][]sdktrace.ReadOnlySpan {
-	out := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range spanRecorder.Ended() {
-		if s.SpanContext().TraceID() == id {
-			out[s.Name()] = append(out[s.Name()], s)
-		}
-	}
-	return out
-}
+// recorder returns the recording providers, installed as the globals on first use
+// (telemetrytest.Install). The fake workers, child processes, install none.
+func recorder() *telemetrytest.Recorder { return telemetrytest.Install() }
 
 func intAttr(s sdktrace.ReadOnlySpan, key string) int64 {
-	for _, kv := range s.Attributes() {
-		if string(kv.Key) == key {
-			return kv.Value.AsInt64()
-		}
+	if v, ok := telemetrytest.Attr(s, key); ok {
+		return v.AsInt64()
 	}
 	return -1
 }
 
 func strAttr(s sdktrace.ReadOnlySpan, key string) string {
-	for _, kv := range s.Attributes() {
-		if string(kv.Key) == key {
-			return kv.Value.AsString()
-		}
-	}
-	return ""
+	v, _ := telemetrytest.Attr(s, key)
+	return v.AsString()
 }
 
 // spawnCount reads embed_stack.worker.spawns{role,outcome} (and the labels in
 // extra, such as a model).
 func spawnCount(t *testing.T, role, outcome string, extra ...attribute.KeyValue) int64 {
 	t.Helper()
-	return int64(metricPoint(t, "embed_stack.worker.spawns", append([]attribute.KeyValue{attribute.String("role", role), attribute.String("outcome", outcome)}, extra...)...))
-}
-
-// metricPoint reads a counter's value or a histogram's count whose attributes are
-// exactly attrs, or 0.
-func metricPoint(t *testing.T, name string, attrs ...attribute.KeyValue) float64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := metricReader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	want := attribute.NewSet(attrs...)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Value)
-					}
-				}
-			case metricdata.Histogram[int64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Count)
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Count)
-					}
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := recorder().Metric(t, "embed_stack.worker.spawns", append([]attribute.KeyValue{attribute.String("role", role), attribute.String("outcome", outcome)}, extra...)...)
+	return int64(v)
 }
 
 // onlyPID returns the one pid the fake workers recorded.
@@ -134,17 +60,17 @@ func onlyPID(t *testing.T, records string) int {
 }
 
 func TestEphemeralSpans(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	e, _, records := newEphemeral(t)
 	ready := spawnCount(t, roleEphemeral, "ready")
-	ctx, root := testTracer.Start(context.Background(), "request")
+	ctx, root := rec.Tracer.Start(context.Background(), "request")
 	seq := seqOf(100)
 	if _, err := e.Embed(ctx, seq); err != nil {
 		t.Fatal(err)
 	}
 	root.End()
 	pid := onlyPID(t, records)
-	spans := spansOf(root.SpanContext().TraceID())
+	spans := rec.Trace(root.SpanContext().TraceID())
 	for _, name := range []string{"backends.ephemeral", "backends.spawn", "worker.call", "backends.stop"} {
 		if len(spans[name]) != 1 {
 			t.Fatalf("%d spans %s, want 1; trace has %v", len(spans[name]), name, names(spans))
@@ -194,7 +120,7 @@ func TestEphemeralSpans(t *testing.T) {
 // model (stage.WithModel, as the router marks it) counts its spawn, spawn time,
 // call size and stages under that model's label (issue 17), and under no other.
 func TestEphemeralMetricsByModel(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	e, _, _ := newEphemeral(t)
 	model := stage.ModelKey.String("bk-model")
 	ctx := stage.WithModel(context.Background(), "bk-model")
@@ -217,7 +143,7 @@ func TestEphemeralMetricsByModel(t *testing.T) {
 		{stage.MetricName, []attribute.KeyValue{attribute.String("stage", "backends.spawn"), model}, 2},
 		{stage.MetricName, []attribute.KeyValue{attribute.String("stage", "backends.stop"), model}, 2},
 	} {
-		if got := metricPoint(t, c.name, c.attrs...); got != c.want {
+		if got, _ := rec.Metric(t, c.name, c.attrs...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attrs, got, c.want)
 		}
 	}
@@ -227,16 +153,16 @@ func TestEphemeralMetricsByModel(t *testing.T) {
 }
 
 func TestEphemeralSpawnFailureSpans(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	e, _, _ := newEphemeral(t, "FAKE_LOAD_FAIL=no such tensor")
 	failed := spawnCount(t, roleEphemeral, "failed")
-	ctx, root := testTracer.Start(context.Background(), "request")
+	ctx, root := rec.Tracer.Start(context.Background(), "request")
 	_, err := e.Embed(ctx, seqOf(10))
 	root.End()
 	if err == nil {
 		t.Fatal("Embed succeeded with a worker that cannot load")
 	}
-	spans := spansOf(root.SpanContext().TraceID())
+	spans := rec.Trace(root.SpanContext().TraceID())
 	if len(spans["backends.spawn"]) != 1 || len(spans["backends.ephemeral"]) != 1 {
 		t.Fatalf("trace has %v, want one backends.spawn and one backends.ephemeral", names(spans))
 	}
@@ -259,16 +185,16 @@ func TestEphemeralSpawnFailureSpans(t *testing.T) {
 }
 
 func TestWarmSpawnSpan(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	w, _, records := newWarm(t)
-	before := len(spanRecorder.Ended())
+	before := len(rec.Spans.Ended())
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close(context.Background())
 	pid := onlyPID(t, records)
 	var spawn sdktrace.ReadOnlySpan
-	for _, s := range spanRecorder.Ended()[before:] {
+	for _, s := range rec.Spans.Ended()[before:] {
 		if s.Name() == "backends.spawn" && intAttr(s, "embed_stack.worker.pid") == int64(pid) {
 			spawn = s
 		}
@@ -292,7 +218,7 @@ func TestWarmSpawnSpan(t *testing.T) {
 // under a span finds that span in TRACEPARENT, so its model-load span can join the
 // trace.
 func TestStartProcPassesTraceContext(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	dir := shortTempDir(t)
 	out := filepath.Join(dir, "tp")
 	spec := WorkerSpec{Path: "/bin/sh", Args: []string{"-c", `printf %s "$TRACEPARENT" > "$0"; exec sleep 30`, out}}
@@ -309,7 +235,7 @@ func TestStartProcPassesTraceContext(t *testing.T) {
 			ctx := context.Background()
 			var span trace.Span
 			if tt.traced {
-				ctx, span = testTracer.Start(ctx, "spawn")
+				ctx, span = rec.Tracer.Start(ctx, "spawn")
 				defer span.End()
 			}
 			p, err := startProc(ctx, spec, filepath.Join(dir, "w.sock"), nil, time.Second)
@@ -339,7 +265,7 @@ func TestStartProcPassesTraceContext(t *testing.T) {
 }
 
 func TestWorkerHandlerSpan(t *testing.T) {
-	installTelemetry()
+	rec := recorder()
 	var mu sync.Mutex
 	var seen trace.SpanContext
 	engine := &fakeEngine{embedHook: func(ctx context.Context, _ [][]int32) {
@@ -372,7 +298,7 @@ func TestWorkerHandlerSpan(t *testing.T) {
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 			}
-			spans := spansOf(tid)["worker.embed"]
+			spans := rec.Trace(tid)["worker.embed"]
 			if len(spans) != 1 {
 				t.Fatalf("%d worker.embed spans in the caller's trace, want 1", len(spans))
 			}

@@ -7,56 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
-
-var (
-	telemetryOnce sync.Once
-	spanRecorder  = tracetest.NewSpanRecorder()
-	metricReader  = sdkmetric.NewManualReader()
-	testTracer    trace.Tracer
-)
-
-// installTelemetry installs recording providers as the globals, once per test
-// binary (instruments made at package init forward to the first meter provider).
-func installTelemetry() {
-	telemetryOnce.Do(func() {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder))
-		otel.SetTracerProvider(tp)
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader)))
-		testTracer = tp.Tracer("routing_test")
-	})
-}
-
-// batchRequestsPoint returns the count and sum of embed_stack.batch.requests.
-func batchRequestsPoint(t *testing.T) (uint64, int64) {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := metricReader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name == "embed_stack.batch.requests" {
-				for _, dp := range m.Data.(metricdata.Histogram[int64]).DataPoints {
-					return dp.Count, dp.Sum
-				}
-			}
-		}
-	}
-	return 0, 0
-}
 
 // TestBatchSpans: two requests whose warm calls share one batched worker call. The
 // batch is one routing.batch span, in the first caller's trace, linked to both
 // callers' routing.queue spans, which link back to it.
 func TestBatchSpans(t *testing.T) {
-	installTelemetry()
+	rec := telemetrytest.Install()
 	r, warm, _ := newRouter(Config{BatchWindow: 300 * time.Millisecond, BatchMaxTokens: 1 << 20})
 	// As after a batch of several calls, so that the first request waits for the
 	// second instead of going at once on the idle lane (batcher.idleSend).
@@ -65,11 +26,11 @@ func TestBatchSpans(t *testing.T) {
 	bt.mu.Lock()
 	bt.lanes[bulkLane].lastCalls = 2
 	bt.mu.Unlock()
-	count0, sum0 := batchRequestsPoint(t)
+	count0, sum0 := rec.Metric(t, "embed_stack.batch.requests")
 	roots := make([]trace.Span, 2)
 	var wg sync.WaitGroup
 	for i, text := range []string{"first", "second"} {
-		ctx, root := testTracer.Start(context.Background(), "request")
+		ctx, root := rec.Tracer.Start(context.Background(), "request")
 		roots[i] = root
 		wg.Go(func() {
 			defer root.End()
@@ -88,7 +49,7 @@ func TestBatchSpans(t *testing.T) {
 
 	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	var batches, queues []sdktrace.ReadOnlySpan
-	for _, s := range spanRecorder.Ended() {
+	for _, s := range rec.Spans.Ended() {
 		tid := s.SpanContext().TraceID()
 		if tid != roots[0].SpanContext().TraceID() && tid != roots[1].SpanContext().TraceID() {
 			continue
@@ -142,7 +103,7 @@ func TestBatchSpans(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("routing.batch lacks %v", want)
 	}
-	if count, sum := batchRequestsPoint(t); count-count0 != 1 || sum-sum0 != 2 {
-		t.Errorf("embed_stack.batch.requests moved by count %d sum %d, want 1 and 2", count-count0, sum-sum0)
+	if count, sum := rec.Metric(t, "embed_stack.batch.requests"); count-count0 != 1 || sum-sum0 != 2 {
+		t.Errorf("embed_stack.batch.requests moved by count %v sum %v, want 1 and 2", count-count0, sum-sum0)
 	}
 }

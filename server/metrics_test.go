@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,25 +12,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
-// scrapeLines returns GET /metrics' text as the reader behind it writes it, as a
-// set of its sample lines ("name{labels} value").
-func scrapeLines(t *testing.T) map[string]bool {
+// scrape returns GET /metrics as the reader behind it writes it.
+func scrape(t *testing.T) telemetrytest.Samples {
 	t.Helper()
 	w := httptest.NewRecorder()
 	promhttp.HandlerFor(promRegistry, promhttp.HandlerOpts{}).ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	if w.Code != http.StatusOK {
 		t.Fatalf("scrape: status %d", w.Code)
 	}
-	lines := map[string]bool{}
-	sc := bufio.NewScanner(w.Body)
-	for sc.Scan() {
-		if l := sc.Text(); l != "" && !strings.HasPrefix(l, "#") {
-			lines[l] = true
-		}
-	}
-	return lines
+	return telemetrytest.ParseSamples(w.Body.String())
 }
 
 // TestMetricsByModel: with two embedding models and a reranker (issue 17) every
@@ -42,7 +33,7 @@ func scrapeLines(t *testing.T) map[string]bool {
 // has no model label. The model names are this test's own, so that the lines are
 // exact whatever else the test binary recorded.
 func TestMetricsByModel(t *testing.T) {
-	installTelemetry()
+	recorder()
 	newRouter := func(model string) *routing.Router {
 		c := serveWorker(t, &spanEngine{})
 		return &routing.Router{
@@ -64,7 +55,7 @@ func TestMetricsByModel(t *testing.T) {
 		},
 	}
 	h := s.Handler()
-	before := scrapeLines(t)
+	before := scrape(t)
 	long := strings.Repeat("z", 20) // 21 tokens: ephemeral
 	for _, r := range []struct {
 		path, body string
@@ -82,8 +73,8 @@ func TestMetricsByModel(t *testing.T) {
 			t.Fatalf("POST %s %s: status %d, want %d: %s", r.path, r.body, w.Code, r.status, w.Body)
 		}
 	}
-	after := scrapeLines(t)
-	for _, want := range []string{
+	after := scrape(t)
+	after.Require(t,
 		`embed_stack_http_requests_total{code="200",model="metrics-a",route="/v1/embeddings"} 2`,
 		`embed_stack_http_requests_total{code="200",model="metrics-a",route="/embed"} 1`,
 		`embed_stack_http_requests_total{code="200",model="metrics-b",route="/v1/embeddings"} 1`,
@@ -116,31 +107,21 @@ func TestMetricsByModel(t *testing.T) {
 		`embed_stack_batch_sequences_count{model="metrics-b",route="other"} 1`,
 		`embed_stack_stage_duration_seconds_count{model="metrics-a",stage="server.encode"} 2`,
 		`embed_stack_stage_duration_seconds_count{model="metrics-b",stage="server.encode"} 1`,
-	} {
-		if !after[want] {
-			t.Errorf("no line %s", want)
+	)
+	for _, bad := range []string{`model="metrics-a-alias"`, `model="metrics-nope"`, `model=""`} {
+		for _, line := range after.Matching(bad) {
+			t.Errorf("%s: a model label from the request, or an empty one", line)
 		}
 	}
-	for line := range after {
-		for _, bad := range []string{`model="metrics-a-alias"`, `model="metrics-nope"`, `model=""`} {
-			if strings.Contains(line, bad) {
-				t.Errorf("%s: a model label from the request, or an empty one", line)
-			}
-		}
-		// The body is decoded before the model is known.
-		if strings.Contains(line, `stage="server.decode"`) && strings.Contains(line, "model=") {
+	// The body is decoded before the model is known.
+	for _, line := range after.Matching(`stage="server.decode"`) {
+		if strings.Contains(line, "model=") {
 			t.Errorf("%s: server.decode has a model label", line)
 		}
 	}
 	// The unknown model's 404 is counted without a model label.
-	unlabelled := func(lines map[string]bool) float64 {
-		const prefix = `embed_stack_http_errors_total{code="404",error_code="model_not_found",route="/v1/embeddings"} `
-		for l := range lines {
-			if v, ok := strings.CutPrefix(l, prefix); ok {
-				return sampleValue(t, v)
-			}
-		}
-		return 0
+	unlabelled := func(s telemetrytest.Samples) float64 {
+		return max(0, s.Value(`embed_stack_http_errors_total{code="404",error_code="model_not_found",route="/v1/embeddings"}`))
 	}
 	if d := unlabelled(after) - unlabelled(before); d != 1 {
 		t.Errorf("model_not_found without a model label moved by %v, want 1", d)
@@ -162,14 +143,4 @@ func TestMetricsByModel(t *testing.T) {
 	if withModel != 2 || notFound != 1 {
 		t.Errorf("log: %d lines of metrics-a on /v1/embeddings (want 2), %d of model_not_found (want 1):\n%s", withModel, notFound, logs.String())
 	}
-}
-
-// sampleValue parses a sample's value.
-func sampleValue(t *testing.T, s string) float64 {
-	t.Helper()
-	var v float64
-	if _, err := fmt.Sscan(s, &v); err != nil {
-		t.Fatalf("sample value %q: %v", s, err)
-	}
-	return v
 }

@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -29,36 +28,26 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
 // The tests below run one request through the real server, router, worker-protocol
 // client and worker handler (over a Unix socket, so the trace context crosses a real
 // HTTP hop), with a fake engine, and read the spans and metrics that produced.
 
-var (
-	telemetryOnce sync.Once
-	spanRecorder  = tracetest.NewSpanRecorder()
-	metricReader  = sdkmetric.NewManualReader()
-	// promRegistry holds the collector of the reader behind GET /metrics
-	// (telemetry.NewPrometheusReader), for tests of a scrape's exact lines.
-	promRegistry = prometheus.NewRegistry()
-)
+// promRegistry holds the collector of the reader behind GET /metrics
+// (telemetry.NewPrometheusReader), for tests of a scrape's exact lines.
+var promRegistry = prometheus.NewRegistry()
 
-// installTelemetry installs recording providers as the OpenTelemetry globals, once
-// per test binary: instruments created at package init forward to the first meter
-// provider installed, so it cannot be swapped per test. Tests tell their spans apart
-// by trace id and their metrics by deltas (or by model names of their own).
-func installTelemetry() {
-	telemetryOnce.Do(func() {
-		prom, err := telemetry.NewPrometheusReader(promRegistry)
-		if err != nil {
-			panic(err)
-		}
-		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spanRecorder)))
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(metricReader), sdkmetric.WithReader(prom)))
-		otel.SetTextMapPropagator(propagation.TraceContext{})
-	})
-}
+// recorder returns the recording providers (telemetrytest.Install, once per test
+// binary), with the Prometheus reader on promRegistry beside the manual one.
+var recorder = sync.OnceValue(func() *telemetrytest.Recorder {
+	prom, err := telemetry.NewPrometheusReader(promRegistry)
+	if err != nil {
+		panic(err)
+	}
+	return telemetrytest.Install(prom)
+})
 
 // byteTokenizer gives one token per byte of text, so token counts are easy to state.
 type byteTokenizer struct{}
@@ -156,7 +145,7 @@ func makeSocketDir(t testing.TB) (string, error) {
 // the recording providers installed.
 func tracedStack(t *testing.T, engine *spanEngine) http.Handler {
 	t.Helper()
-	installTelemetry()
+	recorder()
 	return newStack(t, engine, true)
 }
 
@@ -177,19 +166,6 @@ func newStack(t testing.TB, engine *spanEngine, tracing bool) http.Handler {
 	return s.Handler()
 }
 
-// traceOf returns the ended spans of one trace, by name; a name that occurs more
-// than once maps to all of them.
-func traceOf(t *testing.T, id trace.TraceID) map[string][]sdktrace.ReadOnlySpan {
-	t.Helper()
-	out := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range spanRecorder.Ended() {
-		if s.SpanContext().TraceID() == id {
-			out[s.Name()] = append(out[s.Name()], s)
-		}
-	}
-	return out
-}
-
 // incomingTrace returns a traceparent header value for a new trace and its ids.
 func incomingTrace(n byte) (string, trace.TraceID, trace.SpanID) {
 	var tid trace.TraceID
@@ -201,15 +177,6 @@ func incomingTrace(n byte) (string, trace.TraceID, trace.SpanID) {
 		sid[i] = 0xa0 + n + byte(i)
 	}
 	return fmt.Sprintf("00-%s-%s-01", tid, sid), tid, sid
-}
-
-func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
-	for _, kv := range s.Attributes() {
-		if string(kv.Key) == key {
-			return kv.Value, true
-		}
-	}
-	return attribute.Value{}, false
 }
 
 // wantSpan states one span of a tree: its parent's name ("" = the caller's remote
@@ -261,7 +228,7 @@ func checkTree(t *testing.T, spans map[string][]sdktrace.ReadOnlySpan, remote tr
 			t.Errorf("%s: status %v %q, want %v %q", name, s.Status().Code, s.Status().Description, w.status, w.desc)
 		}
 		for k, v := range w.attrs {
-			got, ok := attr(s, k)
+			got, ok := telemetrytest.Attr(s, k)
 			if !ok {
 				t.Errorf("%s: no attribute %s", name, k)
 				continue
@@ -282,7 +249,7 @@ func TestTraceShortRequest(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	spans := traceOf(t, tid)
+	spans := recorder().Trace(tid)
 	checkTree(t, spans, remote, map[string]wantSpan{
 		"POST /v1/embeddings": {kind: trace.SpanKindServer, attrs: map[string]any{
 			"http.route": "/v1/embeddings", "http.response.status_code": 200, "embed_stack.inputs": 2, "embed_stack.tokens": 10}},
@@ -322,7 +289,7 @@ func TestTraceLongRequest(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	spans := traceOf(t, tid)
+	spans := recorder().Trace(tid)
 	calls := spans["worker.call"]
 	delete(spans, "worker.call")
 	embeds := spans["worker.embed"]
@@ -353,7 +320,7 @@ func TestTraceLongRequest(t *testing.T) {
 	}
 	tokensUnder := map[string]int64{}
 	for _, c := range calls {
-		v, _ := attr(c, "embed_stack.batch.tokens")
+		v, _ := telemetrytest.Attr(c, "embed_stack.batch.tokens")
 		tokensUnder[parents[c.Parent().SpanID()]] = v.AsInt64()
 		found := false
 		for _, e := range embeds {
@@ -430,7 +397,7 @@ func TestTraceFailingRequests(t *testing.T) {
 			if w.Code != tt.status {
 				t.Fatalf("status %d, want %d: %s", w.Code, tt.status, w.Body)
 			}
-			spans := traceOf(t, tid)
+			spans := recorder().Trace(tid)
 			// The socket path is random; name it SOCKET in the expectations.
 			if c := spans["worker.call"]; len(c) == 1 {
 				for name, ws := range tt.want {
@@ -451,47 +418,6 @@ func socketOf(msg string) string {
 	}
 	path, _, _ := strings.Cut(rest, " ")
 	return path
-}
-
-// metricValue reads one data point: a counter's or up-down counter's value, or a
-// histogram's count and sum. attrs must match the point's attributes exactly.
-func metricValue(t *testing.T, name string, attrs ...attribute.KeyValue) (value, sum float64) {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := metricReader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	want := attribute.NewSet(attrs...)
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Value), 0
-					}
-				}
-			case metricdata.Histogram[int64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Count), float64(dp.Sum)
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					if dp.Attributes.Equals(&want) {
-						return float64(dp.Count), dp.Sum
-					}
-				}
-			default:
-				t.Fatalf("metric %s has unexpected type %T", name, m.Data)
-			}
-		}
-	}
-	return 0, 0
 }
 
 func TestMetricsMoveWithRequests(t *testing.T) {
@@ -543,7 +469,7 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 	read := func() [][2]float64 {
 		out := make([][2]float64, len(points))
 		for i, p := range points {
-			out[i][0], out[i][1] = metricValue(t, p.name, p.attrs...)
+			out[i][0], out[i][1] = recorder().Metric(t, p.name, p.attrs...)
 		}
 		return out
 	}
@@ -628,7 +554,7 @@ func BenchmarkEmbeddingsRequest(b *testing.B) {
 // span of its own, but a caller's traceparent still reaches the request's log line
 // and the worker.
 func TestTracingOffCarriesCallerTrace(t *testing.T) {
-	installTelemetry()
+	recorder()
 	engine := &spanEngine{}
 	c := serveWorker(t, engine)
 	var logs strings.Builder
@@ -648,7 +574,7 @@ func TestTracingOffCarriesCallerTrace(t *testing.T) {
 	if w := do(h, "POST", "/v1/embeddings", `{"input":["no trace"]}`, nil); w.Code != 200 {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	for name := range traceOf(t, tid) {
+	for name := range recorder().Trace(tid) {
 		if name == "POST /v1/embeddings" {
 			t.Errorf("a server span was made with Config.Tracing off")
 		}
@@ -677,7 +603,7 @@ func TestTracingOffCarriesCallerTrace(t *testing.T) {
 func TestTokenizeMakesNoStrayTraces(t *testing.T) {
 	h := tracedStack(t, &spanEngine{})
 	count := func() (n int) {
-		for _, s := range spanRecorder.Ended() {
+		for _, s := range recorder().Spans.Ended() {
 			if strings.HasPrefix(s.Name(), "routing.") {
 				n++
 			}
@@ -692,7 +618,7 @@ func TestTokenizeMakesNoStrayTraces(t *testing.T) {
 	if n := count() - before; n != 0 {
 		t.Errorf("%d routing spans recorded for POST /tokenize, want none", n)
 	}
-	checkTree(t, traceOf(t, tid), remote, map[string]wantSpan{
+	checkTree(t, recorder().Trace(tid), remote, map[string]wantSpan{
 		"POST /tokenize": {kind: trace.SpanKindServer, attrs: map[string]any{"http.route": "/tokenize", "embed_stack.tokens": 12}},
 	})
 }

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
@@ -20,7 +21,7 @@ func TestBuildInfoGauge(t *testing.T) {
 	info := buildinfo.Get()
 	series := fmt.Sprintf(`embed_stack_build_info{commit=%q,goversion=%q,version=%q}`, info.Commit, info.GoVersion, info.Version)
 	text := scrape(t, tel)
-	if got := sample(text, series); got != 1 {
-		t.Fatalf("%s = %v, want 1; exposition:\n%s", series, got, text)
+	if got := text.Value(series); got != 1 {
+		t.Fatalf("%s = %v, want 1; build_info lines:\n%s", series, got, strings.Join(text.Matching("embed_stack_build_info"), "\n"))
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
 // otelVars are the variables readEnv and Setup look at; clearEnv blanks them so
@@ -247,8 +249,8 @@ func TestSetupRefusesBadEnv(t *testing.T) {
 	}
 }
 
-// scrape returns the Prometheus text exposition of tel.
-func scrape(t *testing.T, tel *Telemetry) string {
+// scrape returns the sample lines of tel's Prometheus text exposition.
+func scrape(t *testing.T, tel *Telemetry) telemetrytest.Samples {
 	t.Helper()
 	h := tel.MetricsHandler()
 	if h == nil {
@@ -259,22 +261,7 @@ func scrape(t *testing.T, tel *Telemetry) string {
 	if w.Code != 200 {
 		t.Fatalf("GET /metrics: %d %s", w.Code, w.Body)
 	}
-	return w.Body.String()
-}
-
-// sample returns the value of the series written exactly as series (name and
-// labels), or -1 when it is absent.
-func sample(text, series string) float64 {
-	for _, line := range strings.Split(text, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				return -1
-			}
-			return v
-		}
-	}
-	return -1
+	return telemetrytest.ParseSamples(w.Body.String())
 }
 
 func TestMetricsHandlerServesTheGlobalMeter(t *testing.T) {
@@ -290,20 +277,20 @@ func TestMetricsHandlerServesTheGlobalMeter(t *testing.T) {
 	}
 	c.Add(context.Background(), 3)
 	text := scrape(t, tel)
-	if v := sample(text, "embed_stack_test_things_total"); v != 3 {
-		t.Errorf("embed_stack_test_things_total = %v, want 3\n%s", v, text)
+	if v := text.Value("embed_stack_test_things_total"); v != 3 {
+		t.Errorf("embed_stack_test_things_total = %v, want 3\n%s", v, strings.Join(text.Matching("embed_stack_"), "\n"))
 	}
 	c.Add(context.Background(), 2)
-	if v := sample(scrape(t, tel), "embed_stack_test_things_total"); v != 5 {
+	if v := scrape(t, tel).Value("embed_stack_test_things_total"); v != 5 {
 		t.Errorf("after 2 more: %v, want 5", v)
 	}
 	// The Go runtime and process collectors, for the server's own memory.
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
-		if sample(text, name) <= 0 {
+		if text.Value(name) <= 0 {
 			t.Errorf("%s missing or zero", name)
 		}
 	}
-	if strings.Contains(text, "otel_scope_name") || strings.Contains(text, "target_info") {
+	if len(text.Matching("otel_scope_name")) > 0 || len(text.Matching("target_info")) > 0 {
 		t.Errorf("scope labels or target_info exported; they only lengthen every line")
 	}
 }
@@ -388,7 +375,7 @@ func TestObserveWorkers(t *testing.T) {
 		`embed_stack_device_memory_used_bytes{backend="CUDA",device="CUDA0"}`:  3 << 30,
 		`embed_stack_device_memory_total_bytes{backend="CUDA",device="CUDA0"}`: 141 << 30,
 	} {
-		if v := sample(text, series); v != want {
+		if v := text.Value(series); v != want {
 			t.Errorf("%s = %v, want %v", series, v, want)
 		}
 	}
@@ -397,19 +384,19 @@ func TestObserveWorkers(t *testing.T) {
 		`embed_stack_worker_rss_bytes{role="warm"}`:      procRSS(t, warm),
 		`embed_stack_worker_rss_bytes{role="ephemeral"}`: procRSS(t, eph1) + procRSS(t, eph2),
 	} {
-		if v := sample(text, series); v < 0.95*want || v > 1.05*want || want <= 0 {
+		if v := text.Value(series); v < 0.95*want || v > 1.05*want || want <= 0 {
 			t.Errorf("%s = %v, want %v ± 5%%", series, v, want)
 		}
 	}
 	restarts, ready, devOK = 5, false, false
 	text = scrape(t, tel)
-	if strings.Contains(text, "embed_stack_device_memory") {
-		t.Errorf("device memory reported while no worker reports a device:\n%s", text)
+	if lines := text.Matching("embed_stack_device_memory"); len(lines) > 0 {
+		t.Errorf("device memory reported while no worker reports a device:\n%s", strings.Join(lines, "\n"))
 	}
-	if v := sample(text, "embed_stack_warm_restarts_total"); v != 5 {
+	if v := text.Value("embed_stack_warm_restarts_total"); v != 5 {
 		t.Errorf("restarts after one more: %v, want 5", v)
 	}
-	if v := sample(text, "embed_stack_warm_ready"); v != 0 {
+	if v := text.Value("embed_stack_warm_ready"); v != 0 {
 		t.Errorf("ready while not: %v, want 0", v)
 	}
 }
@@ -437,9 +424,9 @@ func TestObserveWorkersSeveralModels(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	lines := func() map[string]bool {
-		out := map[string]bool{}
-		for _, l := range strings.Split(scrape(t, tel), "\n") {
+	lines := func() telemetrytest.Samples {
+		out := telemetrytest.Samples{}
+		for l := range scrape(t, tel) {
 			if strings.HasPrefix(l, "embed_stack_") && !strings.HasPrefix(l, "embed_stack_build_info") {
 				// RSS varies: keep the series, not the value.
 				if strings.HasPrefix(l, "embed_stack_worker_rss_bytes") {
@@ -479,19 +466,15 @@ func TestObserveWorkersSeveralModels(t *testing.T) {
 		`embed_stack_queue_depth{model="big",queue="ephemeral"} 0`,
 	}
 	got := lines()
-	for _, l := range want {
-		if !got[l] {
-			t.Errorf("no line %s", l)
-		}
-	}
+	got.Require(t, want...)
 	if len(got) != len(want) {
-		t.Errorf("%d worker lines, want %d (the single-worker fields must not add series):\n%s", len(got), len(want), scrape(t, tel))
+		t.Errorf("%d worker lines, want %d (the single-worker fields must not add series):\n%s", len(got), len(want), strings.Join(got.Matching(""), "\n"))
 	}
 	text := scrape(t, tel)
-	if v := sample(text, `embed_stack_worker_rss_bytes{model="small",role="warm"}`); v < 0.95*procRSS(t, w1) || v > 1.05*procRSS(t, w1) {
+	if v := text.Value(`embed_stack_worker_rss_bytes{model="small",role="warm"}`); v < 0.95*procRSS(t, w1) || v > 1.05*procRSS(t, w1) {
 		t.Errorf("small's warm RSS %v, want %v ± 5%%", v, procRSS(t, w1))
 	}
-	if v := sample(text, `embed_stack_worker_rss_bytes{model="idle",role="warm"}`); v != 0 {
+	if v := text.Value(`embed_stack_worker_rss_bytes{model="idle",role="warm"}`); v != 0 {
 		t.Errorf("a stopped model's warm RSS %v, want 0", v)
 	}
 	w1Ready = false

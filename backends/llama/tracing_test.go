@@ -6,20 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
 // TestEmbedSpans checks the engine's stages: llama.embed with its input sizes, and
 // under it llama.queue (waiting for the owner goroutine) then llama.decode; an input
 // refused before any decode gets no queue or decode span.
 func TestEmbedSpans(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	rec := telemetrytest.Install()
 	e := openTiny(t, Config{ContextTokens: 256, BatchTokens: 64, MaxSeqs: 8})
 	vocab := e.Info().NVocab
 
@@ -38,14 +35,14 @@ func TestEmbedSpans(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, root := tp.Tracer("test").Start(context.Background(), "worker.embed")
+			ctx, root := rec.Tracer.Start(context.Background(), "worker.embed")
 			_, err := e.Embed(ctx, tt.seqs)
 			root.End()
 			if (err != nil) != (tt.wantStatus == codes.Error) {
 				t.Fatalf("Embed error %v", err)
 			}
 			byName := map[string]sdktrace.ReadOnlySpan{}
-			for _, s := range rec.Ended() {
+			for _, s := range rec.Spans.Ended() {
 				if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
 					byName[s.Name()] = s
 				}

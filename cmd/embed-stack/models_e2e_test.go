@@ -12,13 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
 // serveWith starts `embed-stack serve` with exactly args (and --addr, --threads 1
@@ -96,49 +96,24 @@ func varsOf(t *testing.T, url, model string) modelVars {
 	return modelVars{PID: int(pid), ColdStarts: int(v["model/"+model+"/cold_starts"]), LastMS: int64(v["model/"+model+"/last_cold_start_ms"])}
 }
 
-// metricLines returns GET /metrics' sample lines ("name{labels} value"), as a set.
-func metricLines(t *testing.T, url string) map[string]bool {
-	t.Helper()
-	code, raw := call(t, url+"/metrics", "")
-	if code != 200 {
-		t.Fatalf("GET /metrics: %d %s", code, raw)
-	}
-	out := map[string]bool{}
-	for _, l := range strings.Split(raw, "\n") {
-		if l != "" && !strings.HasPrefix(l, "#") {
-			out[l] = true
-		}
-	}
-	return out
-}
-
 // requireLines fails unless every line of want is in GET /metrics, and reports a
 // model label that is not a served model's id (an alias, a name no model has, or
 // an empty one).
 func requireLines(t *testing.T, url string, want ...string) {
 	t.Helper()
-	got := metricLines(t, url)
-	for _, l := range want {
-		if !got[l] {
-			t.Errorf("GET /metrics has no line %s", l)
-		}
+	code, raw := call(t, url+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, raw)
 	}
-	for l := range got {
-		for _, bad := range []string{`model="text-embedding-3-small"`, `model="nope"`, `model=""`} {
-			if strings.Contains(l, bad) {
-				t.Errorf("GET /metrics: %s: a model label from the request, or an empty one", l)
-			}
+	got := telemetrytest.ParseSamples(raw)
+	got.Require(t, want...)
+	for _, bad := range []string{`model="text-embedding-3-small"`, `model="nope"`, `model=""`} {
+		for _, l := range got.Matching(bad) {
+			t.Errorf("GET /metrics: %s: a model label from the request, or an empty one", l)
 		}
 	}
 	if t.Failed() {
-		var lines []string
-		for l := range got {
-			if strings.Contains(l, "model=") {
-				lines = append(lines, l)
-			}
-		}
-		slices.Sort(lines)
-		t.Logf("the lines with a model label:\n%s", strings.Join(lines, "\n"))
+		t.Logf("the lines with a model label:\n%s", strings.Join(got.Matching("model="), "\n"))
 	}
 }
 

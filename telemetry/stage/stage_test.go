@@ -9,30 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
 )
 
-var (
-	recorder = tracetest.NewSpanRecorder()
-	reader   = sdkmetric.NewManualReader()
-	tracer   trace.Tracer
-)
+// rec holds the recording providers, installed by TestMain before any test runs: the
+// package's histogram was created at init through the global meter, which forwards
+// to the first provider installed.
+var rec *telemetrytest.Recorder
 
-// TestMain installs the providers before any test runs: the package's histogram was
-// created at init through the global meter, which forwards to the first provider
-// installed.
 func TestMain(m *testing.M) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	tracer = tp.Tracer("stage_test")
+	rec = telemetrytest.Install()
 	os.Exit(m.Run())
 }
 
@@ -47,10 +39,7 @@ func stageCount(t *testing.T, name string) (uint64, float64) {
 // model label model ("" for none), and their sum.
 func modelStageCount(t *testing.T, name, model string) (uint64, float64) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
+	rm := rec.Collect(t)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != MetricName {
@@ -78,10 +67,10 @@ func modelStageCount(t *testing.T, name, model string) (uint64, float64) {
 }
 
 func TestStageSpanAndHistogram(t *testing.T) {
-	ctx, root := tracer.Start(context.Background(), "root")
+	ctx, root := rec.Tracer.Start(context.Background(), "root")
 	before, beforeSum := stageCount(t, "test.sleep")
 
-	sctx, st := Start(ctx, tracer, "test.sleep", trace.WithAttributes(attribute.Int("n", 3)))
+	sctx, st := Start(ctx, rec.Tracer, "test.sleep", trace.WithAttributes(attribute.Int("n", 3)))
 	if !st.Recording() {
 		t.Fatal("stage span does not record under an SDK provider")
 	}
@@ -100,7 +89,7 @@ func TestStageSpanAndHistogram(t *testing.T) {
 		t.Errorf("recorded %.4fs for a 20ms sleep", d)
 	}
 	var got sdktrace.ReadOnlySpan
-	for _, s := range recorder.Ended() {
+	for _, s := range rec.Spans.Ended() {
 		if s.Name() == "test.sleep" && s.SpanContext().TraceID() == root.SpanContext().TraceID() {
 			got = s
 		}
@@ -129,13 +118,13 @@ func TestStageModelLabel(t *testing.T) {
 	if got := Model(context.Background()); got != "" {
 		t.Fatalf("Model of a bare context = %q, want empty", got)
 	}
-	inner, outer := Start(ctx, tracer, "test.model.outer")
-	_, st := Start(inner, tracer, "test.model.inner")
+	inner, outer := Start(ctx, rec.Tracer, "test.model.outer")
+	_, st := Start(inner, rec.Tracer, "test.model.inner")
 	st.End(nil)
 	outer.End(nil)
-	_, st = Start(WithModel(context.Background(), "big"), tracer, "test.model.inner")
+	_, st = Start(WithModel(context.Background(), "big"), rec.Tracer, "test.model.inner")
 	st.End(nil)
-	_, st = Start(context.Background(), tracer, "test.model.inner")
+	_, st = Start(context.Background(), rec.Tracer, "test.model.inner")
 	st.End(nil)
 	for _, c := range []struct {
 		stage, model string
@@ -174,9 +163,9 @@ func TestStageError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, st := Start(context.Background(), tracer, "test.fail."+tt.name)
+			_, st := Start(context.Background(), rec.Tracer, "test.fail."+tt.name)
 			st.End(tt.err)
-			span := recorder.Ended()[len(recorder.Ended())-1]
+			span := rec.Spans.Ended()[len(rec.Spans.Ended())-1]
 			if span.Name() != "test.fail."+tt.name {
 				t.Fatalf("last span %q", span.Name())
 			}
