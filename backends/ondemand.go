@@ -50,9 +50,12 @@ type OnDemand struct {
 	closed   bool
 	loading  *load // the start in progress after an idle stop; nil while none
 	stopping chan struct{}
-	inflight int       // calls on cur
-	lastUse  time.Time // when inflight last fell to 0
-	idle     *time.Timer
+	// stoppingPID is the process of the worker stopped for idleness, until it has
+	// exited: PID reports it meanwhile, so that 0 means no process.
+	stoppingPID int
+	inflight    int       // calls on cur
+	lastUse     time.Time // when inflight last fell to 0
+	idle        *time.Timer
 	// Counters of the workers already stopped, so that the totals do not fall.
 	restarts, kills int
 	loads           int // cold starts after an idle stop, done or failed
@@ -142,7 +145,7 @@ func (o *OnDemand) stopIfIdle() {
 	o.detachLocked()
 	o.unloaded = true
 	stopped := make(chan struct{})
-	o.stopping = stopped
+	o.stopping, o.stoppingPID = stopped, pid
 	o.mu.Unlock()
 
 	o.logger().Info("warm worker stopped after its keep-alive", "pid", pid, "keep_alive", o.KeepAlive)
@@ -150,7 +153,7 @@ func (o *OnDemand) stopIfIdle() {
 		o.logger().Warn("stop idle warm worker", "error", err)
 	}
 	o.mu.Lock()
-	o.stopping = nil
+	o.stopping, o.stoppingPID = nil, 0
 	o.mu.Unlock()
 	close(stopped)
 }
@@ -278,12 +281,13 @@ func (o *OnDemand) Healthy() bool {
 	return o.loadFailures < n
 }
 
-// PID is the ready worker's process id, 0 while there is none.
+// PID is the ready worker's process id, or that of the worker being stopped for
+// idleness until it has exited; 0 while there is no worker process.
 func (o *OnDemand) PID() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.cur == nil {
-		return 0
+		return o.stoppingPID
 	}
 	return o.cur.PID()
 }
