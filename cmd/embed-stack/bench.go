@@ -9,12 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends/llama"
@@ -113,15 +111,22 @@ var quickDefaults = map[string]string{
 
 var quickServeArgs = []string{"--warm-max-tokens=512", "--max-input-tokens=2048"}
 
-// runBench is `embed-stack bench`.
-func runBench(args []string, stdout, stderr io.Writer) int {
-	var f benchFlags
-	fs := newBenchFlagSet(&f, stderr)
+// benchCommand is `embed-stack bench`.
+type benchCommand struct {
+	f              benchFlags
+	args           []string
+	stdout, stderr io.Writer
+}
+
+func newBench(args []string, stdout, stderr io.Writer) (command, int) {
+	c := &benchCommand{args: args, stdout: stdout, stderr: stderr}
+	f := &c.f
+	fs := newBenchFlagSet(f, stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
 	if f.quick {
 		given := map[string]bool{}
@@ -138,41 +143,40 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err := f.finish(); err != nil {
-		fmt.Fprintln(stderr, "embed-stack bench:", err)
-		return 2
+		return nil, refused(stderr, "bench", err)
 	}
 	logger, err := newLogger(stderr, "text", f.logLevel)
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack bench:", err)
-		return 2
+		return nil, refused(stderr, "bench", err)
 	}
 	// backends/llama logs llama.cpp's lines through the default logger.
 	slog.SetDefault(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := benchRun(ctx, &f, args, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack bench:", err)
-		return 1
-	}
-	if err := rep.Table(stdout); err != nil {
-		fmt.Fprintln(stderr, "embed-stack bench:", err)
-		return 1
-	}
-	if f.mdOut != "" {
-		if err := writeFile(f.mdOut, rep.Table); err != nil {
-			fmt.Fprintln(stderr, "embed-stack bench:", err)
-			return 1
-		}
-	}
-	if f.jsonOut != "" {
-		if err := writeFile(f.jsonOut, rep.WriteJSON); err != nil {
-			fmt.Fprintln(stderr, "embed-stack bench:", err)
-			return 1
-		}
-	}
-	return 0
+	return c, 0
 }
+
+// Run benchmarks and writes the report: the table to stdout, and to the
+// --markdown and --json files. Every server it started is stopped when it returns.
+func (c *benchCommand) Run(ctx context.Context) error {
+	f := &c.f
+	rep, err := benchRun(ctx, f, c.args, c.stderr)
+	if err == nil {
+		err = rep.Table(c.stdout)
+	}
+	if err == nil && f.mdOut != "" {
+		err = writeFile(f.mdOut, rep.Table)
+	}
+	if err == nil && f.jsonOut != "" {
+		err = writeFile(f.jsonOut, rep.WriteJSON)
+	}
+	if err != nil {
+		fmt.Fprintln(c.stderr, "embed-stack bench:", err)
+		return exitStatus(1)
+	}
+	return nil
+}
+
+// Close does nothing: the first signal has already stopped the run.
+func (c *benchCommand) Close() error { return nil }
 
 // finish checks the flags and fills what depends on others.
 func (f *benchFlags) finish() error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -47,16 +48,22 @@ func explainDeviceError(err error) error {
 	return err
 }
 
-// runDevices is `embed-stack devices`: the device a worker would run on, found as a
-// worker finds it (backends loaded from the folder), without loading a model.
+// devicesCommand is `embed-stack devices`: the device a worker would run on, found
+// as a worker finds it (backends loaded from the folder), without loading a model.
 // serve runs it before its workers, to size the ephemeral workers against the
 // GPU's memory.
-func runDevices(args []string, stdout, stderr io.Writer) int {
+type devicesCommand struct {
+	device         backends.DeviceArgs
+	json           bool
+	stdout, stderr io.Writer
+}
+
+func newDevices(args []string, stdout, stderr io.Writer) (command, int) {
+	c := &devicesCommand{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("embed-stack devices", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f backends.DeviceArgs
-	f.AddFlags(fs)
-	asJSON := fs.Bool("json", false, "print the device as the JSON object of a worker's /health \"device\" field")
+	c.device.AddFlags(fs)
+	fs.BoolVar(&c.json, "json", false, "print the device as the JSON object of a worker's /health \"device\" field")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: embed-stack devices [flags]\n\n"+
 			"Prints the device a worker would run on with these flags, and its memory, without\n"+
@@ -65,33 +72,39 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
-	if err := checkDevice(f); err != nil {
-		fmt.Fprintln(stderr, "embed-stack devices:", err)
-		return 2
+	if err := checkDevice(c.device); err != nil {
+		return nil, refused(stderr, "devices", err)
 	}
-	var c llama.Config
-	deviceConfig(f, &c)
-	info, err := llama.Probe(c)
+	return c, 0
+}
+
+// Run probes the device and prints it. The probe is short and not interrupted.
+func (c *devicesCommand) Run(context.Context) error {
+	var lc llama.Config
+	deviceConfig(c.device, &lc)
+	d, err := llama.Probe(lc)
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack devices:", explainDeviceError(err))
-		return 1
+		fmt.Fprintln(c.stderr, "embed-stack devices:", explainDeviceError(err))
+		return exitStatus(1)
 	}
-	d := &info
-	if *asJSON {
-		_ = json.NewEncoder(stdout).Encode(d)
-		return 0
+	if c.json {
+		_ = json.NewEncoder(c.stdout).Encode(&d)
+		return nil
 	}
-	fmt.Fprintf(stdout, "device %s (%s), backend %s, gpu %t, memory %d MiB total, %d MiB free\n",
+	fmt.Fprintf(c.stdout, "device %s (%s), backend %s, gpu %t, memory %d MiB total, %d MiB free\n",
 		d.Name, d.Description, d.Backend, d.GPU, d.MemoryTotal>>20, d.MemoryFree>>20)
 	if d.Note != "" {
-		fmt.Fprintln(stdout, "note:", d.Note)
+		fmt.Fprintln(c.stdout, "note:", d.Note)
 	}
-	return 0
+	return nil
 }
+
+// Close does nothing: there is nothing to cut short.
+func (c *devicesCommand) Close() error { return nil }
 
 // mayHaveGPU says whether a worker started with f might run on a GPU, so that
 // serve must probe where (probeDevice): a GPU asked for by name, or auto where

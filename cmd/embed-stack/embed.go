@@ -8,11 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -211,34 +209,42 @@ func inputFormat(f *embedFlags) (batch.InputFormat, error) {
 	return 0, fmt.Errorf("--input-format %q: use lines, jsonl or auto", f.inputFormat)
 }
 
-func runEmbed(args []string, stderr io.Writer) int {
+// embedCommand is `embed-stack embed`.
+type embedCommand struct {
+	f      *embedFlags
+	logger *slog.Logger
+}
+
+func newEmbed(args []string, _, stderr io.Writer) (command, int) {
 	f, err := parseEmbedFlags(args, stderr, os.Getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "embed-stack embed:", err)
-		return 2
+		return nil, refused(stderr, "embed", err)
 	}
 	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack embed:", err)
-		return 2
+		return nil, refused(stderr, "embed", err)
 	}
 	slog.SetDefault(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err = embed(ctx, f, logger)
+	return &embedCommand{f: f, logger: logger}, 0
+}
+
+// Run embeds the input. Stopped by ctx, it keeps what it has written, for the same
+// command to resume, and ends with status 130.
+func (c *embedCommand) Run(ctx context.Context) error {
+	err := embed(ctx, c.f, c.logger)
 	switch {
 	case err == nil:
-		return 0
+		return nil
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		logger.Warn("interrupted; run the same command again to resume", "output", f.output)
-		return 130
+		c.logger.Warn("interrupted; run the same command again to resume", "output", c.f.output)
+		return exitStatus(130)
 	}
-	logger.Error("embed-stack embed failed", "error", err)
-	return 1
+	c.logger.Error("embed-stack embed failed", "error", err)
+	return exitStatus(1)
 }
+
+// Close does nothing: the first signal has already cancelled the work in flight.
+func (c *embedCommand) Close() error { return nil }
 
 func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	format, _ := inputFormat(f)

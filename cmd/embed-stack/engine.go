@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -227,4 +228,51 @@ func withoutHubAdvice(err error) string {
 	return ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: " +
 		"--model path/to/model.gguf (make run MODEL=path/to/model.gguf; make run MODEL=models/tiny.gguf " +
 		"builds and serves a small random-weight test model with no download)"
+}
+
+// warmBackend adapts the warm supervisor to routing.Backend, translating its
+// unavailability into routing's, so package server maps it to 503 without knowing
+// about processes.
+type warmBackend struct{ w warmEmbedder }
+
+// warmEmbedder is *backends.Warm, or the *backends.HangWatch over it.
+type warmEmbedder interface {
+	Embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
+}
+
+func (b warmBackend) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
+	v, err := b.w.Embed(ctx, seqs)
+	return v, translate(err)
+}
+
+// longBackend adapts the ephemeral spawner to routing.SingleBackend.
+type longBackend struct{ e *backends.Ephemeral }
+
+func (b longBackend) Embed(ctx context.Context, seq []int32) ([]float32, error) {
+	v, err := b.e.Embed(ctx, seq)
+	return v, translate(err)
+}
+
+func translate(err error) error {
+	var ue *backends.UnavailableError
+	if errors.As(err, &ue) {
+		return &routing.UnavailableError{RetryAfter: ue.RetryAfter, Err: err}
+	}
+	return err
+}
+
+// lazyCl100k loads the cl100k_base vocabulary on first use: it costs memory and
+// start-up time that servers which never see token-id inputs should not pay.
+type lazyCl100k struct {
+	once sync.Once
+	dec  *tokenizer.Cl100k
+	err  error
+}
+
+func (l *lazyCl100k) Decode(ids []int64) (string, error) {
+	l.once.Do(func() { l.dec, l.err = tokenizer.NewCl100k() })
+	if l.err != nil {
+		return "", fmt.Errorf("load cl100k_base: %w", l.err)
+	}
+	return l.dec.Decode(ids)
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 )
 
 // checkGuardFlags validates serve's robustness and security flags (--api-key,
@@ -86,32 +84,4 @@ func loadAPIKeys(keys []string, file string, logger *slog.Logger) ([]string, err
 		return nil, fmt.Errorf("--api-key-file %s holds no key (one per line; # starts a comment): refusing to start without the authentication it asks for", file)
 	}
 	return out, nil
-}
-
-// notifySecondSignal reports, by closing the returned channel, the second SIGINT or
-// SIGTERM since the call. The first one starts the graceful shutdown (runServe's
-// signal.NotifyContext); the second tells serve to stop waiting for requests in
-// flight. Counting from the start avoids missing a second signal that arrives before
-// the shutdown code runs. release stops the watch.
-func notifySecondSignal() (second <-chan struct{}, release func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	out, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		for n := 0; ; {
-			select {
-			case <-sigs:
-				if n++; n == 2 {
-					close(out)
-					return
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return out, func() {
-		signal.Stop(sigs)
-		close(done)
-	}
 }

@@ -8,11 +8,17 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
 	"github.com/embed-stack/embed-stack/telemetry"
@@ -40,33 +46,111 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// A command is one subcommand, made from its command line by its constructor
+// (newServe, newEmbed, ...). The signals are handled here, once, for all of them.
+type command interface {
+	// Run works until the command is done, or until ctx ends (SIGINT or SIGTERM)
+	// and the command has stopped gracefully: serve drains its requests, embed
+	// keeps what it has written for a rerun to resume. It reports how it ended (on
+	// its log or stderr) and returns nil or the exitStatus it ended with.
+	Run(ctx context.Context) error
+	// Close makes a graceful stop in progress end now (a second SIGINT or
+	// SIGTERM): serve closes its connections and kills its workers instead of
+	// waiting for them. It is safe at any time, more than once.
+	Close() error
+}
+
+// exitStatus is how a command ended, once it has reported why.
+type exitStatus int
+
+func (s exitStatus) Error() string { return "exit status " + strconv.Itoa(int(s)) }
+
+// newCommand parses a command line into a command. A command line that runs
+// nothing gives a nil command and the exit status: 0 for --help, 2 for one refused
+// (reported on stderr).
+type newCommand func(args []string, stdout, stderr io.Writer) (command, int)
+
+// refused reports a command line its parser refused, after the flag package has
+// reported its own errors, and returns the exit status: 0 for --help, else 2.
+func refused(stderr io.Writer, name string, err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "embed-stack %s: %v\n", name, err)
+	return 2
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	var parse newCommand
 	switch args[0] {
 	case "serve":
-		return runServe(args[1:], stdout, stderr)
+		parse = newServe
 	case "embed":
-		return runEmbed(args[1:], stderr)
+		parse = newEmbed
 	case "merge":
-		return runMerge(args[1:], stderr)
+		parse = newMerge
 	case "worker":
-		return runWorker(args[1:], stderr)
+		parse = newWorker
 	case "bench":
-		return runBench(args[1:], stdout, stderr)
+		parse = newBench
 	case "devices":
-		return runDevices(args[1:], stdout, stderr)
+		parse = newDevices
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	default:
+		fmt.Fprintf(stderr, "embed-stack: unknown command %q\n\n%s", args[0], usage)
+		return 2
 	}
-	fmt.Fprintf(stderr, "embed-stack: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	c, status := parse(args[1:], stdout, stderr)
+	if c == nil {
+		return status
+	}
+	return runCommand(c)
+}
+
+// runCommand runs c with the signals wired to it: the first SIGINT or SIGTERM ends
+// Run's context, and any later one calls Close. They are counted from the start, so
+// that a second signal that arrives before the command reaches its shutdown still
+// cuts the shutdown short.
+func runCommand(c command) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		for first := true; ; first = false {
+			select {
+			case <-sigs:
+				if first {
+					stop()
+				} else {
+					_ = c.Close()
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := c.Run(ctx)
+	close(done)
+	var s exitStatus
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &s):
+		return int(s)
+	}
+	return 1
 }
 
 // newLogger builds the process logger from --log-format and --log-level.

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/embed-stack/embed-stack/batch"
 )
@@ -61,28 +59,35 @@ func parseMergeFlags(args []string, stderr io.Writer, getenv func(string) string
 	return f, nil
 }
 
-func runMerge(args []string, stderr io.Writer) int {
+// mergeCommand is `embed-stack merge`.
+type mergeCommand struct {
+	f      *mergeFlags
+	logger *slog.Logger
+}
+
+func newMerge(args []string, _, stderr io.Writer) (command, int) {
 	f, err := parseMergeFlags(args, stderr, os.Getenv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "embed-stack merge:", err)
-		return 2
+		return nil, refused(stderr, "merge", err)
 	}
 	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack merge:", err)
-		return 2
+		return nil, refused(stderr, "merge", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := merge(ctx, f, logger); err != nil {
-		logger.Error("embed-stack merge failed", "error", err)
-		return 1
-	}
-	return 0
+	return &mergeCommand{f: f, logger: logger}, 0
 }
+
+// Run merges the parts; stopped by ctx, it writes no output.
+func (c *mergeCommand) Run(ctx context.Context) error {
+	if err := merge(ctx, c.f, c.logger); err != nil {
+		c.logger.Error("embed-stack merge failed", "error", err)
+		return exitStatus(1)
+	}
+	return nil
+}
+
+// Close does nothing: the first signal has already stopped the merge.
+func (c *mergeCommand) Close() error { return nil }
 
 func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
 	format, err := inputFormat(&embedFlags{input: f.input, inputFormat: f.inputFormat})

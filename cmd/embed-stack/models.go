@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -14,7 +12,6 @@ import (
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
-	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
 // modelEntry is one --model of serve: the reference to load and the names
@@ -167,15 +164,20 @@ type servedModel struct {
 	warm   *backends.OnDemand
 }
 
-// servedModels are serve's models in --model order; the first is the default.
-type servedModels []*servedModel
+// servedModels are serve's models in --model order (the first is the default),
+// and their warm workers as one fleet.
+type servedModels struct {
+	list  []*servedModel
+	fleet backends.Fleet
+}
 
 // loadModels prepares every --model entry (newEngine: resolve, read the GGUF and
-// its tokenizer; nothing is started), refuses names given twice, and sizes each
+// its tokenizer; nothing is started), refuses names given twice, sizes each
 // model's ephemeral workers with every model's warm worker counted
-// (backends.CapacityConfig.Warm).
-func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (servedModels, error) {
-	models := make(servedModels, 0, len(f.entries))
+// (backends.CapacityConfig.Warm), and gives each a router with the limits and its
+// warm worker, run on demand (--keep-alive) and watched for hangs.
+func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logger *slog.Logger) (*servedModels, error) {
+	models := &servedModels{}
 	names := make([]string, 0, len(f.entries))
 	for _, e := range f.entries {
 		eng, err := newEngine(ctx, engineConfig{
@@ -204,19 +206,19 @@ func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (served
 			eng.warm.Logger = eng.warm.Logger.With("model", m.name)
 			eng.long.Logger = eng.long.Logger.With("model", m.name)
 		}
-		models = append(models, m)
+		models.list = append(models.list, m)
 		names = append(names, m.name)
 	}
-	entries := make([]modelEntry, len(models))
-	for i, m := range models {
+	entries := make([]modelEntry, len(models.list))
+	for i, m := range models.list {
 		entries[i] = m.entry
 	}
 	if err := checkModelNames(entries, names); err != nil {
 		return nil, err
 	}
 	var warm []int64
-	if len(models) > 1 {
-		for _, m := range models {
+	if len(models.list) > 1 {
+		for _, m := range models.list {
 			b, err := m.eng.warmBytes(f.warmMaxTokens)
 			if err != nil {
 				return nil, err
@@ -224,75 +226,60 @@ func loadModels(ctx context.Context, f *serveFlags, logger *slog.Logger) (served
 			warm = append(warm, b)
 		}
 	}
-	for _, m := range models {
+	for _, m := range models.list {
 		lim, err := m.eng.capacity(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens, warm)
 		if err != nil {
 			return nil, err
 		}
 		m.lim = lim
 	}
+	for _, m := range models.list {
+		m.eng.warm.Spec = f.warm.spec(m.eng.warmArgs, m.eng.warm.Spec)
+		logger.Info("ephemeral workers", "model", m.name, "max", m.lim.Workers, "max_tokens", m.lim.Tokens, "queue", f.ephemeralQueue, "basis", m.lim.Basis())
+		// A worker that stops answering is killed, and so restarted, by the hang
+		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
+		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: m.entry.keepAlive, HangTimeout: f.workerHangTimeout,
+			Logger: m.eng.warm.Logger}
+		m.eng.warmInfo = m.warm.Info
+		c := limits
+		c.Model, c.MaxEphemeral, c.MaxEphemeralTokens = m.name, m.lim.Workers, m.lim.Tokens
+		m.router = m.eng.router(c)
+		m.router.Warm = warmBackend{m.warm}
+		m.eng.long.HangTimeout = f.workerHangTimeout
+		if f.workerHangTimeout == 0 {
+			m.eng.long.HangTimeout = -1 // off, as for the warm worker
+		}
+		models.fleet.Models = append(models.fleet.Models, backends.FleetModel{Name: m.name, Warm: m.warm})
+	}
+	if f.warm.Name == warmMLX {
+		logger.Info("warm worker: mlx-embed-server", "path", f.warm.MLXServer, "model_dir", f.warm.MLXModel)
+	}
 	return models, nil
 }
 
 // registry describes the models to package server.
-func (ms servedModels) registry() []server.Model {
-	out := make([]server.Model, len(ms))
-	for i, m := range ms {
+func (ms *servedModels) registry() []server.Model {
+	out := make([]server.Model, len(ms.list))
+	for i, m := range ms.list {
 		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: m.eng.facts.Rerank, Embedder: m.router, Reranker: m.router}
 	}
 	return out
 }
 
 // info is GET /info's list of the models.
-func (ms servedModels) info() []server.ModelInfo {
-	out := make([]server.ModelInfo, len(ms))
-	for i, m := range ms {
+func (ms *servedModels) info() []server.ModelInfo {
+	out := make([]server.ModelInfo, len(ms.list))
+	for i, m := range ms.list {
 		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: m.eng.facts.TaskName(), Pooling: "last", Limits: m.router.Limits()}
 	}
 	return out
 }
 
-// ready says every model takes requests (GET /ready); a model stopped by
-// --keep-alive does, starting on the request.
-func (ms servedModels) ready() bool {
-	for _, m := range ms {
-		if !m.warm.Ready() {
-			return false
-		}
-	}
-	return true
-}
-
-// healthy says no model's warm worker has failed beyond recovery (GET /health).
-func (ms servedModels) healthy() bool {
-	for _, m := range ms {
-		if !m.warm.Healthy() {
-			return false
-		}
-	}
-	return true
-}
-
-// Totals over the models, for GET /debug/vars.
-func (ms servedModels) restarts() (n int) {
-	for _, m := range ms {
-		n += m.warm.Restarts()
-	}
-	return n
-}
-
-func (ms servedModels) kills() (n int) {
-	for _, m := range ms {
-		n += m.warm.Kills()
-	}
-	return n
-}
-
 // warmModels describes each model's warm worker and ephemeral admission to the
 // worker gauges, whose series then carry the model's name as their model label.
-func (ms servedModels) warmModels() []telemetry.WarmModel {
-	out := make([]telemetry.WarmModel, len(ms))
-	for i, m := range ms {
+func (ms *servedModels) warmModels() []telemetry.WarmModel {
+	out := make([]telemetry.WarmModel, len(ms.list))
+	for i, m := range ms.list {
 		out[i] = telemetry.WarmModel{
 			Name:       m.name,
 			Restarts:   m.warm.Restarts,
@@ -304,61 +291,4 @@ func (ms servedModels) warmModels() []telemetry.WarmModel {
 		}
 	}
 	return out
-}
-
-// vars are GET /debug/vars' worker figures: totals, the default model's pid as
-// before, and per model its pid (0 while stopped), restarts, hang kills and cold
-// starts under "model/NAME/FIGURE" keys, so that every value
-// stays a number, as the clients of /debug/vars read them.
-func (ms servedModels) vars() map[string]any {
-	out := map[string]any{"worker_restarts": ms.restarts(), "worker_hang_kills": ms.kills(), "warm_worker_pid": ms[0].warm.PID()}
-	for _, m := range ms {
-		loads, last := m.warm.Loads()
-		for k, v := range map[string]int64{"warm_worker_pid": int64(m.warm.PID()), "worker_restarts": int64(m.warm.Restarts()),
-			"worker_hang_kills": int64(m.warm.Kills()), "cold_starts": int64(loads), "last_cold_start_ms": last.Milliseconds()} {
-			out["model/"+m.name+"/"+k] = v
-		}
-	}
-	return out
-}
-
-// start starts every model's warm worker at once and returns when all are ready
-// or the first has failed (the others' starts are then abandoned). Each start's
-// context names its model (stage.WithModel), and so do the restarts and cold
-// starts under it: their spawns count under the model's label.
-func (ms servedModels) start(ctx context.Context, warmMax int) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(ms))
-	for _, m := range ms {
-		go func() {
-			err := m.warm.Start(stage.WithModel(ctx, m.name))
-			if err != nil {
-				err = warmStartError(err, warmMax)
-				if len(ms) > 1 {
-					err = fmt.Errorf("model %s: %w", m.name, err)
-				}
-			}
-			errs <- err
-		}()
-	}
-	var first error
-	for range ms {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel()
-		}
-	}
-	return first
-}
-
-// close stops every model's warm worker.
-func (ms servedModels) close(ctx context.Context) error {
-	errs := make([]error, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		wg.Go(func() { errs[i] = m.warm.Close(ctx) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

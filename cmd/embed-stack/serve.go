@@ -8,13 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -23,7 +22,6 @@ import (
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
-	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
 // serveFlags is the parsed command line of `embed-stack serve`.
@@ -218,129 +216,76 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	return f, nil
 }
 
-func runServe(args []string, stdout, stderr io.Writer) int {
+// serveCommand is `embed-stack serve`.
+type serveCommand struct {
+	f      *serveFlags
+	logger *slog.Logger
+	// forced is closed by Close: a second signal ends the graceful stop at once.
+	forced    chan struct{}
+	closeOnce sync.Once
+}
+
+func newServe(args []string, stdout, stderr io.Writer) (command, int) {
 	f, err := parseServeFlags(args, stdout, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "embed-stack serve:", err)
-		return 2
+		return nil, refused(stderr, "serve", err)
 	}
 	if f.printConfig {
-		return 0
+		return nil, 0
 	}
 	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack serve:", err)
-		return 2
+		return nil, refused(stderr, "serve", err)
 	}
 	slog.SetDefault(logger)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := serve(ctx, f, logger); err != nil {
-		logger.Error("embed-stack serve failed", "error", err)
-		logger.Info("exit", "status", 1)
-		return 1
-	}
-	logger.Info("exit", "status", 0)
-	return 0
+	return &serveCommand{f: f, logger: logger, forced: make(chan struct{})}, 0
 }
 
 // printConfigNoModel is what --print-config adds on stderr when no --model is set,
 // since the configuration it printed is one that serve refuses.
 const printConfigNoModel = "embed-stack serve: warning: no model is set (--model, EMBED_STACK_MODEL or model in the --config file); serve would refuse to start with this configuration"
 
-func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
+// Run loads the models, answers HTTP at once (GET /ready and requests get 503
+// while the warm workers load) and serves until ctx ends, then drains.
+func (c *serveCommand) Run(ctx context.Context) error {
+	if err := c.serve(ctx); err != nil {
+		c.logger.Error("embed-stack serve failed", "error", err)
+		c.logger.Info("exit", "status", 1)
+		return exitStatus(1)
+	}
+	c.logger.Info("exit", "status", 0)
+	return nil
+}
+
+// Close ends a graceful stop at once: the connections are closed (cancelling
+// their requests, and so killing their ephemeral workers) and the warm workers
+// are killed rather than drained.
+func (c *serveCommand) Close() error {
+	c.closeOnce.Do(func() { close(c.forced) })
+	return nil
+}
+
+func (c *serveCommand) serve(ctx context.Context) error {
+	f, logger := c.f, c.logger
 	tel, err := startTelemetry("serve", f.metrics, logger)
 	if err != nil {
 		return err
 	}
 	defer tel.stop()
-	second, releaseSignals := notifySecondSignal()
-	defer releaseSignals()
 	apiKeys, err := loadAPIKeys(f.apiKeys, f.apiKeyFile, logger)
 	if err != nil {
 		return err
 	}
-	defaultType, err := routing.ParseInputType(f.defaultInputType)
-	if err != nil {
-		return fmt.Errorf("--default-input-type: %w", err)
-	}
-	idMode, err := routing.ParseTokenIDMode(f.tokenIDs)
-	if err != nil {
-		return fmt.Errorf("--token-ids: %w", err)
-	}
-	start := time.Now()
-	models, err := loadModels(ctx, f, logger)
+	limits, err := f.routingConfig()
 	if err != nil {
 		return err
 	}
-	for _, m := range models {
-		m.eng.warm.Spec = f.warm.spec(m.eng.warmArgs, m.eng.warm.Spec)
-		lim := m.lim
-		logger.Info("ephemeral workers", "model", m.name, "max", lim.Workers, "max_tokens", lim.Tokens, "queue", f.ephemeralQueue, "basis", lim.Basis())
-		// A worker that stops answering is killed, and so restarted, by the hang
-		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
-		m.warm = &backends.OnDemand{Warm: m.eng.warm, KeepAlive: m.entry.keepAlive, HangTimeout: f.workerHangTimeout,
-			Logger: m.eng.warm.Logger}
-		m.eng.warmInfo = m.warm.Info
-		m.router = m.eng.router(routing.Config{
-			Model:              m.name,
-			MaxInputs:          f.maxInputs,
-			MaxTotalTokens:     f.maxTotalTokens,
-			MaxInputTokens:     f.maxInputTokens,
-			WarmMaxTokens:      f.warmMaxTokens,
-			BatchWindow:        f.batchWindow,
-			BatchMaxTokens:     f.batchMaxTokens,
-			MaxEphemeral:       lim.Workers,
-			MaxEphemeralTokens: lim.Tokens,
-			EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
-			DefaultInputType:   defaultType,
-			DefaultInstruction: f.defaultInstr,
-			TokenIDs:           idMode,
-		})
-		m.router.Warm = warmBackend{m.warm}
-		m.eng.long.HangTimeout = f.workerHangTimeout
-		if f.workerHangTimeout == 0 {
-			m.eng.long.HangTimeout = -1 // off, as for the warm worker
-		}
+	start := time.Now()
+	models, err := loadModels(ctx, f, limits, logger)
+	if err != nil {
+		return err
 	}
-	if f.warm.Name == warmMLX {
-		logger.Info("warm worker: mlx-embed-server", "path", f.warm.MLXServer, "model_dir", f.warm.MLXModel)
-	}
-	gin.SetMode(gin.ReleaseMode)
-	api := &server.Server{
-		Config: server.Config{
-			ModelName:    models[0].name,
-			Aliases:      models[0].entry.aliases,
-			StrictModel:  f.strictModel,
-			MaxBodyBytes: f.maxBodyBytes,
-			Logger:       logger,
-
-			APIKeys:               apiKeys,
-			MetricsAuth:           f.metricsAuth,
-			MaxConcurrentRequests: f.maxConcurrent,
-			RequestTimeout:        f.requestTimeout,
-			BodyTimeout:           f.bodyTimeout,
-			WriteStallTimeout:     f.writeStall,
-			HeaderTimeout:         f.headerTimeout,
-			MaxHeaderBytes:        f.maxHeaderBytes,
-			MaxConnections:        f.maxConnections,
-			DebugVars:             f.debugVars,
-		},
-		Models:  models.registry(),
-		Ready:   models.ready,
-		Healthy: models.healthy,
-		Info:    server.Info{Device: deviceName(models[0].eng.device), Models: models.info()},
-		Device: func() any {
-			if d := models[0].warm.Info().Device; d != nil {
-				return d
-			}
-			return nil
-		},
-		Vars: models.vars,
-	}
+	api := c.newAPI(models, apiKeys)
 	if err := tel.wire(api, models); err != nil {
 		return err
 	}
@@ -355,74 +300,152 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--addr): %w", f.addr, err)
 	}
-	srv := api.HTTPServer()
 	ln = api.LimitListener(ln)
-	for _, m := range models {
+	for _, m := range models.list {
 		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.Dim, "rerank", m.eng.facts.Rerank)
 	}
+	r := &running{api: api, srv: api.HTTPServer(), fleet: &models.fleet, warmErr: make(chan error, 1), serveErr: make(chan error, 1)}
+	// The warm workers start under their own context, so that a shutdown can
+	// abandon a start still in progress.
+	var warmCtx context.Context
+	warmCtx, r.abandonStart = context.WithCancel(ctx)
+	defer r.abandonStart()
+	go func() { r.warmErr <- startFleet(warmCtx, r.fleet, f.warmMaxTokens) }()
+	go func() { r.serveErr <- r.srv.Serve(ln) }()
+	runErr := c.wait(ctx, r, start)
+	return c.shutdown(ctx, r, runErr)
+}
 
-	// The API answers at once (GET /ready says 503 and requests get 503 with
-	// Retry-After) while the warm workers load.
-	warmErr := make(chan error, 1)
-	// Its own context, so that a shutdown can abandon a start still in progress.
-	warmCtx, abandonStart := context.WithCancel(ctx)
-	defer abandonStart()
-	go func() { warmErr <- models.start(warmCtx, f.warmMaxTokens) }()
-	warmDone := false
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+// routingConfig is the routing configuration every model shares: serve's limits,
+// batching and defaults; each model's own bounds are filled in by loadModels.
+func (f *serveFlags) routingConfig() (routing.Config, error) {
+	defaultType, err := routing.ParseInputType(f.defaultInputType)
+	if err != nil {
+		return routing.Config{}, fmt.Errorf("--default-input-type: %w", err)
+	}
+	idMode, err := routing.ParseTokenIDMode(f.tokenIDs)
+	if err != nil {
+		return routing.Config{}, fmt.Errorf("--token-ids: %w", err)
+	}
+	return routing.Config{
+		MaxInputs:          f.maxInputs,
+		MaxTotalTokens:     f.maxTotalTokens,
+		MaxInputTokens:     f.maxInputTokens,
+		WarmMaxTokens:      f.warmMaxTokens,
+		BatchWindow:        f.batchWindow,
+		BatchMaxTokens:     f.batchMaxTokens,
+		EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
+		DefaultInputType:   defaultType,
+		DefaultInstruction: f.defaultInstr,
+		TokenIDs:           idMode,
+	}, nil
+}
 
-	var runErr error
+// newAPI is the HTTP side over the models; the first is the default.
+func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Server {
+	f, first := c.f, models.list[0]
+	gin.SetMode(gin.ReleaseMode)
+	return &server.Server{
+		Config: server.Config{
+			ModelName:    first.name,
+			Aliases:      first.entry.aliases,
+			StrictModel:  f.strictModel,
+			MaxBodyBytes: f.maxBodyBytes,
+			Logger:       c.logger,
+
+			APIKeys:               apiKeys,
+			MetricsAuth:           f.metricsAuth,
+			MaxConcurrentRequests: f.maxConcurrent,
+			RequestTimeout:        f.requestTimeout,
+			BodyTimeout:           f.bodyTimeout,
+			WriteStallTimeout:     f.writeStall,
+			HeaderTimeout:         f.headerTimeout,
+			MaxHeaderBytes:        f.maxHeaderBytes,
+			MaxConnections:        f.maxConnections,
+			DebugVars:             f.debugVars,
+		},
+		Models:  models.registry(),
+		Ready:   models.fleet.Ready,
+		Healthy: models.fleet.Healthy,
+		Info:    server.Info{Device: deviceName(first.eng.device), Models: models.info()},
+		Device: func() any {
+			if d := first.warm.Info().Device; d != nil {
+				return d
+			}
+			return nil
+		},
+		Vars: models.fleet.Vars,
+	}
+}
+
+// running is what serve has started: the HTTP server and the warm workers.
+type running struct {
+	api      *server.Server
+	srv      *http.Server
+	fleet    *backends.Fleet
+	serveErr chan error // the HTTP server's end
+	warmErr  chan error // the warm workers' start's result
+	// warmDone says warmErr has been received; abandonStart ends a start still
+	// in progress.
+	warmDone     bool
+	abandonStart context.CancelFunc
+}
+
+// wait returns when ctx ends, or with the error that ended serving: the HTTP
+// server's, or a warm worker's that failed to start.
+func (c *serveCommand) wait(ctx context.Context, r *running, start time.Time) error {
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down", "grace", f.shutdownGrace)
-	case err := <-serveErr:
-		runErr = fmt.Errorf("http server: %w", err)
-	case err := <-warmErr:
-		warmDone = true
+	case err := <-r.serveErr:
+		return fmt.Errorf("http server: %w", err)
+	case err := <-r.warmErr:
+		r.warmDone = true
 		if err != nil {
-			runErr = err
-		} else {
-			logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-				logger.Info("shutting down", "grace", f.shutdownGrace)
-			case err := <-serveErr:
-				runErr = fmt.Errorf("http server: %w", err)
-			}
+			return err
+		}
+		c.logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case err := <-r.serveErr:
+			return fmt.Errorf("http server: %w", err)
 		}
 	}
+	c.logger.Info("shutting down", "grace", c.f.shutdownGrace)
+	return nil
+}
 
-	// Cleanup must run even though ctx is done; a second signal cuts it short: the
-	// connections are closed (cancelling their requests, and so killing their
-	// ephemeral workers) and the warm workers are killed rather than drained.
+// shutdown stops what serve started and returns runErr, or the second signal's
+// cut. Cleanup must run even though ctx is done; Close (a second signal) cuts it
+// short.
+func (c *serveCommand) shutdown(ctx context.Context, r *running, runErr error) error {
+	logger := c.logger
 	cleanup, force := context.WithCancel(context.WithoutCancel(ctx))
 	defer force()
 	go func() {
 		select {
-		case <-second:
+		case <-c.forced:
 			logger.Warn("second signal: stopping now, abandoning the requests in flight")
 			force()
 		case <-cleanup.Done():
 		}
 	}()
 	if ctx.Err() != nil {
-		drain(cleanup, api, f.drainDelay, logger)
+		drain(cleanup, r.api, c.f.drainDelay, logger)
 	}
-	sctx, cancel := context.WithTimeout(cleanup, f.shutdownGrace)
+	sctx, cancel := context.WithTimeout(cleanup, c.f.shutdownGrace)
 	defer cancel()
 	drainStart := time.Now()
-	if err := srv.Shutdown(sctx); err != nil {
-		logger.Warn("requests still in flight when the shutdown grace ended; closing their connections", "grace", f.shutdownGrace, "error", err)
-		_ = srv.Close()
+	if err := r.srv.Shutdown(sctx); err != nil {
+		logger.Warn("requests still in flight when the shutdown grace ended; closing their connections", "grace", c.f.shutdownGrace, "error", err)
+		_ = r.srv.Close()
 	} else {
 		logger.Info("requests drained", "duration", time.Since(drainStart).Round(time.Millisecond))
 	}
-	abandonStart()
-	if !warmDone {
-		<-warmErr // Start returns promptly once its context has ended
+	r.abandonStart()
+	if !r.warmDone {
+		<-r.warmErr // Start returns promptly once its context has ended
 	}
-	if err := models.close(cleanup); err != nil {
+	if err := r.fleet.Close(cleanup); err != nil {
 		logger.Warn("stop warm worker", "error", err)
 	} else {
 		logger.Info("warm worker stopped")
@@ -431,6 +454,21 @@ func serve(ctx context.Context, f *serveFlags, logger *slog.Logger) error {
 		runErr = errors.New("stopped by a second signal before the shutdown finished")
 	}
 	return runErr
+}
+
+// startFleet starts the models' warm workers, wording a failure with the flag to
+// change (warmStartError) and, with several models, the model's name.
+func startFleet(ctx context.Context, fleet *backends.Fleet, warmMax int) error {
+	err := fleet.Start(ctx)
+	var me *backends.ModelError
+	if !errors.As(err, &me) {
+		return err
+	}
+	err = warmStartError(me.Err, warmMax)
+	if len(fleet.Models) > 1 {
+		err = fmt.Errorf("model %s: %w", me.Model, err)
+	}
+	return err
 }
 
 // drain keeps serving for delay with /ready answering 503 (server.Server.Drain), so
@@ -449,51 +487,4 @@ func drain(ctx context.Context, api *server.Server, delay time.Duration, logger 
 	case <-t.C:
 	case <-ctx.Done():
 	}
-}
-
-// warmBackend adapts the warm supervisor to routing.Backend, translating its
-// unavailability into routing's, so package server maps it to 503 without knowing
-// about processes.
-type warmBackend struct{ w warmEmbedder }
-
-// warmEmbedder is *backends.Warm, or the *backends.HangWatch over it.
-type warmEmbedder interface {
-	Embed(ctx context.Context, seqs [][]int32) ([][]float32, error)
-}
-
-func (b warmBackend) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
-	v, err := b.w.Embed(ctx, seqs)
-	return v, translate(err)
-}
-
-// longBackend adapts the ephemeral spawner to routing.SingleBackend.
-type longBackend struct{ e *backends.Ephemeral }
-
-func (b longBackend) Embed(ctx context.Context, seq []int32) ([]float32, error) {
-	v, err := b.e.Embed(ctx, seq)
-	return v, translate(err)
-}
-
-func translate(err error) error {
-	var ue *backends.UnavailableError
-	if errors.As(err, &ue) {
-		return &routing.UnavailableError{RetryAfter: ue.RetryAfter, Err: err}
-	}
-	return err
-}
-
-// lazyCl100k loads the cl100k_base vocabulary on first use: it costs memory and
-// start-up time that servers which never see token-id inputs should not pay.
-type lazyCl100k struct {
-	once sync.Once
-	dec  *tokenizer.Cl100k
-	err  error
-}
-
-func (l *lazyCl100k) Decode(ids []int64) (string, error) {
-	l.once.Do(func() { l.dec, l.err = tokenizer.NewCl100k() })
-	if l.err != nil {
-		return "", fmt.Errorf("load cl100k_base: %w", l.err)
-	}
-	return l.dec.Decode(ids)
 }

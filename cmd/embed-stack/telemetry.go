@@ -69,12 +69,12 @@ func (p *processTelemetry) stop() {
 // output (where their spans are printed) to serve's stderr. The worker gauges are
 // per model, labelled with its served name (issue 17), a single model's too; the
 // device is the first model's warm worker's.
-func (p *processTelemetry) wire(api *server.Server, models servedModels) error {
+func (p *processTelemetry) wire(api *server.Server, models *servedModels) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
-	warm := models[0].warm
+	warm := models.list[0].warm
 	device := func(ctx context.Context) (telemetry.DeviceMemory, bool) {
 		// A scrape waits for the worker's answer at most this long.
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -86,7 +86,7 @@ func (p *processTelemetry) wire(api *server.Server, models servedModels) error {
 		return err
 	}
 	if p.Console() {
-		for _, m := range models {
+		for _, m := range models.list {
 			if m.eng.warm.Spec.Output == nil {
 				m.eng.warm.Spec.Output = os.Stderr
 			}

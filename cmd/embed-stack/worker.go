@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,30 +15,44 @@ import (
 	"github.com/embed-stack/embed-stack/backends/llama"
 )
 
-// runWorker is `embed-stack worker`: one llama.cpp context serving the worker
+// workerCommand is `embed-stack worker`: one llama.cpp context serving the worker
 // protocol on a Unix socket. serve starts it; running it by hand is for debugging
 // (--ignore-stdin keeps it up with stdin on /dev/null).
-func runWorker(args []string, stderr io.Writer) int {
-	var a backends.WorkerArgs
-	if err := a.Parse(args, stderr); err != nil {
+type workerCommand struct {
+	args   backends.WorkerArgs
+	logger *slog.Logger
+	stderr io.Writer
+}
+
+func newWorker(args []string, _, stderr io.Writer) (command, int) {
+	c := &workerCommand{stderr: stderr}
+	if err := c.args.Parse(args, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
-	logger, err := newLogger(stderr, a.LogFormat, a.LogLevel)
+	var err error
+	if c.logger, err = newLogger(stderr, c.args.LogFormat, c.args.LogLevel); err == nil {
+		err = checkDevice(c.args.DeviceArgs)
+	}
 	if err != nil {
-		fmt.Fprintln(stderr, "embed-stack worker:", err)
-		return 2
+		return nil, refused(stderr, "worker", err)
 	}
-	if err := checkDevice(a.DeviceArgs); err != nil {
-		fmt.Fprintln(stderr, "embed-stack worker:", err)
-		return 2
-	}
+	return c, 0
+}
+
+// Close does nothing: the worker drains its requests and exits on the first
+// signal (backends.RunWorker), or when its stdin reaches EOF.
+func (c *workerCommand) Close() error { return nil }
+
+// Run loads the model and serves it until ctx ends or stdin reaches EOF.
+func (c *workerCommand) Run(ctx context.Context) error {
+	a, logger, stderr := c.args, c.logger, c.stderr
 	tel, err := startTelemetry("worker", false, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
-		return 2
+		return exitStatus(2)
 	}
 	defer tel.stop()
 	warmUpLengths := a.Buckets
@@ -76,10 +91,10 @@ func runWorker(args []string, stderr io.Writer) int {
 		return e, backends.EngineInfo{NEmbd: info.NEmbd, MaxTokens: info.ContextTokens, MaxBatchTokens: info.BatchTokens,
 			Model: name, Device: &info.Device, ShortJobs: info.ShortJobs}, nil
 	}
-	if err := backends.RunWorker(context.Background(), cfg, traceLoad(load)); err != nil {
+	if err := backends.RunWorker(ctx, cfg, traceLoad(load)); err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
-		return 1
+		return exitStatus(1)
 	}
 	_ = os.Stdout.Sync()
-	return 0
+	return nil
 }
