@@ -216,8 +216,10 @@ func TestRerankErrors(t *testing.T) {
 			"This server serves an embedding model, which does not rerank; serve a reranker GGUF (Qwen3-Reranker) with `embed-stack serve --model` for /v1/rerank, or compare embeddings."},
 		{"empty query", func(t *testing.T) *server { return rerankServer(t) }, "/v1/rerank", `{"query":"","documents":["a"]}`, 400, "query", codeEmptyInput,
 			"'query' must hold text."},
-		{"no documents", func(t *testing.T) *server { return rerankServer(t) }, "/rerank", `{"query":"q","texts":[]}`, 400, "documents", codeEmptyInput,
+		{"no documents", func(t *testing.T) *server { return rerankServer(t) }, "/v1/rerank", `{"query":"q","documents":[]}`, 400, "documents", codeEmptyInput,
 			"'documents' must not be empty."},
+		{"no texts", func(t *testing.T) *server { return rerankServer(t) }, "/rerank", `{"query":"q","texts":[]}`, 400, "texts", codeEmptyInput,
+			"'texts' must not be empty."},
 		{"pair too long", func(t *testing.T) *server {
 			return rerankServer(t, "--max-input-tokens", "256", "--warm-max-tokens", "256")
 		}, "/v1/rerank",

@@ -128,7 +128,10 @@ func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
 // (exactly: "Text" is not it, as at the top level) holds one.
 func decodeDocument(i int, d json.RawMessage) (string, error) {
 	var s string
-	if json.Unmarshal(d, &s) == nil {
+	// encoding/json reads null into a string as "": a null document would be
+	// scored as an empty one (issue 28), where a null input of /v1/embeddings is
+	// refused.
+	if !isNull(d) && json.Unmarshal(d, &s) == nil {
 		return s, nil
 	}
 	var text json.RawMessage
@@ -185,8 +188,17 @@ func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
 	if isNull(w.Texts) {
 		return nil, &DecodeError{Param: "texts", Message: "'texts' is a required property."}
 	}
-	if err := json.Unmarshal(w.Texts, &req.Texts); err != nil {
+	var texts []json.RawMessage
+	if err := json.Unmarshal(w.Texts, &texts); err != nil {
 		return nil, &DecodeError{Param: "texts", Message: fmt.Sprintf("%s is not an array of strings - 'texts'", compact(w.Texts))}
+	}
+	req.Texts = make([]string, len(texts))
+	for i, t := range texts {
+		// As for a document of /v1/rerank: null is no text (encoding/json reads it
+		// into a string as "").
+		if isNull(t) || json.Unmarshal(t, &req.Texts[i]) != nil {
+			return nil, &DecodeError{Param: "texts", Message: fmt.Sprintf("%s is %s; each text is a string", teiTextItem(i), compact(t))}
+		}
 	}
 	return &req, nil
 }

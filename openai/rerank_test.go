@@ -35,6 +35,8 @@ func TestDecodeRerankExactKeys(t *testing.T) {
 		{"nested duplicates are not the top level's", `{"query":"q","documents":["a"],"meta":{"query":1,"query":2}}`,
 			"q [a] top_n=0 return=false", "", ""},
 		{"array body", `[1]`, "", "", "We could not parse the JSON body of your request: the body must be a JSON object, not array."},
+		{"null document", `{"query":"q","documents":["a",null]}`,
+			"", "documents", "document 1 is null; each document is a string or an object with a string 'text'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,6 +62,9 @@ func TestDecodeTEIRerankExactKeys(t *testing.T) {
 			"", "texts", "The JSON body holds the key 'texts' more than once; send each key once."},
 		{"duplicate truncate", `{"query":"q","texts":["a"],"truncate":false,"truncate":true}`,
 			"", "truncate", "The JSON body holds the key 'truncate' more than once; send each key once."},
+		{"null text", `{"query":"q","texts":["a",null]}`, "", "texts", "texts[1] is null; each text is a string"},
+		{"number text", `{"query":"q","texts":[7]}`, "", "texts", "texts[0] is 7; each text is a string"},
+		{"texts not an array", `{"query":"q","texts":"a"}`, "", "texts", `"a" is not an array of strings - 'texts'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -183,6 +183,39 @@ func (a *admission) retryAfterLocked() time.Duration {
 	return min(maxRetryAfter, time.Duration(turns)*run)
 }
 
+// capacity is how many long inputs the admission can hold at once, running and
+// waiting: one request with more can never have them all admitted.
+func (a *admission) capacity() (running, queued int) { return a.maxRunning, a.maxQueue }
+
+// admissible refuses, with a 400, a request with more inputs over the warm limit
+// than the ephemeral admission holds at once (workers running plus places in the
+// queue). Each long input is admitted on its own, so such a request would be
+// answered 429 at every retry however idle the server, and a client that retries
+// 429s would loop forever (issue 28). 429 stays for what a retry can get.
+func (r *Router) admissible(seqs [][]int32, field string, item func(int) string) error {
+	if r.Long == nil {
+		return nil // long inputs were refused by prepare
+	}
+	r.init()
+	warm := r.Config.warmMaxTokens()
+	long, first := 0, -1
+	for i, s := range seqs {
+		if len(s) > warm {
+			if first < 0 {
+				first = i
+			}
+			long++
+		}
+	}
+	running, queued := r.admit.capacity()
+	if long <= running+queued {
+		return nil
+	}
+	return inputErr(field, -1, CodeTooManyLongInputs,
+		"The request holds %d inputs over %d tokens (the first is %s); each takes an ephemeral worker of its own, and this server holds at most %d such inputs at once (%d running, --max-ephemeral, and %d waiting, --ephemeral-queue). Split the request into parts of at most %d such inputs.",
+		long, warm, item(first), running+queued, running, queued, running+queued)
+}
+
 // state reports the workers running and the inputs queued, for tests and metrics.
 func (a *admission) state() (running, tokens, queued int) {
 	a.mu.Lock()

@@ -221,3 +221,22 @@ func newAdmissionFor(cfg Config) (workers, tokens, queue int) {
 	r.init()
 	return r.admit.maxRunning, r.admit.maxTokens, r.admit.maxQueue
 }
+
+// TestNeverAdmittable: a request with more long inputs than workers plus queue is an
+// InputError (400) naming the limit, not a BusyError (429) that no retry could get
+// past; one at the limit runs.
+func TestNeverAdmittable(t *testing.T) {
+	r, _, long := newRouter(Config{WarmMaxTokens: 4, MaxEphemeral: 1, EphemeralQueue: 1})
+	_, err := r.Embed(context.Background(), &Request{Texts: []string{"ab", "long input", "long input", "long input"}})
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Code != CodeTooManyLongInputs || ie.Param != "input" ||
+		ie.Message != "The request holds 3 inputs over 4 tokens (the first is input 1); each takes an ephemeral worker of its own, and this server holds at most 2 such inputs at once (1 running, --max-ephemeral, and 1 waiting, --ephemeral-queue). Split the request into parts of at most 2 such inputs." {
+		t.Fatalf("err = %#v", err)
+	}
+	if len(long.calls) != 0 {
+		t.Fatalf("%d ephemeral calls for a refused request", len(long.calls))
+	}
+	if _, err := r.Embed(context.Background(), &Request{Texts: []string{"long input", "ab", "long input"}}); err != nil {
+		t.Fatalf("two long inputs: %v", err)
+	}
+}

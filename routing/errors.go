@@ -32,6 +32,9 @@ const (
 	CodeInvalidValue    = "invalid_value"
 	// CodeWrongTask: a rerank request to an embedding model, or the reverse.
 	CodeWrongTask = "model_task_mismatch"
+	// CodeTooManyLongInputs: more inputs over the warm limit than the ephemeral
+	// admission ever holds at once, a request no retry could get admitted.
+	CodeTooManyLongInputs = "too_many_long_inputs"
 )
 
 func inputErr(param string, index int, code, format string, args ...any) *InputError {

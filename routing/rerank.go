@@ -70,6 +70,21 @@ type RerankRequest struct {
 	// Instruction overrides the task when non-nil; the default is
 	// Config.DefaultInstruction, the model card's.
 	Instruction *string
+	// DocumentsField names the request field that holds the documents, for error
+	// messages and InputError.Param: "" is Cohere's and Jina's "documents"; TEI's
+	// POST /rerank says "texts".
+	DocumentsField string
+}
+
+// names returns the documents' field and how messages name document i and the
+// documents in a count: "document 3" and "documents", or "texts[3]" and "texts".
+func (req *RerankRequest) names() (field string, item func(int) string, plural string) {
+	switch f := req.DocumentsField; f {
+	case "", "documents":
+		return "documents", func(i int) string { return fmt.Sprintf("document %d", i) }, "documents"
+	default:
+		return f, func(i int) string { return fmt.Sprintf("%s[%d]", f, i) }, f
+	}
 }
 
 // RerankResult holds one score per document, in input order, and the tokens
@@ -125,6 +140,10 @@ func (r *Router) Rerank(ctx context.Context, req *RerankRequest) (_ *RerankResul
 	if err != nil {
 		return nil, err
 	}
+	field, item, _ := req.names()
+	if err := r.admissible(seqs, field, item); err != nil {
+		return nil, err
+	}
 	raw, counts, tokens, err := r.run(ctx, seqs)
 	if err != nil {
 		return nil, err
@@ -144,13 +163,14 @@ func (r *Router) Rerank(ctx context.Context, req *RerankRequest) (_ *RerankResul
 // preparePairs checks a rerank request and returns each pair's token ids.
 func (r *Router) preparePairs(ctx context.Context, req *RerankRequest) ([][]int32, error) {
 	c := r.Config
+	field, item, plural := req.names()
 	switch n := len(req.Documents); {
 	case strings.TrimSpace(req.Query) == "":
 		return nil, inputErr("query", -1, CodeEmptyInput, "'query' must hold text.")
 	case n == 0:
-		return nil, inputErr("documents", -1, CodeEmptyInput, "'documents' must not be empty.")
+		return nil, inputErr(field, -1, CodeEmptyInput, "'%s' must not be empty.", field)
 	case n > c.maxInputs():
-		return nil, inputErr("documents", -1, CodeTooManyInputs, "'documents' holds %d documents; the limit is %d per request. Split the request.", n, c.maxInputs())
+		return nil, inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d %s; the limit is %d per request. Split the request.", field, n, plural, c.maxInputs())
 	}
 	instruction, err := c.instructionOr(req.Instruction)
 	if err != nil {
@@ -166,16 +186,16 @@ func (r *Router) preparePairs(ctx context.Context, req *RerankRequest) ([][]int3
 		seq = append(append(append(seq, prefix...), pair...), suffix...)
 		switch {
 		case len(seq) > c.maxInputTokens():
-			err = inputErr("documents", i, CodeContextLength, "document %d with the query makes %d tokens in the reranker's template; the limit is %d tokens per pair (--max-input-tokens). Shorten the document or the query.", i, len(seq), c.maxInputTokens())
+			err = inputErr(field, i, CodeContextLength, "%s with the query makes %d tokens in the reranker's template; the limit is %d tokens per pair (--max-input-tokens). Shorten the document or the query.", item(i), len(seq), c.maxInputTokens())
 		case r.Long == nil && len(seq) > c.warmMaxTokens():
-			err = inputErr("documents", i, CodeContextLength, "document %d with the query makes %d tokens in the reranker's template; this server takes at most %d tokens per pair.", i, len(seq), c.warmMaxTokens())
+			err = inputErr(field, i, CodeContextLength, "%s with the query makes %d tokens in the reranker's template; this server takes at most %d tokens per pair.", item(i), len(seq), c.warmMaxTokens())
 		}
 		if err != nil {
 			break
 		}
 		total += len(seq)
 		if total > c.maxTotalTokens() {
-			err = inputErr("documents", -1, CodeTooManyTokens, "The request holds more than %d tokens in all (the per-request limit; each document is scored with the query in the reranker's template) by document %d. Split the request.", c.maxTotalTokens(), i)
+			err = inputErr(field, -1, CodeTooManyTokens, "The request holds more than %d tokens in all (the per-request limit; each document is scored with the query in the reranker's template) by %s. Split the request.", c.maxTotalTokens(), item(i))
 			break
 		}
 		seqs[i] = seq

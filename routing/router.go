@@ -491,6 +491,10 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	if err != nil {
 		return nil, err
 	}
+	field, item := req.names()
+	if err := r.admissible(seqs, field, item); err != nil {
+		return nil, err
+	}
 	raw, counts, tokens, err := r.run(ctx, seqs)
 	if err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func (s *Server) teiRerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	res, ok := s.runRerank(c, m, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction})
+	res, ok := s.runRerank(c, m, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction, DocumentsField: "texts"})
 	if !ok {
 		return
 	}
