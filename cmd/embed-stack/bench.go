@@ -18,6 +18,7 @@ import (
 	"github.com/embed-stack/embed-stack/backends/llama"
 	"github.com/embed-stack/embed-stack/bench"
 	"github.com/embed-stack/embed-stack/bench/peers"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
@@ -28,10 +29,10 @@ type benchFlags struct {
 	floor, serve           bool
 	url                    string
 	pid                    int
-	serveArgs              stringList
+	serveArgs              flagconfig.StringList
 	ollama, ollamaHome     string
 	ollamaNumCtx           int
-	peerSpecs              stringList
+	peerSpecs              flagconfig.StringList
 	jsonOut, mdOut         string
 	minCosine              float64
 	warmContext            int

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -21,7 +23,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	f := &serveFlags{}
 	fs := newServeFlagSet(f)
-	sources, err := configure(fs, []string{"--threads", "3", "--model", "m.gguf"}, func(k string) string { return env[k] })
+	sources, err := flagconfig.Configure(fs, []string{"--threads", "3", "--model", "m.gguf"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,52 +33,19 @@ func TestConfigPrecedence(t *testing.T) {
 		want   any
 		source string
 	}{
-		{"threads", f.threads, 3, fromFlag},                   // flag beats env
-		{"max-total-tokens", f.maxTotalTokens, 2000, fromEnv}, // env beats file
-		{"max-inputs", f.maxInputs, 7, fromFile},
-		{"warm-max-tokens", f.warmMaxTokens, 4096, fromFile},
-		{"strict-model", f.strictModel, true, fromFile},
-		{"model-alias", fmt.Sprint(f.aliases), "[a b]", fromFile},
-		{"max-input-tokens", f.maxInputTokens, 32768, fromDefault},
-		{"config", f.configPath, file, fromEnv},
+		{"threads", f.threads, 3, flagconfig.FromFlag},                   // flag beats env
+		{"max-total-tokens", f.maxTotalTokens, 2000, flagconfig.FromEnv}, // env beats file
+		{"max-inputs", f.maxInputs, 7, flagconfig.FromFile},
+		{"warm-max-tokens", f.warmMaxTokens, 4096, flagconfig.FromFile},
+		{"strict-model", f.strictModel, true, flagconfig.FromFile},
+		{"model-alias", fmt.Sprint(f.aliases), "[a b]", flagconfig.FromFile},
+		{"max-input-tokens", f.maxInputTokens, 32768, flagconfig.FromDefault},
+		{"config", f.configPath, file, flagconfig.FromEnv},
 	}
 	for _, c := range checks {
 		if c.got != c.want || sources[c.name] != c.source {
 			t.Errorf("%s = %v from %s, want %v from %s", c.name, c.got, sources[c.name], c.want, c.source)
 		}
-	}
-}
-
-func TestConfigErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(body), 0o600)
-		return p
-	}
-	tests := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{"bad env value", nil, map[string]string{"EMBED_STACK_MAX_INPUTS": "many"}, `EMBED_STACK_MAX_INPUTS="many": parse error`},
-		{"unknown file key", []string{"--config", write("a.yaml", "max_input: 3\n")}, nil,
-			`unknown setting "max_input" (the settings are the flags of --help, without the dashes)`},
-		{"bad file value", []string{"--config", write("b.json", `{"max_inputs": "x"}`)}, nil, `max_inputs = "x": parse error`},
-		{"list for a scalar", []string{"--config", write("c.toml", "addr = [\"a\", \"b\"]\n")}, nil, "addr takes one value, not a list"},
-		{"unknown format", []string{"--config", write("d.ini", "")}, nil, `unknown format ".ini"; use .toml, .yaml or .json`},
-		{"positional", []string{"extra"}, nil, `unexpected argument "extra" (flags start with --)`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fs := newServeFlagSet(&serveFlags{})
-			fs.SetOutput(new(bytes.Buffer))
-			_, err := configure(fs, tt.args, func(k string) string { return tt.env[k] })
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
-			}
-		})
 	}
 }
 
@@ -101,11 +70,11 @@ func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 	var out bytes.Buffer
 	f := &serveFlags{}
 	fs := newServeFlagSet(f)
-	sources, err := configure(fs, []string{"--api-key", "sk-secret", "--addr", "0.0.0.0:9"}, func(string) string { return "" })
+	sources, err := flagconfig.Configure(fs, []string{"--api-key", "sk-secret", "--addr", "0.0.0.0:9"}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	printConfig(&out, fs, sources)
+	flagconfig.Print(&out, fs, sources)
 	text := out.String()
 	if strings.Contains(text, "sk-secret") || !strings.Contains(text, `api_key                = "<redacted>"`) {
 		t.Fatalf("secret not redacted:\n%s", text)
@@ -123,7 +92,7 @@ func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "printed.toml")
 	os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o600)
 	g := &serveFlags{}
-	if _, err := configure(newServeFlagSet(g), []string{"--config", p}, func(string) string { return "" }); err != nil {
+	if _, err := flagconfig.Configure(newServeFlagSet(g), []string{"--config", p}, func(string) string { return "" }); err != nil {
 		t.Fatalf("printed config does not load: %v", err)
 	}
 	if g.addr != "0.0.0.0:9" || g.maxInputs != 2048 {

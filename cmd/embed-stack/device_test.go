@@ -16,6 +16,7 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
 
@@ -28,12 +29,12 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	os.WriteFile(file, []byte("backend_dir = \"/opt/es/lib\"\ngpu_layers = 12\ndevice = \"metal\"\n"), 0o600)
 	env := map[string]string{"EMBED_STACK_CONFIG": file, "EMBED_STACK_DEVICE": "cuda:1"}
 	f := &serveFlags{}
-	sources, err := configure(newServeFlagSet(f), []string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] })
+	sources, err := flagconfig.Configure(newServeFlagSet(f), []string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.device != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
-		sources["device"] != fromEnv || sources["gpu-layers"] != fromFlag || sources["backend-dir"] != fromFile {
+		sources["device"] != flagconfig.FromEnv || sources["gpu-layers"] != flagconfig.FromFlag || sources["backend-dir"] != flagconfig.FromFile {
 		t.Errorf("device flags = %+v from %s/%s/%s", f.device, sources["device"], sources["gpu-layers"], sources["backend-dir"])
 	}
 	if err := checkDevice(f.device); err != nil {
@@ -67,7 +68,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 
 	// The MLX server chooses no ggml device: the flags are dropped for it.
 	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: f.device}
-	mlx := (warmChoice{Name: warmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).spec(args, workerSpec("/bin/embed-stack", args))
+	mlx := (backends.WarmProgram{Name: backends.WarmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).Spec(args, workerSpec("/bin/embed-stack", args))
 	if !slices.Equal(mlx.Args, []string{"--model", "/m", "--ctx", "8192"}) {
 		t.Errorf("mlx args = %q", mlx.Args)
 	}

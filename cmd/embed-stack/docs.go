@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // configurationDoc renders docs/configuration.md from the flag definitions, so
@@ -39,7 +41,7 @@ value's source and secrets redacted, in a form ` + "`--config`" + ` accepts.
 		default:
 			def = "`" + def + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name),
+		fmt.Fprintf(&b, "| `--%s` | `%s` | `%s` | %s | %s |\n", f.Name, flagconfig.EnvName(f.Name),
 			strings.ReplaceAll(f.Name, "-", "_"), def, strings.ReplaceAll(usage, "|", "\\|"))
 	})
 	return b.String()

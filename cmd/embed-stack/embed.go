@@ -15,6 +15,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/batch"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/routing"
 )
 
@@ -98,7 +99,7 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	f := &embedFlags{}
 	fs := newEmbedFlagSet(f)
 	fs.SetOutput(stderr)
-	if _, err := configure(fs, args, getenv); err != nil {
+	if _, err := flagconfig.Configure(fs, args, getenv); err != nil {
 		return nil, err
 	}
 	switch {

@@ -58,7 +58,7 @@ type engine struct {
 	facts     *modelinfo.Facts
 	tok       *tokenizer.Tokenizer
 	// warmArgs are the warm worker's command line, which warm.Spec runs as
-	// `embed-stack worker`; another warm backend (warmChoice.spec) takes them too.
+	// `embed-stack worker`; another warm backend (backends.WarmProgram.Spec) takes them too.
 	warmArgs backends.WorkerArgs
 	warm     *backends.Warm
 	long     *backends.Ephemeral

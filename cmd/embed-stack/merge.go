@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/embed-stack/embed-stack/batch"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // mergeFlags is the parsed command line of `embed-stack merge`.
@@ -45,7 +46,7 @@ func parseMergeFlags(args []string, stderr io.Writer, getenv func(string) string
 	f := &mergeFlags{}
 	fs := newMergeFlagSet(f)
 	fs.SetOutput(stderr)
-	if _, err := configure(fs, args, getenv); err != nil {
+	if _, err := flagconfig.Configure(fs, args, getenv); err != nil {
 		return nil, err
 	}
 	switch {

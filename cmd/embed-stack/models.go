@@ -234,7 +234,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 		m.lim = lim
 	}
 	for _, m := range models.list {
-		m.eng.warm.Spec = f.warm.spec(m.eng.warmArgs, m.eng.warm.Spec)
+		m.eng.warm.Spec = f.warm.Spec(m.eng.warmArgs, m.eng.warm.Spec)
 		logger.Info("ephemeral workers", "model", m.name, "max", m.lim.Workers, "max_tokens", m.lim.Tokens, "queue", f.ephemeralQueue, "basis", m.lim.Basis())
 		// A worker that stops answering is killed, and so restarted, by the hang
 		// watch (OnDemand.HangTimeout); --keep-alive stops an idle one.
@@ -251,7 +251,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 		}
 		models.fleet.Models = append(models.fleet.Models, backends.FleetModel{Name: m.name, Warm: m.warm})
 	}
-	if f.warm.Name == warmMLX {
+	if f.warm.Name == backends.WarmMLX {
 		logger.Info("warm worker: mlx-embed-server", "path", f.warm.MLXServer, "model_dir", f.warm.MLXModel)
 	}
 	return models, nil

@@ -12,13 +12,13 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
@@ -28,12 +28,12 @@ import (
 type serveFlags struct {
 	// models are the --model values; entries is them parsed with --model-name and
 	// --model-alias (parseModelEntries).
-	models           stringList
+	models           flagconfig.StringList
 	entries          []modelEntry
-	keepAlive        stringList
+	keepAlive        flagconfig.StringList
 	addr             string
 	modelName        string
-	aliases          stringList
+	aliases          flagconfig.StringList
 	strictModel      bool
 	defaultInputType string
 	defaultInstr     string
@@ -57,12 +57,12 @@ type serveFlags struct {
 	// task is --task: auto, embed or rerank (see modelinfo.Read).
 	task string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
-	// it (see warmChoice.resolve).
-	warm warmChoice
+	// it (see backends.WarmProgram.Resolve).
+	warm backends.WarmProgram
 	// metrics serves GET /metrics.
 	metrics bool
 	// Robustness and security (guard.go, docs/reliability.md).
-	apiKeys           stringList
+	apiKeys           flagconfig.StringList
 	apiKeyFile        string
 	metricsAuth       bool
 	maxConcurrent     int
@@ -86,12 +86,6 @@ type serveFlags struct {
 	// device is --device, --gpu-layers and --backend-dir (device.go).
 	device backends.DeviceArgs
 }
-
-// stringList is a repeatable flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // newServeFlagSet defines serve's flags, bound to f. It is the single source of the
 // flags, their environment variables, config-file keys and docs/configuration.md.
@@ -118,10 +112,10 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long to keep serving with GET /ready answering 503 before the listener closes, so that load balancers' health checks take the replica out first: at least their check interval times their failure count (deploy/haproxy/README.md; 0 = close at once, right for a server without a balancer)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&f.configPath, configFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
+	fs.StringVar(&f.configPath, flagconfig.ConfigFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
 	fs.StringVar(&f.task, "task", modelinfo.TaskAuto, "what the model does: `auto` (a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it; else an embedding model), embed, or rerank (a Qwen3-Reranker whose GGUF keeps the whole LM head: the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize")
 	fs.BoolVar(&f.allowPoolingMismatch, "allow-pooling-mismatch", false, "serve a GGUF whose declared pooling type is not last-token (3) anyway; its vectors are still last-token pooled, which is right only for a model trained that way")
-	fs.StringVar(&f.warm.Name, "warm-backend", warmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
+	fs.StringVar(&f.warm.Name, "warm-backend", backends.WarmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
 	fs.StringVar(&f.warm.MLXServer, "mlx-server", "", "mlx-embed-server executable `path` for --warm-backend mlx (default: mlx-embed-server next to the embed-stack executable, on darwin/arm64 only; given explicitly, any platform)")
 	fs.StringVar(&f.warm.MLXModel, "mlx-model", "", "Hugging Face snapshot `directory` (config.json, *.safetensors) the MLX warm worker loads; the same checkpoint --model is the GGUF of")
 	fs.BoolVar(&f.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (tracing is configured by the standard OTEL_* environment variables; see docs/observability.md)")
@@ -162,12 +156,12 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	f := &serveFlags{}
 	fs := newServeFlagSet(f)
 	fs.SetOutput(stderr)
-	sources, err := configure(fs, args, os.Getenv)
+	sources, err := flagconfig.Configure(fs, args, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	if f.printConfig {
-		printConfig(stdout, fs, sources)
+		flagconfig.Print(stdout, fs, sources)
 		if len(f.models) == 0 {
 			fmt.Fprintln(stderr, printConfigNoModel)
 		}
@@ -207,10 +201,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	if f.warm, err = f.warm.resolve(runtime.GOOS+"/"+runtime.GOARCH, exe); err != nil {
+	if f.warm, err = f.warm.Resolve(runtime.GOOS+"/"+runtime.GOARCH, exe); err != nil {
 		return nil, err
 	}
-	if f.warm.Name == warmMLX && len(f.entries) > 1 {
+	if f.warm.Name == backends.WarmMLX && len(f.entries) > 1 {
 		return nil, errors.New("--warm-backend mlx serves one model (--mlx-model); serve several models with --warm-backend llama, or run one server per model")
 	}
 	return f, nil
@@ -272,7 +266,7 @@ func (c *serveCommand) serve(ctx context.Context) error {
 		return err
 	}
 	defer tel.stop()
-	apiKeys, err := loadAPIKeys(f.apiKeys, f.apiKeyFile, logger)
+	apiKeys, err := server.LoadAPIKeys(f.apiKeys, f.apiKeyFile, logger)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,13 @@
-package main
+// Package flagconfig fills a command's flag.FlagSet from three places, in this
+// precedence: the command line, then an EMBED_STACK_* environment variable per flag
+// (--max-inputs: EMBED_STACK_MAX_INPUTS), then a TOML, YAML or JSON file named by
+// --config (max_inputs = 100), then the flag's default; and prints the effective
+// configuration, with each value's source and the secrets redacted, as a file that
+// --config reads back.
+//
+// It defines no flag but --config's name: the commands define theirs, and their
+// values are read only in main (docs/configuration.md is generated from serve's).
+package flagconfig
 
 import (
 	"encoding/json"
@@ -17,39 +26,46 @@ import (
 
 // Where a setting's value came from, for --print-config.
 const (
-	fromFlag    = "flag"
-	fromEnv     = "env"
-	fromFile    = "file"
-	fromDefault = "default"
+	FromFlag    = "flag"
+	FromEnv     = "env"
+	FromFile    = "file"
+	FromDefault = "default"
 )
 
-// envPrefix names every flag's environment variable: --max-inputs is
+// EnvPrefix names every flag's environment variable: --max-inputs is
 // EMBED_STACK_MAX_INPUTS.
-const envPrefix = "EMBED_STACK_"
+const EnvPrefix = "EMBED_STACK_"
 
-// configFlag names the config file; it is itself settable by EMBED_STACK_CONFIG.
-const configFlag = "config"
+// ConfigFlag names the config file; it is itself settable by EMBED_STACK_CONFIG.
+const ConfigFlag = "config"
 
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// EnvName is the environment variable of a flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// secretFlag says whether a flag's value must be redacted when printed.
-func secretFlag(name string) bool {
+// Secret says whether a flag's value must be redacted when printed.
+func Secret(name string) bool {
 	return strings.Contains(name, "key") || strings.Contains(name, "token") && !strings.Contains(name, "tokens") && name != "token-ids"
 }
 
-// repeatable is implemented by flags that take several values (--model-alias):
+// Repeatable is implemented by flags that take several values (--model-alias):
 // an environment variable holds them comma-separated, a config file as an array.
-type repeatable interface{ repeatable() }
+// StringList is the one.
+type Repeatable interface{ repeatable() }
 
-func (*stringList) repeatable() {}
+// StringList is a repeatable flag: each occurrence adds a value.
+type StringList []string
 
-// configure parses args, then fills every flag the command line left unset from
+func (s *StringList) String() string     { return strings.Join(*s, ",") }
+func (s *StringList) Set(v string) error { *s = append(*s, v); return nil }
+func (*StringList) repeatable()          {}
+
+// Configure parses args, then fills every flag the command line left unset from
 // its EMBED_STACK_* environment variable, then from the config file (--config):
 // flag > env > file > default. It returns where each flag's value came from.
 // Invalid values are refused with the variable or file that held them.
-func configure(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]string, error) {
+func Configure(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]string, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -57,35 +73,35 @@ func configure(fs *flag.FlagSet, args []string, getenv func(string) string) (map
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	sources := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { sources[f.Name] = fromDefault })
-	fs.Visit(func(f *flag.Flag) { sources[f.Name] = fromFlag })
+	fs.VisitAll(func(f *flag.Flag) { sources[f.Name] = FromDefault })
+	fs.Visit(func(f *flag.Flag) { sources[f.Name] = FromFlag })
 
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || sources[f.Name] != fromDefault {
+		if err != nil || sources[f.Name] != FromDefault {
 			return
 		}
-		v := getenv(envName(f.Name))
+		v := getenv(EnvName(f.Name))
 		if v == "" {
 			return
 		}
 		values := []string{v}
-		if _, ok := f.Value.(repeatable); ok {
+		if _, ok := f.Value.(Repeatable); ok {
 			values = strings.Split(v, ",")
 		}
 		for _, s := range values {
 			if e := fs.Set(f.Name, strings.TrimSpace(s)); e != nil {
-				err = fmt.Errorf("%s=%q: %v", envName(f.Name), v, e)
+				err = fmt.Errorf("%s=%q: %v", EnvName(f.Name), v, e)
 				return
 			}
 		}
-		sources[f.Name] = fromEnv
+		sources[f.Name] = FromEnv
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	cf := fs.Lookup(configFlag)
+	cf := fs.Lookup(ConfigFlag)
 	if cf == nil || cf.Value.String() == "" {
 		return sources, nil
 	}
@@ -102,17 +118,17 @@ func configure(fs *flag.FlagSet, args []string, getenv func(string) string) (map
 	for _, key := range keys {
 		name := strings.ReplaceAll(key, "_", "-")
 		f := fs.Lookup(name)
-		if f == nil || name == configFlag {
+		if f == nil || name == ConfigFlag {
 			return nil, fmt.Errorf("config file %s: unknown setting %q (the settings are the flags of --help, without the dashes)", path, key)
 		}
-		if sources[name] != fromDefault {
+		if sources[name] != FromDefault {
 			continue // the command line or the environment wins
 		}
 		values, err := settingValues(settings[key])
 		if err != nil {
 			return nil, fmt.Errorf("config file %s: %s: %v", path, key, err)
 		}
-		if _, ok := f.Value.(repeatable); !ok && len(values) != 1 {
+		if _, ok := f.Value.(Repeatable); !ok && len(values) != 1 {
 			return nil, fmt.Errorf("config file %s: %s takes one value, not a list", path, key)
 		}
 		for _, v := range values {
@@ -120,7 +136,7 @@ func configure(fs *flag.FlagSet, args []string, getenv func(string) string) (map
 				return nil, fmt.Errorf("config file %s: %s = %q: %v", path, key, v, err)
 			}
 		}
-		sources[name] = fromFile
+		sources[name] = FromFile
 	}
 	return sources, nil
 }
@@ -182,17 +198,17 @@ func scalarString(v any) (string, error) {
 	return "", fmt.Errorf("value %v is not a string, number or boolean", v)
 }
 
-// printConfig writes the effective configuration as TOML that --config accepts,
+// Print writes the effective configuration as TOML that --config accepts,
 // each line annotated with its source; secrets are redacted.
-func printConfig(w io.Writer, fs *flag.FlagSet, sources map[string]string) {
+func Print(w io.Writer, fs *flag.FlagSet, sources map[string]string) {
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "print-config" || f.Name == configFlag {
+		if f.Name == "print-config" || f.Name == ConfigFlag {
 			return
 		}
 		key := strings.ReplaceAll(f.Name, "-", "_")
 		var value string
 		switch {
-		case secretFlag(f.Name) && f.Value.String() != "":
+		case Secret(f.Name) && f.Value.String() != "":
 			value = `"<redacted>"`
 		default:
 			value = tomlValue(f)
@@ -202,7 +218,7 @@ func printConfig(w io.Writer, fs *flag.FlagSet, sources map[string]string) {
 }
 
 func tomlValue(f *flag.Flag) string {
-	if l, ok := f.Value.(*stringList); ok {
+	if l, ok := f.Value.(*StringList); ok {
 		quoted := make([]string, len(*l))
 		for i, s := range *l {
 			quoted[i] = fmt.Sprintf("%q", s)

@@ -1,4 +1,4 @@
-package main
+package backends
 
 import (
 	"errors"
@@ -8,41 +8,40 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"github.com/embed-stack/embed-stack/backends"
 )
 
 // Values of --warm-backend: which program is the warm worker.
 const (
-	// warmLlama is `embed-stack worker`, llama.cpp on the GGUF (the default).
-	warmLlama = "llama"
-	// warmMLX is mlx-embed-server (mlx-embed-server/ in this repository), MLX on the
+	// WarmLlama is `embed-stack worker`, llama.cpp on the GGUF (the default).
+	WarmLlama = "llama"
+	// WarmMLX is mlx-embed-server (mlx-embed-server/ in this repository), MLX on the
 	// GPU of an Apple Silicon Mac, reading the Hugging Face safetensors snapshot.
-	warmMLX = "mlx"
+	WarmMLX = "mlx"
 )
 
-// mlxPlatform is where mlx-embed-server runs: MLX needs Metal on Apple Silicon.
-const mlxPlatform = "darwin/arm64"
+// MLXPlatform is where mlx-embed-server runs: MLX needs Metal on Apple Silicon.
+const MLXPlatform = "darwin/arm64"
 
 // mlxServerName is the file name of the MLX worker; without --mlx-server it is looked
 // for next to the embed-stack executable (an installation puts both in one bin/).
 const mlxServerName = "mlx-embed-server"
 
-// warmChoice says which program serves as the warm worker. Only the warm worker
-// changes: the tokenizer, routing and the ephemeral workers for inputs longer than
-// --warm-max-tokens stay llama.cpp on the GGUF, whatever the backend.
-type warmChoice struct {
-	// Name is warmLlama or warmMLX; "" means warmLlama.
+// WarmProgram says which program serves as the warm worker (serve's --warm-backend,
+// --mlx-server and --mlx-model). Only the warm worker changes: the tokenizer,
+// routing and the ephemeral workers for inputs longer than --warm-max-tokens stay
+// llama.cpp on the GGUF, whatever the backend.
+type WarmProgram struct {
+	// Name is WarmLlama or WarmMLX; "" means WarmLlama.
 	Name string
 	// MLXServer is the mlx-embed-server executable; "" means mlxServerName next to
-	// the embed-stack executable, and only on mlxPlatform.
+	// the embed-stack executable, and only on MLXPlatform.
 	MLXServer string
 	// MLXModel is the snapshot directory (config.json and *.safetensors) the MLX
 	// worker loads instead of the GGUF.
 	MLXModel string
 }
 
-// resolve checks the choice at start, before any model is downloaded or worker
+// Resolve checks the choice at start, before any model is downloaded or worker
 // started, and returns it with absolute paths. platform is GOOS/GOARCH; exe is the
 // embed-stack executable.
 //
@@ -51,17 +50,17 @@ type warmChoice struct {
 // it names a program the user vouches for, and any program that speaks the worker
 // protocol will do (the conformance suite, conformance/worker, is what vouches for
 // one).
-func (b warmChoice) resolve(platform, exe string) (warmChoice, error) {
+func (b WarmProgram) Resolve(platform, exe string) (WarmProgram, error) {
 	switch b.Name {
-	case "", warmLlama:
+	case "", WarmLlama:
 		if b.MLXServer != "" || b.MLXModel != "" {
 			return b, errors.New("--mlx-server and --mlx-model apply only with --warm-backend mlx; add it, or drop them")
 		}
-		b.Name = warmLlama
+		b.Name = WarmLlama
 		return b, nil
-	case warmMLX:
+	case WarmMLX:
 	default:
-		return b, fmt.Errorf("--warm-backend %q: want %s (llama.cpp on the GGUF) or %s (mlx-embed-server on Apple Silicon)", b.Name, warmLlama, warmMLX)
+		return b, fmt.Errorf("--warm-backend %q: want %s (llama.cpp on the GGUF) or %s (mlx-embed-server on Apple Silicon)", b.Name, WarmLlama, WarmMLX)
 	}
 
 	if b.MLXModel == "" {
@@ -83,8 +82,8 @@ func (b warmChoice) resolve(platform, exe string) (warmChoice, error) {
 
 	server := b.MLXServer
 	if server == "" {
-		if platform != mlxPlatform {
-			return b, fmt.Errorf("--warm-backend mlx runs %s, which needs macOS on Apple Silicon (%s), and this is %s; use --warm-backend llama, or name a worker built for this machine with --mlx-server PATH", mlxServerName, mlxPlatform, platform)
+		if platform != MLXPlatform {
+			return b, fmt.Errorf("--warm-backend mlx runs %s, which needs macOS on Apple Silicon (%s), and this is %s; use --warm-backend llama, or name a worker built for this machine with --mlx-server PATH", mlxServerName, MLXPlatform, platform)
 		}
 		server = filepath.Join(filepath.Dir(exe), mlxServerName)
 		if _, err := os.Stat(server); errors.Is(err, fs.ErrNotExist) {
@@ -114,18 +113,18 @@ func (b warmChoice) resolve(platform, exe string) (warmChoice, error) {
 	return b, nil
 }
 
-// spec returns the warm worker's command, given the one serve builds for the
+// Spec returns the warm worker's command, given the one serve builds for the
 // llama.cpp worker (`embed-stack worker` with args). For mlx it runs MLXServer with
 // the same worker arguments but --model MLXModel in place of the GGUF and no device
 // flags (they choose a ggml device; MLX always runs on the Mac's GPU).
 // mlx-embed-server honours --ctx (its largest bucket) and accepts the llama.cpp-only
 // flags (--threads, --batch, ...) with a warning, so both workers take one argument
-// list. b must have come from resolve.
-func (b warmChoice) spec(args backends.WorkerArgs, llama backends.WorkerSpec) backends.WorkerSpec {
-	if b.Name != warmMLX {
+// list. b must have come from Resolve.
+func (b WarmProgram) Spec(args WorkerArgs, llama WorkerSpec) WorkerSpec {
+	if b.Name != WarmMLX {
 		return llama
 	}
-	args.Model, args.DeviceArgs = b.MLXModel, backends.DeviceArgs{}
+	args.Model, args.DeviceArgs = b.MLXModel, DeviceArgs{}
 	out := llama
 	out.Path, out.Args = b.MLXServer, args.Args()
 	return out
