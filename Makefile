@@ -130,11 +130,14 @@ $(HF_VENV)/installed: $(HF_REQS)
 	touch $@
 
 # The live comparison with HF: its character classes (tokenizer/bert_tables.go) and the
-# ids of the committed parity files must still be what HF gives (docs/tokenizers.md).
-# go test ./tokenizer then holds the Go tokenizers to those files.
+# ids of the committed parity files must still be what HF gives, and the MiniLM
+# reference vectors what the numpy forward pass of the real checkpoint gives
+# (docs/tokenizers.md). go test ./tokenizer and ./backends/llama then hold the Go
+# tokenizers and llama.cpp to those files.
 test-tokenizers: $(ENCODERS) $(HF_VENV)/installed
 	$(HF_VENV)/bin/python tools/hf-tokenizers/tables.py --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/parity.py --check
+	$(HF_VENV)/bin/python tools/hf-tokenizers/minilm_reference.py --check
 
 # Random-weight Qwen3 GGUFs carrying the real vocabulary (fixed seed: identical files
 # on every machine). tiny is for tests; the 0.6B shape for benchmarks.
@@ -149,7 +152,28 @@ $(TINY_RERANKER): $(TOKENIZER)
 $(BENCH_MODEL): $(TOKENIZER)
 	$(GO) run ./cmd/genmodel -tokenizer $(TOKENIZER) -shape 0.6b -out $@
 
-models: $(TINY_MODEL) $(TINY_RERANKER)
+# Encoders (issue 25): BERT-shaped random-weight GGUFs carrying real vocabularies
+# (all-MiniLM-L6-v2's WordPiece, XLM-R's Unigram), and the real all-MiniLM-L6-v2
+# converted to GGUF in F32 and F16 (docs/tokenizers.md).
+BERT_TINY   := $(MODELS_DIR)/bert-tiny.gguf
+XLMR_TINY   := $(MODELS_DIR)/xlmr-tiny.gguf
+MINILM_F32  := $(MODELS_DIR)/minilm-f32.gguf
+MINILM_F16  := $(MODELS_DIR)/minilm-f16.gguf
+ENCODER_MODELS := $(BERT_TINY) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16)
+
+$(BERT_TINY): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch bert -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
+
+$(XLMR_TINY): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch bert -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@
+
+$(MINILM_F32): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -convert .cache/minilm -type f32 -name all-MiniLM-L6-v2 -out $@
+
+$(MINILM_F16): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -convert .cache/minilm -type f16 -name all-MiniLM-L6-v2 -out $@
+
+models: $(TINY_MODEL) $(TINY_RERANKER) $(ENCODER_MODELS)
 bench-model: $(BENCH_MODEL)
 
 # Ollama as a benchmark peer, built from the Go module cache with the cgo flags above

@@ -108,8 +108,9 @@ func bpeFromGGUF(f *gguf.File) (*Tokenizer, error) {
 
 // wordPieceFromGGUF reads a "bert" vocabulary. GGUF does not say whether the model is
 // cased (tokenizer.json's lowercase and strip_accents): a vocabulary with no
-// uppercase letter in any normal token is uncased, as bert-base-uncased and its
-// descendants are, and is lowercased with accents stripped; otherwise neither.
+// uppercase letter that has a lowercase form in any normal token is uncased, as
+// bert-base-uncased and its descendants are ("ℝ" has none, and is in their
+// vocabulary), and is lowercased with accents stripped; otherwise neither.
 func wordPieceFromGGUF(f *gguf.File) (*Tokenizer, error) {
 	var v WordPieceVocab
 	var err error
@@ -120,13 +121,7 @@ func wordPieceFromGGUF(f *gguf.File) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	v.UNK = idKey(f, keyUNK, 100) // llama.cpp's default for "bert"
-	v.Lowercase = true
-	for i, tok := range v.Tokens {
-		if i < len(v.Types) && v.Types[i] == TokenNormal && strings.ContainsFunc(tok, unicode.IsUpper) {
-			v.Lowercase = false
-			break
-		}
-	}
+	v.Lowercase = uncased(v.Tokens, v.Types)
 	v.StripAccents = v.Lowercase
 	return NewWordPiece(v)
 }
@@ -163,6 +158,19 @@ func unigramFromGGUF(f *gguf.File) (*Tokenizer, error) {
 	v.RemoveExtraWhitespaces, _ = f.Bool(keyRemoveExtraWS)
 	return NewUnigram(v)
 }
+
+// uncased says whether no normal token has an uppercase letter with a lowercase form.
+func uncased(tokens []string, types []int32) bool {
+	for i, tok := range tokens {
+		if i < len(types) && types[i] == TokenNormal && strings.ContainsFunc(tok, hasLowerForm) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasLowerForm says whether r is an uppercase letter with a lowercase form.
+func hasLowerForm(r rune) bool { return unicode.IsUpper(r) && unicode.ToLower(r) != r }
 
 // idKey reads a token-id key, or def when the file has none.
 func idKey(f *gguf.File, key string, def int32) int32 {

@@ -221,3 +221,25 @@ func TestNormalizersEveryCodePoint(t *testing.T) {
 		t.Errorf("the charsmap's replacements are not valid UTF-8")
 	}
 }
+
+// TestWordPieceCasing checks how FromGGUF tells an uncased BERT vocabulary: the real
+// MiniLM one is (though it holds "ℝ", an uppercase letter with no lowercase form); with
+// one cased token it is not.
+func TestWordPieceCasing(t *testing.T) {
+	path := minilmTokenizerJSON(t)
+	requireFile(t, path)
+	v, err := wordPieceVocabFromTokenizerJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(v.Tokens, func(s string) bool { return strings.Contains(s, "ℝ") }) {
+		t.Fatal("the MiniLM vocabulary has no ℝ; the test needs one")
+	}
+	if !uncased(v.Tokens, v.Types) {
+		t.Error("the MiniLM vocabulary is read as cased")
+	}
+	v.Tokens[2000] = phantomSpace + "The"
+	if uncased(v.Tokens, v.Types) {
+		t.Error("a vocabulary holding ▁The is read as uncased")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/reference"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
+	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
 const miniTokenizer = "testdata/tokenizer-mini.json"
@@ -522,5 +523,61 @@ func TestHFSnapshot(t *testing.T) {
 	}
 	if err := run([]string{"-tokenizer", miniTokenizer, "-type", "q8_0", "-out", filepath.Join(t.TempDir(), "q.gguf"), "-hf", dir}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-hf needs -type f16 or f32") {
 		t.Errorf("-hf with q8_0: %v", err)
+	}
+}
+
+// TestBertWordPiece writes a tiny BERT with the real MiniLM vocabulary and checks the
+// keys llama.cpp's converter writes for BertModel (as in llama.cpp's own
+// ggml-vocab-bert-bge.gguf), every tensor llama.cpp's bert graph creates, and that
+// package tokenizer reads the vocabulary back as HF's tokenizer (uncased, [CLS]/[SEP]).
+func TestBertWordPiece(t *testing.T) {
+	tokPath := filepath.Join(testrepo.RootOf(t), ".cache", "minilm", "tokenizer.json")
+	if _, err := os.Stat(tokPath); err != nil {
+		t.Skipf("%s is missing; run scripts/fetch-encoders.sh", tokPath)
+	}
+	out := filepath.Join(t.TempDir(), "bert.gguf")
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"-arch", "bert", "-tokenizer", tokPath, "-out", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for key, want := range map[string]any{
+		"general.architecture": "bert", "bert.pooling_type": uint32(poolingMean), "bert.attention.causal": false,
+		"bert.context_length": uint32(512), "bert.embedding_length": uint32(64), "bert.block_count": uint32(2),
+		"tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "bert-bge", "tokenizer.ggml.token_type_count": uint32(2),
+		"tokenizer.ggml.unknown_token_id": uint32(100), "tokenizer.ggml.cls_token_id": uint32(101),
+		"tokenizer.ggml.seperator_token_id": uint32(102), "tokenizer.ggml.padding_token_id": uint32(0),
+		"tokenizer.ggml.mask_token_id": uint32(103), "bert.attention.layer_norm_epsilon": float32(1e-12),
+	} {
+		if got, ok := f.Get(key); !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %v (%T), want %v (%T)", key, got, got, want, want)
+		}
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 30522 || toks[101] != "[CLS]" || toks[1996] != "\u2581the" || toks[2015] != "s" {
+		t.Errorf("tokens: %d, [101] %q [1996] %q [2015] %q; want 30522, [CLS], ▁the, s (from ##s)", len(toks), toks[101], toks[1996], toks[2015])
+	}
+	tok, err := tokenizer.FromGGUF(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tok.Encode("Hello, World! café"), []int32{7592, 1010, 2088, 999, 7668}; !slices.Equal(got, want) {
+		t.Errorf("Encode = %v, want HF's %v", got, want)
+	}
+	if sp := tok.Special(); sp.CLS != 101 || sp.SEP != 102 || sp.UNK != 100 || sp.PAD != 0 {
+		t.Errorf("Special() = %+v, want CLS 101, SEP 102, UNK 100, PAD 0", sp)
+	}
+	if n := len(f.Tensors()); n != 5+16*2 {
+		t.Errorf("%d tensors, want 37 (5 embedding tensors, 16 per layer)", n)
+	}
+	for _, ti := range f.Tensors() {
+		wantF32 := len(ti.Dims) == 1 || ti.Name == "position_embd.weight" || ti.Name == "token_types.weight"
+		if (ti.Type == gguf.TypeF32) != wantF32 {
+			t.Errorf("tensor %s is %s", ti.Name, ti.Type)
+		}
 	}
 }

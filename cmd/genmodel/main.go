@@ -4,6 +4,15 @@
 //
 //	go run ./cmd/genmodel -tokenizer .cache/qwen3/tokenizer.json -shape tiny -out models/tiny.gguf
 //
+// With -arch bert it writes a BERT encoder (llama.cpp's "bert" architecture, mean
+// pooling) the same way, carrying a real WordPiece vocabulary (-tokenizer, a BERT
+// tokenizer.json) or a real Unigram one (-vocab-gguf, e.g. XLM-R's); with -convert it
+// converts a real sentence-transformers BertModel checkpoint (all-MiniLM-L6-v2) to
+// GGUF in F32 or F16, as llama.cpp's convert_hf_to_gguf.py does (docs/tokenizers.md):
+//
+//	go run ./cmd/genmodel -arch bert -tokenizer .cache/minilm/tokenizer.json -out models/bert-tiny.gguf
+//	go run ./cmd/genmodel -convert .cache/minilm -type f32 -out models/minilm-f32.gguf
+//
 // The same flags and seed always give a byte-identical file. The weights are random, so
 // the vectors mean nothing; what the model is good for is checking that an engine
 // computes the Qwen3 graph exactly (see internal/reference) and measuring speed and
@@ -45,9 +54,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
 		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head)")
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
+		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or bert (an encoder with mean pooling; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf)")
+		vocabGGUF = fs.String("vocab-gguf", "", "with -arch bert: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
+		convert   = fs.String("convert", "", "convert the real sentence-transformers BertModel checkpoint in this `folder` (config.json, model.safetensors, tokenizer.json, 1_Pooling/config.json) instead of drawing random weights; -type f32 or f16")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-shape tiny|0.6b] [-type f16|f32|bf16|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-name NAME] [-hf DIR]")
+		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-arch qwen3|bert] [-shape tiny|0.6b|minilm] [-type f16|f32|bf16|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-vocab-gguf PATH] [-convert DIR] [-name NAME] [-hf DIR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -58,6 +70,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if *out == "" {
 		return errors.New("-out is required (for example -out models/tiny.gguf)")
+	}
+	if *convert != "" || *arch == "bert" {
+		tokenizerSet := false
+		fs.Visit(func(f *flag.Flag) { tokenizerSet = tokenizerSet || f.Name == "tokenizer" })
+		tok := ""
+		if tokenizerSet {
+			tok = *tokenizer
+		}
+		return runBert(bertRun{out: *out, shape: *shapeName, typ: *typeName, seed: *seed, name: *name,
+			tokenizer: tok, vocabGGUF: *vocabGGUF, convert: *convert, hf: *hfDir, task: *task}, stdout)
+	}
+	if *arch != "qwen3" {
+		return fmt.Errorf("-arch %q is unknown; use qwen3 or bert", *arch)
+	}
+	if *vocabGGUF != "" {
+		return errors.New("-vocab-gguf is for -arch bert")
 	}
 	s, ok := shapes[*shapeName]
 	if !ok {
@@ -109,11 +137,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 // generate writes the model to path, creating parent directories.
 func generate(path string, o options) (summary, error) {
+	return writeModel(path, func(w *gguf.Writer) (uint64, int, error) { return build(w, o) })
+}
+
+// writeModel writes the model build adds to path, creating parent directories.
+func writeModel(path string, build func(*gguf.Writer) (uint64, int, error)) (summary, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return summary{}, err
 	}
 	w := gguf.NewWriter()
-	params, tensors, err := build(w, o)
+	params, tensors, err := build(w)
 	if err != nil {
 		return summary{}, err
 	}
@@ -134,4 +167,65 @@ func shapeNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// bertRun is the command line of a BERT model.
+type bertRun struct {
+	out, shape, typ, name, tokenizer, vocabGGUF, convert, hf, task string
+	seed                                                           uint64
+}
+
+func runBert(r bertRun, stdout io.Writer) error {
+	if r.hf != "" || r.task != "embed" {
+		return errors.New("-hf and -task rerank are for -arch qwen3")
+	}
+	typ, err := gguf.ParseType(r.typ)
+	if err != nil || (typ != gguf.TypeF32 && typ != gguf.TypeF16) {
+		return fmt.Errorf("-type %q is not supported for bert; use f32 or f16", r.typ)
+	}
+	start := time.Now()
+	o := bertOptions{typ: typ, seed: r.seed, name: r.name}
+	what := "random weights"
+	if r.convert != "" {
+		if r.tokenizer != "" || r.vocabGGUF != "" {
+			return errors.New("-convert reads the checkpoint's own tokenizer.json; drop -tokenizer and -vocab-gguf")
+		}
+		if o.shape, o.vocab, o.weights, err = bertCheckpoint(r.convert); err != nil {
+			return err
+		}
+		if o.name == "" {
+			o.name = o.shape.name
+		}
+		what = "converted from " + r.convert
+	} else {
+		s, ok := bertShapes[r.shape]
+		if !ok {
+			return fmt.Errorf("-shape %q is unknown for bert; use tiny or minilm", r.shape)
+		}
+		o.shape = s
+		switch {
+		case r.vocabGGUF != "" && r.tokenizer != "":
+			return errors.New("give -tokenizer or -vocab-gguf, not both")
+		case r.vocabGGUF != "":
+			o.vocab, err = ggufVocab(r.vocabGGUF)
+		default:
+			if r.tokenizer == "" {
+				r.tokenizer = ".cache/minilm/tokenizer.json"
+			}
+			o.vocab, err = wordPieceVocab(r.tokenizer)
+		}
+		if err != nil {
+			return err
+		}
+		if o.name == "" {
+			o.name = fmt.Sprintf("bert-%s-random-seed%d", s.name, r.seed)
+		}
+	}
+	sum, err := writeModel(r.out, func(w *gguf.Writer) (uint64, int, error) { return buildBert(w, o) })
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d bytes (%.1f MiB), %d parameters in %d tensors, bert %s, %s matrices, %s, %.1fs\n",
+		r.out, sum.bytes, float64(sum.bytes)/(1<<20), sum.parameters, sum.tensors, o.shape.name, typ, what, time.Since(start).Seconds())
+	return nil
 }
