@@ -18,7 +18,10 @@
 // process tree from /proc. The report is a table and JSON; Goals reads the issue's
 // targets off a report.
 //
-// The package knows nothing of how a server is started (see bench/peers), of
-// llama.cpp (the floor is any Embedder) or of the embed-stack server's internals: it
-// speaks HTTP and the OpenAI wire format only. It builds and tests without cgo.
+// Session is a whole run as `embed-stack bench` sets it up: it starts the servers
+// through bench/peers (which knows how each one is started), opens the floor
+// through a function it is given, and stops them all at the end. The package knows
+// nothing of llama.cpp (the floor is any Embedder) or of the embed-stack server's
+// internals: it speaks HTTP and the OpenAI wire format only. It builds and tests
+// without cgo.
 package bench

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,7 +18,6 @@ import (
 	"github.com/embed-stack/embed-stack/bench"
 	"github.com/embed-stack/embed-stack/bench/peers"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
-	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
 // benchFlags are `embed-stack bench`'s settings.
@@ -159,7 +157,11 @@ func newBench(args []string, stdout, stderr io.Writer) (command, int) {
 // --markdown and --json files. Every server it started is stopped when it returns.
 func (c *benchCommand) Run(ctx context.Context) error {
 	f := &c.f
-	rep, err := benchRun(ctx, f, c.args, c.stderr)
+	var rep *bench.Report
+	s, err := f.session(c.args, c.stderr)
+	if err == nil {
+		rep, err = s.Run(ctx)
+	}
 	if err == nil {
 		err = rep.Table(c.stdout)
 	}
@@ -252,191 +254,42 @@ func findRepoRoot() (string, error) {
 	}
 }
 
-// peerSpec is a parsed --peer.
-type peerSpec struct {
-	name, url, model string
-	pid              int
-}
-
-func parsePeer(s string) (peerSpec, error) {
-	name, rest, ok := strings.Cut(s, "=")
-	parts := strings.Split(rest, ",")
-	if !ok || name == "" || parts[0] == "" {
-		return peerSpec{}, fmt.Errorf("--peer %q: use name=URL[,model=NAME][,pid=PID]", s)
-	}
-	p := peerSpec{name: name, url: parts[0], model: "bench"}
-	for _, kv := range parts[1:] {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "model":
-			p.model = v
-		case "pid":
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return peerSpec{}, fmt.Errorf("--peer %q: pid %q is not a process id", s, v)
-			}
-			p.pid = n
-		default:
-			return peerSpec{}, fmt.Errorf("--peer %q: unknown option %q (model= or pid=)", s, k)
-		}
-	}
-	return p, nil
-}
-
-// benchRun sets the contenders up, runs the plan and evaluates the goals. Every
-// server it starts is stopped before it returns.
-func benchRun(ctx context.Context, f *benchFlags, args []string, stderr io.Writer) (*bench.Report, error) {
-	var peerSpecs []peerSpec
-	for _, s := range f.peerSpecs {
-		p, err := parsePeer(s)
+// session is the run the flags describe (bench.Session); a malformed --peer is an
+// error of the run, as it was before the session existed.
+func (f *benchFlags) session(args []string, stderr io.Writer) (*bench.Session, error) {
+	s := &bench.Session{Model: f.model, Corpus: f.corpus, Plan: f.plan, URL: f.url, PID: f.pid,
+		MinCosine: f.minCosine, Goals: bench.GoalSpec{WarmContext: f.warmContext},
+		Command: "embed-stack bench " + strings.Join(args, " "), Log: stderr}
+	for _, spec := range f.peerSpecs {
+		p, err := bench.ParsePeer(spec)
 		if err != nil {
 			return nil, err
 		}
-		peerSpecs = append(peerSpecs, p)
+		s.Peers = append(s.Peers, p)
 	}
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", a...) }
-
-	model, err := bench.ReadModel(f.model)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := tokenizer.FromGGUF(f.model)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	text, err := os.ReadFile(f.corpus)
-	if err != nil {
-		return nil, fmt.Errorf("corpus: %w", err)
-	}
-	corpus, err := bench.NewCorpus(tok, string(text), "")
-	if err != nil {
-		return nil, err
-	}
-	shapes, err := f.plan.Shapes(corpus)
-	if err != nil {
-		return nil, err
-	}
-	checks, err := checkInputs(corpus)
-	if err != nil {
-		return nil, err
-	}
-	logf("%d shapes from a corpus of %d tokens; model %s (%.3g parameters)", len(shapes), corpus.Tokens(), filepath.Base(f.model), float64(model.Params))
-
-	client := bench.NewClient()
-	var contenders []*bench.Contender
-	var procs []*peers.Process
-	defer func() {
-		for _, p := range procs {
-			if err := p.Stop(); err != nil {
-				logf("%v", err)
-			}
-		}
-	}()
-
-	switch {
-	case f.url != "":
-		contenders = append(contenders, &bench.Contender{
-			Name: "embed-stack", Role: bench.RoleOurs, PID: f.pid, About: "embed-stack at " + f.url,
-			Target: &bench.Server{BaseURL: f.url, Model: "bench", Client: client},
-		})
-	case f.serve:
+	if f.serve && f.url == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("find this executable to start serve: %w", err)
 		}
-		logf("starting embed-stack serve")
-		p, err := peers.EmbedStack{Bin: exe, Model: f.model, Threads: f.threads, Args: f.serveArgs}.Start(ctx)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-		contenders = append(contenders, serverContender(p, bench.RoleOurs, client))
+		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.model, Threads: f.threads, Args: f.serveArgs}
 	}
-
 	if f.ollama != "" {
-		numCtx := f.ollamaNumCtx
-		if numCtx == 0 {
-			numCtx = 4096
-			for numCtx < f.plan.LongTokens {
-				numCtx *= 2
-			}
-		}
-		logf("starting ollama (the first run copies the model into %s)", f.ollamaHome)
-		p, err := peers.Ollama{Bin: f.ollama, Model: f.model, Home: f.ollamaHome, Threads: f.threads, NumCtx: numCtx}.Start(ctx)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-		contenders = append(contenders, serverContender(p, bench.RolePeer, client))
+		s.Ollama = &peers.Ollama{Bin: f.ollama, Model: f.model, Home: f.ollamaHome, Threads: f.threads, NumCtx: f.ollamaNumCtx}
 	}
-	for _, ps := range peerSpecs {
-		contenders = append(contenders, &bench.Contender{
-			Name: ps.name, Role: bench.RolePeer, PID: ps.pid, About: ps.url,
-			Target: &bench.Server{BaseURL: ps.url, Model: ps.model, Client: client},
-		})
-	}
-
-	// The floor is loaded after the servers have started, so that a server's cold
-	// start is measured as a user's would be, with no other engine of this process
-	// holding the model and its context's memory (docs/performance.md, "Cold start").
 	if f.floor {
-		// One context holds the longest input of the plan, sized as the long path
-		// sizes an ephemeral worker's.
-		ctxTokens := roundUp(max(f.plan.LongTokens, 8192), 64)
-		if model.Context > 0 {
-			ctxTokens = min(ctxTokens, model.Context)
+		s.Floor = func(ctxTokens int) (bench.Embedder, string, func(), error) {
+			eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
+			if err != nil {
+				return nil, "", nil, err
+			}
+			info := eng.Info()
+			about := fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens)
+			return eng, about, func() { eng.Close() }, nil
 		}
-		eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
-		if err != nil {
-			return nil, fmt.Errorf("floor: %w", err)
-		}
-		defer eng.Close()
-		info := eng.Info()
-		contenders = append([]*bench.Contender{{
-			Name: "floor", Role: bench.RoleFloor, Target: &bench.Floor{Engine: eng},
-			About: fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens),
-		}}, contenders...)
 	}
-
-	r := &bench.Runner{
-		Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: f.minCosine,
-		Model: &model, Log: stderr,
-	}
-	rep, err := r.Run(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rep.Command = "embed-stack bench " + strings.Join(args, " ")
-	rep.Goals = bench.Goals(rep, bench.GoalSpec{WarmContext: f.warmContext})
-	return rep, nil
+	return s, nil
 }
-
-func serverContender(p *peers.Process, role bench.Role, client *http.Client) *bench.Contender {
-	return &bench.Contender{
-		Name: p.Name, Role: role, PID: p.PID, About: p.About, ColdStart: p.ColdStart,
-		Target: &bench.Server{BaseURL: p.BaseURL, Model: p.Model, Client: client},
-	}
-}
-
-// checkInputs are the vector check's texts: a query and documents of growing
-// length, long enough that a different attention or pooling shows.
-func checkInputs(c *bench.Corpus) ([]bench.Input, error) {
-	q, err := c.Query(40)
-	if err != nil {
-		return nil, err
-	}
-	in := []bench.Input{q}
-	for _, n := range []int{128, 512, 2048} {
-		d, err := c.Document(n)
-		if err != nil {
-			return nil, err
-		}
-		in = append(in, d)
-	}
-	return in, nil
-}
-
-func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 func writeFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)

@@ -146,14 +146,3 @@ func TestBenchFlags(t *testing.T) {
 		}
 	}
 }
-
-func TestParsePeer(t *testing.T) {
-	p, err := parsePeer("tei=http://127.0.0.1:9000/v1,model=qwen,pid=42")
-	if err != nil || p != (peerSpec{name: "tei", url: "http://127.0.0.1:9000/v1", model: "qwen", pid: 42}) {
-		t.Errorf("parsePeer = %+v, %v", p, err)
-	}
-	p, err = parsePeer("x=http://h/v1")
-	if err != nil || p.model != "bench" || p.pid != 0 {
-		t.Errorf("defaults: %+v, %v", p, err)
-	}
-}
