@@ -32,6 +32,10 @@
 //	         the id on line i+1 of the sidecar FILE.npy.ids (one JSON id per line).
 //	.parquet id (string), embedding (list<float32>), optional passthrough fields.
 //
+// Files opens a run's input and names what it writes as the embed command's
+// --input, --output and --shard say (a shard's part, a .parquet output's work file)
+// and writes a .parquet output once the job is done.
+//
 // The package refuses to know how vectors are made (routing, worker processes,
 // HTTP) and where its configuration comes from: the embed command wires those.
 package batch

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -125,11 +123,11 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if err := checkDevice(f.device); err != nil {
 		return nil, err
 	}
-	format, err := inputFormat(f)
+	format, err := batch.ParseInputFormat(f.inputFormat, f.input)
 	if err != nil {
 		return nil, err
 	}
-	if f.shard, err = shardOf(f.shardSpec, f.shards, getenv); err != nil {
+	if f.shard, err = batch.ResolveShard(f.shardSpec, f.shards, getenv("JOB_COMPLETION_INDEX")); err != nil {
 		return nil, err
 	}
 	if f.shard.Count > 0 && (f.input == "-" || f.output == "-") {
@@ -142,35 +140,6 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 		return nil, errors.New("--passthrough needs JSONL input and a .parquet --output")
 	}
 	return f, nil
-}
-
-// shardOf resolves --shard, or --shards with the index a Kubernetes Indexed Job puts
-// in JOB_COMPLETION_INDEX.
-func shardOf(spec string, count int, getenv func(string) string) (batch.Shard, error) {
-	switch {
-	case spec != "":
-		sh, err := batch.ParseShard(spec)
-		if err != nil {
-			return sh, fmt.Errorf("--shard: %w", err)
-		}
-		if count != 0 && count != sh.Count {
-			return sh, fmt.Errorf("--shard %s and --shards %d disagree", spec, count)
-		}
-		return sh, nil
-	case count < 0:
-		return batch.Shard{}, errors.New("--shards must not be negative")
-	case count > 0:
-		idx := getenv("JOB_COMPLETION_INDEX")
-		if idx == "" {
-			return batch.Shard{}, fmt.Errorf("--shards %d needs this run's index: set --shard i/%d, or JOB_COMPLETION_INDEX (a Kubernetes Indexed Job sets it)", count, count)
-		}
-		sh, err := batch.ParseShard(idx + "/" + strconv.Itoa(count))
-		if err != nil {
-			return sh, fmt.Errorf("JOB_COMPLETION_INDEX=%q with --shards %d: %w", idx, count, err)
-		}
-		return sh, nil
-	}
-	return batch.Shard{}, nil
 }
 
 // splitList splits a comma-separated flag value, dropping empty names.
@@ -191,23 +160,6 @@ func defineReaderFlags(fs *flag.FlagSet, format, idField, textField, passthrough
 	fs.StringVar(idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
 	fs.StringVar(textField, "text-field", "text", "JSONL field holding each item's text")
 	fs.StringVar(passthrough, "passthrough", "", "comma-separated JSONL `fields` copied into each row of a .parquet output")
-}
-
-// inputFormat resolves --input-format, "auto" by the input's extension.
-func inputFormat(f *embedFlags) (batch.InputFormat, error) {
-	switch strings.ToLower(f.inputFormat) {
-	case "lines":
-		return batch.Lines, nil
-	case "jsonl":
-		return batch.JSONL, nil
-	case "auto":
-		switch strings.ToLower(filepath.Ext(f.input)) {
-		case ".jsonl", ".ndjson":
-			return batch.JSONL, nil
-		}
-		return batch.Lines, nil
-	}
-	return 0, fmt.Errorf("--input-format %q: use lines, jsonl or auto", f.inputFormat)
 }
 
 // embedCommand is `embed-stack embed`.
@@ -248,56 +200,16 @@ func (c *embedCommand) Run(ctx context.Context) error {
 func (c *embedCommand) Close() error { return nil }
 
 func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
-	format, _ := inputFormat(f)
-	in, size := io.Reader(os.Stdin), int64(0)
-	var file *os.File
-	firstLine := int64(1)
-	inName := "standard input"
-	inInfo, _ := os.Stdin.Stat() // a file redirected to standard input is checked too
-	if f.input != "-" {
-		var err error
-		if file, err = os.Open(f.input); err != nil {
-			return fmt.Errorf("--input: %w", err)
-		}
-		defer file.Close()
-		fi, err := file.Stat()
-		inName, inInfo = f.input, fi
-		if err == nil && fi.Mode().IsRegular() {
-			size = fi.Size()
-		} else if f.shard.Count > 0 || batch.FormatFor(f.output) == batch.FormatParquet {
-			return fmt.Errorf("--input %s: not a regular file, which --shard and .parquet need (they read it by offset)", f.input)
-		}
-		in = file
-		if f.shard.Count > 0 {
-			si, err := batch.OpenShard(file, size, f.shard)
-			if err != nil {
-				return fmt.Errorf("--input: %w", err)
-			}
-			in, size, firstLine = si.Reader(file), si.End-si.Start, si.FirstLine
-			logger.Info("shard", "shard", f.shard.String(), "first_line", si.FirstLine, "bytes", size, "input_offset", si.Start)
-		}
-	}
-	if err := batch.CheckFiles(inInfo, inName, f.output, f.shard, f.overwrite); err != nil {
+	format, _ := batch.ParseInputFormat(f.inputFormat, f.input)
+	files, err := batch.Files{Input: f.input, Output: f.output, Shard: f.shard, Overwrite: f.overwrite,
+		Reader:      batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
+		Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Logger: logger}.Open()
+	if err != nil {
 		return err
 	}
-	output := f.output
-	if f.shard.Count > 0 {
-		output = batch.ShardPath(output, f.shard)
-	}
-	work := batch.WorkPath(output)
-	readerCfg := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
-	// A .parquet output: written from the work file once it holds every vector.
-	pq := &batch.Merge{Input: file, InputSize: size, Reader: readerCfg, Parts: []string{work}, Output: output,
-		Format: batch.FormatParquet, Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Overwrite: f.overwrite, Logger: logger}
-	if work != output && f.shard.Count == 0 && !f.overwrite {
-		done, st, err := pq.Finished(ctx)
-		if err != nil {
-			return err
-		}
-		if done {
-			logger.Info("the output already holds every item; nothing to do", "output", output, "rows", st.Rows, "missing", st.Missing)
-			return nil
-		}
+	defer files.Close()
+	if done, err := files.Finished(ctx); done || err != nil {
+		return err
 	}
 
 	eng, err := newEngine(ctx, engineConfig{
@@ -352,16 +264,16 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 			logger.Warn("stop warm worker", "error", err)
 		}
 	}()
-	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", work)
+	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", files.Work)
 
 	job := &batch.Job{
-		Input:            in,
-		InputSize:        size,
-		Reader:           batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField, FirstLine: firstLine},
-		Output:           work,
-		Format:           batch.FormatFor(work),
+		Input:            files.In,
+		InputSize:        files.Size,
+		Reader:           files.Reader,
+		Output:           files.Work,
+		Format:           batch.FormatFor(files.Work),
 		Overwrite:        f.overwrite,
-		TextIDs:          batch.FormatFor(output) == batch.FormatParquet,
+		TextIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		Dim:              dim,
 		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
 		BatchSize:        f.batchSize,
@@ -379,23 +291,13 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		rate = float64(st.Embedded) / s
 	}
 	attrs := []any{"embedded", st.Embedded, "resumed", st.Resumed, "invalid", st.Invalid, "blank_lines", st.Blank, "dropped", st.Dropped,
-		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", work}
+		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", files.Work}
 	if err != nil {
 		logger.Info("embedding stopped", attrs...)
 		return err
 	}
 	logger.Info("embedding done", attrs...)
-	if work == output {
-		return nil
-	}
-	if f.shard.Count > 0 {
-		logger.Info("the shard's vectors are ready; once every shard is done, embed-stack merge writes the .parquet", "part", work)
-		return nil
-	}
-	if _, err := pq.Run(ctx); err != nil {
-		return err
-	}
-	return errors.Join(os.Remove(work), os.Remove(batch.IDsPath(work)))
+	return files.Finish(ctx)
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }

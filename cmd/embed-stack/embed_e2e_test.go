@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
@@ -403,7 +404,7 @@ func TestEmbedFlagErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if format, _ := inputFormat(f); f.model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.threads != 3 || format.String() != "jsonl" {
+	if format, _ := batch.ParseInputFormat(f.inputFormat, f.input); f.model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.threads != 3 || format.String() != "jsonl" {
 		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.model, f.threads, format)
 	}
 	// An Indexed Job's pod: the count from the environment, the index from Kubernetes.

@@ -91,7 +91,7 @@ func (c *mergeCommand) Run(ctx context.Context) error {
 func (c *mergeCommand) Close() error { return nil }
 
 func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
-	format, err := inputFormat(&embedFlags{input: f.input, inputFormat: f.inputFormat})
+	format, err := batch.ParseInputFormat(f.inputFormat, f.input)
 	if err != nil {
 		return err
 	}
