@@ -1,21 +1,7 @@
 package llama
 
 /*
-#include <stdbool.h>
-#include "llama.h"
-
-// es_batch_fill_all puts one sequence into b with every token marked as an output,
-// which llama.cpp's own pooling needs.
-static void es_batch_fill_all(struct llama_batch *b, const llama_token *tokens, int32_t n) {
-	for (int32_t i = 0; i < n; i++) {
-		b->token[i] = tokens[i];
-		b->pos[i] = i;
-		b->n_seq_id[i] = 1;
-		b->seq_id[i][0] = 0;
-		b->logits[i] = 1;
-	}
-	b->n_tokens = n;
-}
+#include "es.h"
 */
 import "C"
 

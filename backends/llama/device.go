@@ -1,8 +1,7 @@
 package llama
 
 /*
-#include <stdlib.h>
-#include "ggml-backend.h"
+#include "es.h"
 */
 import "C"
 

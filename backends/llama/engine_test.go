@@ -116,7 +116,7 @@ func TestInfo(t *testing.T) {
 //
 // A one-token sequence is the exception: llama.cpp decodes it as a single row, through
 // ggml's matrix-vector kernel, while the engine always decodes at least two rows
-// (see embed); the kernels round differently and the f16 weights amplify that, so it
+// (see decodeCall); the kernels round differently and the f16 weights amplify that, so it
 // is held to 1e-3 here and to the float64 reference in TestAgainstReference.
 func TestMatchesLlamaLastPooling(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 1024, BatchTokens: 128, MaxSeqs: 8})

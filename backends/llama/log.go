@@ -5,7 +5,7 @@ package llama
 
 // Declared here, defined by the //export below. This file holds the only //export of
 // the package, so its preamble may hold declarations only; the C helpers live in
-// engine.go.
+// es.h, which this file must not include.
 extern void embedStackLlamaLog(int level, char *text, void *user_data);
 */
 import "C"
@@ -81,4 +81,12 @@ func logLevelName(level C.int) string {
 	default:
 		return "none"
 	}
+}
+
+// llamaReason returns the last error llama.cpp logged, or hint when it logged none.
+func llamaReason(hint string) string {
+	if msg := takeLastError(); msg != "" {
+		return "llama.cpp: " + msg
+	}
+	return hint
 }

@@ -1,22 +1,7 @@
 package llama
 
 /*
-#include <stdbool.h>
-#include <stdint.h>
-#include "ggml.h"
-
-// es_to_float dequantises n values of type t at src into dst with ggml's own row
-// conversion, so the head rows hold exactly the values llama.cpp's LM head would
-// multiply with. It returns false for a type without a conversion (F32 has none: it
-// is copied by the caller).
-static bool es_to_float(enum ggml_type t, const void *src, float *dst, int64_t n) {
-	const struct ggml_type_traits *tr = ggml_get_type_traits(t);
-	if (tr == NULL || tr->to_float == NULL) {
-		return false;
-	}
-	tr->to_float(src, dst, n);
-	return true;
-}
+#include "es.h"
 */
 import "C"
 

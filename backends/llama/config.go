@@ -1,0 +1,261 @@
+package llama
+
+import (
+	"fmt"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultContextTokens = 8192
+	// DefaultBatchTokens sizes the packed rounds of short sequences. Measured on the
+	// 0.6B shape (f16, one thread, tokens per CPU-second) for 64 x 16, 32 x 64 and
+	// 16 x 128 tokens: 88.7, 91.0 and 87.9 with 512-token calls; 85.6, 86.5 and 82.9
+	// with 1024.
+	DefaultBatchTokens = 512
+	DefaultMaxSeqs     = 64
+	// DefaultAttentionBytes bounds the attention scores of a long sequence's decode
+	// call at 512 MiB: the 0.6B model (16 heads) keeps LongCallTokens up to a
+	// 32768-token context.
+	DefaultAttentionBytes = 512 << 20
+)
+
+// FlashMaxTokens is the longest sequence embedded with flash attention; longer ones
+// are decoded alone without it (see Open). It is a constant, not a setting, because
+// the kernel is part of what a vector is: every engine, warm or ephemeral, must pick
+// the same one for the same sequence for their vectors to agree bit for bit.
+//
+// It is where the kernels cross over on the 0.6B shape (one thread, one sequence
+// alone, tokens per CPU-second): flash attention 86.8 / 84.6 / 78.3 / 66.8 at 64 /
+// 128 / 256 / 512 tokens, the plain kernel 81.1 / 85.1 / 87.0 / 81.0. Flash
+// attention's edge below it is packing: it skips the cells of the other sequences
+// of a round, where the plain kernel would multiply them out and mask them.
+const FlashMaxTokens = 128
+
+// LongCallTokens is the most tokens a long sequence's decode call takes (fewer
+// where AttentionBytes or BatchTokens says so). The plain kernel computes each
+// call's attention over every cell up to the call's last token, so larger calls
+// waste more on the masked, causal half; smaller ones stream the weights more
+// often. On the 0.6B shape, one thread, 1024 and 2048 tokens: 76.7 and 66.2 tokens
+// per CPU-second with 256-token calls, 73.9 and 64.0 with 512, 68.5 and 59.8 with
+// 1024; 128 and 192 within 1% of 256.
+const LongCallTokens = 256
+
+// Config says which model to load and how to size the context. The zero value of every
+// field but ModelPath picks a documented default.
+type Config struct {
+	// ModelPath is the GGUF file. It is memory-mapped, so workers started one after
+	// another share the page cache instead of each reading the weights.
+	ModelPath string
+
+	// ContextTokens (n_ctx) is the longest single sequence accepted, and so the size
+	// of the KV cache. 0 means min(8192, the model's training context).
+	ContextTokens int
+
+	// BatchTokens (n_batch = n_ubatch) is the number of tokens per decode call, and
+	// the token budget of one packed round of short sequences (see plan); a long
+	// sequence's calls take at most LongCallTokens of it. 0 means
+	// min(ContextTokens, 512) on the CPU, and the GPU schedule's (see schedule)
+	// on a GPU.
+	BatchTokens int
+
+	// Threads is llama.cpp's thread count for decoding. 0 means runtime.NumCPU()
+	// on the CPU and at most 4 on a GPU (see gpuSchedule).
+	// ggml's threads spin while they wait for each other, so more threads than free
+	// cores makes decoding slower, not faster.
+	Threads int
+
+	// MaxSeqs is the number of sequences packed into one round. 0 means 64 on the
+	// CPU (128 on a GPU); llama.cpp allows at most 256 (LLAMA_MAX_SEQ).
+	MaxSeqs int
+
+	// Device is where the model runs: "auto" (or ""), "cpu", "cuda", "cuda:N" or
+	// "metal" (see ParseDevice). auto takes the first GPU ggml has, after loading
+	// the backends of BackendDir, and else the CPU, which Info().Device.Note then
+	// explains; a device asked for by name that is not there fails Open with a
+	// *DeviceError, never falling back to the CPU. cpu loads no backend library.
+	// The device picks the batching defaults (see schedule): on the CPU they are
+	// the measured ones the constants of this package state.
+	Device string
+
+	// GPULayers is the number of layers whose weights live on the GPU, the output
+	// layer counting as one, when Device is a GPU. 0 means all of them.
+	GPULayers int
+
+	// BackendDir is the folder of loadable ggml backends (libggml-cuda.so); "" means
+	// DefaultBackendDir(), where a missing folder just means no GPU backend, while a
+	// folder given here must exist. ggml's registry is per process: a folder is
+	// loaded once and stays loaded, and every file in it that is a backend must
+	// load (a *BackendError otherwise).
+	BackendDir string
+
+	// AttentionBytes bounds the attention scores of one decode call of a long
+	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
+	// of cells x tokens x heads per layer, 4 x ContextTokens x calls x heads bytes at
+	// worst, so long sequences are decoded in calls of at most LongCallTokens and
+	// BatchTokens tokens and at most what fits. 0 means DefaultAttentionBytes.
+	AttentionBytes int64
+
+	// Nice lowers the CPU priority of the decoding threads by this much (0 to 19),
+	// so that another engine's work on the same cores goes first: ephemeral workers
+	// can run at 10 beside the warm worker, whose short requests then barely slow
+	// down. On Linux only the decoding threads are affected (the owner goroutine's OS
+	// thread and the threads ggml starts from it); elsewhere the whole process.
+	// 0 leaves the priority alone.
+	Nice int
+
+	// Rerank makes the engine a Qwen3-Reranker scorer: each sequence's output is
+	// [logit("yes"), logit("no")] at its last token instead of the hidden state, and
+	// Info.NEmbd is 2. The two rows of the LM head come from the GGUF (see
+	// readYesNoHead); the rest of the head is never computed, as for embeddings.
+	Rerank bool
+
+	// attention overrides the kernel choice, for measurements only.
+	attention attentionKind
+}
+
+// attentionKind says which kernel a context uses, or (attnHybrid) how sequences are
+// shared between two contexts.
+type attentionKind int
+
+const (
+	// attnHybrid is what Open does: flash attention over a bf16 V cache for
+	// sequences of up to FlashMaxTokens tokens, packed; plain attention for longer
+	// ones, alone.
+	attnHybrid attentionKind = iota
+	// attnPlain: no flash attention. llama.cpp materialises the KQ matrix; softmax
+	// and softmax·V run in f32 through matrix kernels.
+	attnPlain
+	// attnFlash: ggml's flash attention over the default f16 V cache, which
+	// accumulates softmax·V in f16.
+	attnFlash
+	// attnFlashBF16V: flash attention over a bf16 V cache, which ggml accumulates in
+	// f32.
+	attnFlashBF16V
+)
+
+// check refuses Config fields out of range before anything is loaded; the checks
+// that need the model are resolve's.
+func (cfg Config) check() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"ContextTokens", int64(cfg.ContextTokens)}, {"BatchTokens", int64(cfg.BatchTokens)}, {"Threads", int64(cfg.Threads)}, {"MaxSeqs", int64(cfg.MaxSeqs)}, {"GPULayers", int64(cfg.GPULayers)}, {"AttentionBytes", cfg.AttentionBytes}} {
+		if f.v < 0 {
+			return fmt.Errorf("llama: Config.%s is %d; it must be 0 (default) or positive", f.name, f.v)
+		}
+	}
+	if cfg.Nice < 0 || cfg.Nice > 19 {
+		return fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
+	}
+	return nil
+}
+
+// sizes is what a Config comes to for one model on one kind of device (resolve).
+type sizes struct {
+	ctxTokens   int // Info.ContextTokens: the longest sequence accepted
+	batchTokens int // Info.BatchTokens: tokens per decode call
+	maxSeqs     int // sequences per round of the short context
+	threads     int // llama.cpp's decoding threads
+	// gpuLayers is how many layers go to the GPU when the device is one: more than
+	// the model has means all of them, the output layer too (999, llama.cpp's own
+	// default).
+	gpuLayers int
+
+	// short takes the sequences of up to shortMax tokens, long the others; long is
+	// nil when no sequence can be longer.
+	short    contextSize
+	long     *contextSize
+	shortMax int
+	// shortJobs is Info.ShortJobs: what may run inside a long sequence's decoding
+	// (one decode call of the short context); nil without a long context.
+	shortJobs *backends.ShortJobs
+}
+
+// resolve sizes the contexts of an engine for a model of shape s on a device that
+// batches as sched says: the defaults of the Config fields left at 0 (see Config
+// and the constants above for the measurements behind them), and the checks that
+// need the model (a context longer than its training, a decode call longer than
+// the context). It calls nothing of llama.cpp, so the sizing is unit-tested without
+// a model (config_test.go); Open turns its result into contexts.
+//
+// An encoder family that pools over every token (mean, CLS) will need its own
+// split: no packing limit from flash attention's crossover, and every token of a
+// sequence as an output. That decision belongs here, from s.Pooling.
+func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
+	z := sizes{maxSeqs: cfg.MaxSeqs, threads: cfg.Threads, gpuLayers: 999}
+	if z.maxSeqs == 0 {
+		z.maxSeqs = sched.maxSeqs
+	}
+	if z.threads == 0 {
+		z.threads = sched.threads()
+	}
+	if cfg.GPULayers > 0 {
+		z.gpuLayers = cfg.GPULayers
+	}
+
+	trainCtx := s.ContextLength
+	z.ctxTokens = cfg.ContextTokens
+	if z.ctxTokens == 0 {
+		z.ctxTokens = DefaultContextTokens
+		if trainCtx > 0 {
+			z.ctxTokens = min(z.ctxTokens, trainCtx)
+		}
+	}
+	if trainCtx > 0 && z.ctxTokens > trainCtx {
+		return sizes{}, fmt.Errorf("llama: Config.ContextTokens is %d but the model was trained on at most %d tokens; positions beyond that give degraded vectors, lower ContextTokens", z.ctxTokens, trainCtx)
+	}
+	z.batchTokens = cfg.BatchTokens
+	switch {
+	case z.batchTokens == 0:
+		z.batchTokens = min(z.ctxTokens, sched.batchTokens)
+	case z.batchTokens > z.ctxTokens:
+		return sizes{}, fmt.Errorf("llama: Config.BatchTokens is %d, more than ContextTokens %d; a decode call cannot hold more tokens than the context, lower BatchTokens", z.batchTokens, z.ctxTokens)
+	}
+	attnBytes := cfg.AttentionBytes
+	if attnBytes == 0 {
+		attnBytes = DefaultAttentionBytes
+	}
+	plainBatch := min(z.batchTokens, sched.longCallTokens, attentionFit(attnBytes, z.ctxTokens, s.Heads))
+
+	switch cfg.attention {
+	case attnHybrid:
+		// A round of short sequences holds at most a decode call's worth, or one
+		// sequence of the schedule's shortMax (FlashMaxTokens on the CPU) split over
+		// several calls (see plan).
+		shortCtx := min(z.ctxTokens, max(z.batchTokens, sched.shortMax))
+		z.short = contextSize{kernel: sched.short, ctxTokens: shortCtx, batchTokens: min(z.batchTokens, shortCtx), maxSeqs: z.maxSeqs}
+		z.shortMax = min(z.ctxTokens, sched.shortMax)
+		if z.ctxTokens > sched.shortMax {
+			// One sequence a round, so that each starts at KV cell 0.
+			longBatch := min(z.batchTokens, sched.longCallTokens)
+			if sched.long == attnPlain {
+				longBatch = plainBatch
+			}
+			z.long = &contextSize{kernel: sched.long, ctxTokens: z.ctxTokens, batchTokens: longBatch, maxSeqs: 1}
+			z.shortJobs = &backends.ShortJobs{MaxTokens: z.shortMax, BatchTokens: z.short.batchTokens, MaxSeqs: z.short.maxSeqs}
+		}
+	case attnPlain:
+		z.short = contextSize{kernel: attnPlain, ctxTokens: z.ctxTokens, batchTokens: plainBatch, maxSeqs: z.maxSeqs}
+		z.shortMax = z.ctxTokens
+	default:
+		z.short = contextSize{kernel: cfg.attention, ctxTokens: z.ctxTokens, batchTokens: z.batchTokens, maxSeqs: z.maxSeqs}
+		z.shortMax = z.ctxTokens
+	}
+	return z, nil
+}
+
+// attentionBytes is the size of the f32 attention scores of one decode call of
+// tokens tokens over a full context of ctx cells with heads query heads.
+func attentionBytes(tokens, ctx, heads int) int64 {
+	return 4 * int64(tokens) * int64(ctx) * int64(heads)
+}
+
+// attentionFit is the largest decode call, a multiple of 32 tokens (at least 32),
+// whose attention scores fit budget bytes.
+func attentionFit(budget int64, ctx, heads int) int {
+	n := budget / attentionBytes(1, ctx, max(heads, 1))
+	return int(max(32, n/32*32))
+}

@@ -1,0 +1,141 @@
+package llama
+
+import (
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// shape06B is Qwen3-Embedding-0.6B's header, as far as resolve reads it.
+var shape06B = gguf.Shape{Architecture: "qwen3", ContextLength: 32768, EmbeddingLength: 1024, Layers: 28,
+	Heads: 16, KVHeads: 8, KeyLength: 128, ValueLength: 128, Pooling: gguf.PoolingLast, VocabSize: 151669}
+
+// TestResolve pins the sizing of the contexts, which decides which kernel embeds a
+// sequence (and so its vector, bit for bit): every default, and each limit that
+// cuts a default down.
+func TestResolve(t *testing.T) {
+	cpus := runtime.NumCPU()
+	gpuThreads := min(4, cpus)
+	tests := []struct {
+		name  string
+		cfg   Config
+		shape gguf.Shape
+		sched schedule
+		want  sizes
+	}{
+		{"CPU defaults: 8192 tokens, packed short rounds, 256-token long calls", Config{}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 8192, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 512, batchTokens: 512, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 8192, batchTokens: 256, maxSeqs: 1},
+			shortMax: 128, shortJobs: &backends.ShortJobs{MaxTokens: 128, BatchTokens: 512, MaxSeqs: 64},
+		}},
+		// 512 MiB of scores over 32768 cells and 16 heads holds 256 tokens a call;
+		// 64 MiB holds 32.
+		{"32768-token context", Config{ContextTokens: 32768, Threads: 2, MaxSeqs: 8}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 32768, batchTokens: 512, maxSeqs: 8, threads: 2, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 512, batchTokens: 512, maxSeqs: 8},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 32768, batchTokens: 256, maxSeqs: 1},
+			shortMax: 128, shortJobs: &backends.ShortJobs{MaxTokens: 128, BatchTokens: 512, MaxSeqs: 8},
+		}},
+		{"attention bytes cut the long calls", Config{ContextTokens: 32768, AttentionBytes: 64 << 20}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 32768, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 512, batchTokens: 512, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 32768, batchTokens: 32, maxSeqs: 1},
+			shortMax: 128, shortJobs: &backends.ShortJobs{MaxTokens: 128, BatchTokens: 512, MaxSeqs: 64},
+		}},
+		{"small batch: the short rounds hold one 128-token sequence over two calls", Config{ContextTokens: 1024, BatchTokens: 64}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 1024, batchTokens: 64, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 128, batchTokens: 64, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 1024, batchTokens: 64, maxSeqs: 1},
+			shortMax: 128, shortJobs: &backends.ShortJobs{MaxTokens: 128, BatchTokens: 64, MaxSeqs: 64},
+		}},
+		{"a context no longer than FlashMaxTokens has no long context", Config{ContextTokens: 128}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 128, batchTokens: 128, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 128, batchTokens: 128, maxSeqs: 64},
+			shortMax: 128,
+		}},
+		{"training context below the default", Config{}, gguf.Shape{ContextLength: 100, Heads: 4}, cpuSchedule, sizes{
+			ctxTokens: 100, batchTokens: 100, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 100, batchTokens: 100, maxSeqs: 64},
+			shortMax: 100,
+		}},
+		{"no training context: the default", Config{}, gguf.Shape{Heads: 4}, cpuSchedule, sizes{
+			ctxTokens: 8192, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlashBF16V, ctxTokens: 512, batchTokens: 512, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 8192, batchTokens: 256, maxSeqs: 1},
+			shortMax: 128, shortJobs: &backends.ShortJobs{MaxTokens: 128, BatchTokens: 512, MaxSeqs: 64},
+		}},
+		{"GPU defaults: flash attention throughout, 2048-token calls", Config{GPULayers: 10}, shape06B, gpuSchedule, sizes{
+			ctxTokens: 8192, batchTokens: 2048, maxSeqs: 128, threads: gpuThreads, gpuLayers: 10,
+			short:    contextSize{kernel: attnFlash, ctxTokens: 2048, batchTokens: 2048, maxSeqs: 128},
+			long:     &contextSize{kernel: attnFlash, ctxTokens: 8192, batchTokens: 2048, maxSeqs: 1},
+			shortMax: 512, shortJobs: &backends.ShortJobs{MaxTokens: 512, BatchTokens: 2048, MaxSeqs: 128},
+		}},
+		{"measurement: plain attention alone", Config{ContextTokens: 4096, attention: attnPlain}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 4096, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnPlain, ctxTokens: 4096, batchTokens: 256, maxSeqs: 64},
+			shortMax: 4096,
+		}},
+		{"measurement: flash attention alone", Config{ContextTokens: 4096, attention: attnFlash}, shape06B, cpuSchedule, sizes{
+			ctxTokens: 4096, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999,
+			short:    contextSize{kernel: attnFlash, ctxTokens: 4096, batchTokens: 512, maxSeqs: 64},
+			shortMax: 4096,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := resolve(tt.cfg, tt.shape, tt.sched)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("resolve =\n%+v (long %+v, short jobs %+v)\nwant\n%+v (long %+v, short jobs %+v)",
+					got, got.long, got.shortJobs, tt.want, tt.want.long, tt.want.shortJobs)
+			}
+		})
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"context above training", Config{ContextTokens: 32769}, "Config.ContextTokens is 32769 but the model was trained on at most 32768 tokens"},
+		{"batch above context", Config{ContextTokens: 256, BatchTokens: 512}, "Config.BatchTokens is 512, more than ContextTokens 256"},
+		{"negative threads", Config{Threads: -1}, "Config.Threads is -1; it must be 0 (default) or positive"},
+		{"negative attention bytes", Config{AttentionBytes: -1}, "Config.AttentionBytes is -1"},
+		{"nice above 19", Config{Nice: 20}, "Config.Nice is 20; it must be 0 to 19"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.check()
+			if err == nil {
+				_, err = resolve(tt.cfg, shape06B, cpuSchedule)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAttentionCrossover: the position where a token's attention costs what its
+// matrix products do, for the 0.6B shape (the weights of its 28 layers' matrices
+// and norms; the token-embedding table is a lookup).
+func TestAttentionCrossover(t *testing.T) {
+	linear := int64(28*(1024*2048+2*1024*1024+2048*1024+3*1024*3072) + 28*(2*1024+2*128) + 1024)
+	params := linear + int64(shape06B.VocabSize)*1024
+	// 2 x 28 layers x 16 heads x 128 = 114688 FLOPs per cell.
+	if got, want := attentionCrossover(shape06B, params), int(linear/114688); got != want || got != 3840 {
+		t.Errorf("attentionCrossover = %d, want %d (3840)", got, want)
+	}
+	if got := attentionCrossover(gguf.Shape{}, params); got != 0 {
+		t.Errorf("attentionCrossover of an unknown shape = %d, want 0", got)
+	}
+}

@@ -1,0 +1,98 @@
+package llama
+
+/*
+#include "es.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// contextSize is the kernel and sizes of one llama.cpp context, as resolve chose them.
+type contextSize struct {
+	kernel      attentionKind // attnPlain, attnFlash or attnFlashBF16V
+	ctxTokens   int           // longest sequence, and the token budget of a round
+	batchTokens int           // tokens per decode call
+	maxSeqs     int           // sequences per round; seq id maxSeqs is the padding token's
+}
+
+// kctx is one llama.cpp context of its contextSize, and the batch its decode calls
+// are built in. lctx is nil until the context is first needed (create). Both belong
+// to the owner goroutine.
+type kctx struct {
+	contextSize
+
+	lctx  *C.struct_llama_context
+	batch C.struct_llama_batch
+}
+
+// create makes k's llama.cpp context if it has none yet.
+func (e *Engine) create(k *kctx) error {
+	if k.lctx != nil {
+		return nil
+	}
+	// Room for the padding token (see decodeCall): one more KV cell, one more sequence, and
+	// decode calls of at least two tokens.
+	callTokens := max(k.batchTokens, 2)
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(k.ctxTokens + 1)
+	cp.n_batch = C.uint32_t(callTokens)
+	cp.n_ubatch = C.uint32_t(callTokens)
+	cp.n_seq_max = C.uint32_t(k.maxSeqs + 1)
+	cp.n_threads = C.int32_t(e.threads)
+	cp.n_threads_batch = C.int32_t(e.threads)
+	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
+	cp.embeddings = true
+	// One KV buffer shared by all sequences of a round: with per-sequence streams each
+	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
+	cp.kv_unified = true
+	cp.no_perf = true
+	setKernel(&cp, k.kernel)
+	cp.abort_callback = C.es_abort_callback()
+	cp.abort_callback_data = unsafe.Pointer(e.abort)
+	lctx := C.llama_init_from_model(e.model, cp)
+	if lctx == nil {
+		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
+	}
+	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
+		C.llama_free(lctx)
+		return errors.New("llama: the context did not accept pooling_type NONE")
+	}
+	k.lctx = lctx
+	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
+	k.batch = C.llama_batch_init(C.int32_t(callTokens), 0, 1)
+	return nil
+}
+
+// setKernel sets the attention kernel and V cache type of context parameters.
+func setKernel(cp *C.struct_llama_context_params, k attentionKind) {
+	cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+	switch k {
+	case attnFlash:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	case attnFlashBF16V:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+		cp.type_v = C.GGML_TYPE_BF16
+	}
+}
+
+// contextFor returns the context that embeds a sequence of n tokens.
+func (e *Engine) contextFor(n int) *kctx {
+	if n <= e.shortMax || e.long == nil {
+		return e.short
+	}
+	return e.long
+}
+
+// free releases k's context and batch, if created. Only Close calls it, once the
+// owner goroutine has returned.
+func (k *kctx) free() {
+	if k != nil && k.lctx != nil {
+		C.llama_batch_free(k.batch)
+		C.llama_free(k.lctx)
+		k.lctx = nil
+	}
+}

@@ -1,0 +1,92 @@
+package llama
+
+/*
+#include "es.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+var backendInit = sync.OnceValue(func() error {
+	C.llama_backend_init()
+	// The CPU backend is compiled in (ggml is built with GGML_USE_CPU) and registers
+	// itself statically, as Metal does on darwin/arm64; loadable GPU backends come
+	// from Config.BackendDir (loadBackends), not from ollama's ggml.OnceLoad, which
+	// this package never calls.
+	if C.ggml_backend_dev_count() == 0 {
+		return errors.New("llama: no ggml compute device is registered; the binary was built without ggml's CPU backend")
+	}
+	return nil
+})
+
+// loadModel loads the weights of the model at path (whose header says s), on dev
+// with gpuLayers of its layers when dev is a GPU, else on the CPU. The weights are
+// memory-mapped, so workers started one after another share the page cache instead
+// of each reading them.
+func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers int) (*C.struct_llama_model, error) {
+	mp := C.llama_model_default_params()
+	// One device or none: split mode NONE keeps the model on devices[main_gpu],
+	// and main_gpu -1 on no GPU at all, whatever backends are registered.
+	mp.split_mode = C.LLAMA_SPLIT_MODE_NONE
+	mp.main_gpu = -1
+	mp.n_gpu_layers = 0
+	if dev != nil {
+		devs := (*[2]C.ggml_backend_dev_t)(C.calloc(2, C.size_t(unsafe.Sizeof(dev))))
+		defer C.free(unsafe.Pointer(devs))
+		devs[0] = dev
+		mp.devices = &devs[0]
+		mp.main_gpu = 0
+		mp.n_gpu_layers = C.int32_t(gpuLayers)
+	}
+	mp.use_mmap = true
+	mp.use_mlock = false
+	// Load the model without its tokenizer: the engine takes token ids, and building
+	// llama.cpp's BPE tables (151k tokens, 151k merges) was two thirds of a worker's
+	// start, which every ephemeral worker pays. The vocabulary size, which the
+	// embedding table's shape and the id check need, comes from that table
+	// (readShape).
+	overrides := (*C.struct_llama_model_kv_override)(C.calloc(3, C.sizeof_struct_llama_model_kv_override))
+	defer C.free(unsafe.Pointer(overrides))
+	carch := C.CString(s.Architecture)
+	defer C.free(unsafe.Pointer(carch))
+	C.es_no_vocab(overrides, carch, C.int64_t(s.VocabSize))
+	mp.kv_overrides = overrides
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	takeLastError()
+	model := C.llama_model_load_from_file(cpath, mp)
+	if model == nil {
+		return nil, fmt.Errorf("llama: loading model %s failed: %s", path, llamaReason("is it a GGUF file of a supported architecture?"))
+	}
+	return model, nil
+}
+
+// readShape reads the model's shape from the GGUF header (gguf.Shape): the
+// architecture, and the rows of its token-embedding table, which the model is
+// loaded with as its vocabulary size (see loadModel).
+func readShape(path string) (gguf.Shape, error) {
+	s, err := gguf.ReadShape(path)
+	if err != nil {
+		return s, fmt.Errorf("llama: loading model %s failed: %w", path, err)
+	}
+	if s.VocabSize == 0 {
+		return s, fmt.Errorf("llama: model %s has no two-dimensional %s; is it a GGUF file of a supported architecture?", path, gguf.TensorTokenEmbedding)
+	}
+	return s, nil
+}
+
+// modelName is the model's general.name, else the file's name.
+func modelName(s gguf.Shape, path string) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return filepath.Base(path)
+}
