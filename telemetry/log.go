@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -50,4 +52,33 @@ func ContextFromEnv(ctx context.Context) context.Context {
 		return ctx
 	}
 	return otel.GetTextMapPropagator().Extract(ctx, carrier)
+}
+
+// NewLogger builds a process's logger from its --log-format (text or json) and
+// --log-level, its records carrying trace ids (NewLogHandler).
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(NewLogHandler(slog.NewTextHandler(w, opts))), nil
+	case "json":
+		opts.ReplaceAttr = durationString
+		return slog.New(NewLogHandler(slog.NewJSONHandler(w, opts))), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}
+
+// durationString writes a duration in JSON logs as the text format writes it, a Go
+// duration string ("grace":"30s"), instead of slog's JSON default, an integer of
+// nanoseconds ("grace":30000000000) that says neither its unit nor its size at a
+// glance.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

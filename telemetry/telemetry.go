@@ -22,8 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -63,7 +65,22 @@ type Config struct {
 	// Console receives spans when OTEL_TRACES_EXPORTER names console; nil means
 	// os.Stdout.
 	Console io.Writer
+	// Logger, when set, receives export failures (a collector that is down), which
+	// are logged rather than fatal, and a debug line when tracing is on; Stop logs
+	// a failed flush there too.
+	Logger *slog.Logger
+	// FlushTimeout bounds Stop's flush of what is buffered. 0 is the role's
+	// budget: 2 s for a worker, whose exit is part of an ephemeral worker's
+	// request's latency (and whose supervisor SIGKILLs it after its stop timeout),
+	// 5 s otherwise, for a collector that is slow to answer.
+	FlushTimeout time.Duration
 }
+
+// Flush budgets of Stop by role (Config.FlushTimeout).
+const (
+	serveFlushTimeout  = 5 * time.Second
+	workerFlushTimeout = 2 * time.Second
+)
 
 // Telemetry holds one process's providers. Its methods are safe for concurrent use.
 type Telemetry struct {
@@ -72,6 +89,9 @@ type Telemetry struct {
 	tp       *sdktrace.TracerProvider // nil while tracing is off
 	mp       *sdkmetric.MeterProvider // nil when no metric reader is configured
 	registry *prometheus.Registry     // nil unless Config.Prometheus
+	// flush and logger are Stop's budget and log (Config.FlushTimeout, Logger).
+	flush  time.Duration
+	logger *slog.Logger
 }
 
 // Setup reads the OTEL_* environment, builds the providers and installs them (and
@@ -86,7 +106,18 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Telemetry{}
+	t := &Telemetry{flush: cfg.FlushTimeout, logger: cfg.Logger}
+	if t.flush == 0 {
+		t.flush = serveFlushTimeout
+		if cfg.Role == "worker" {
+			t.flush = workerFlushTimeout
+		}
+	}
+	if cfg.Logger != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			cfg.Logger.Warn("telemetry", "error", err)
+		}))
+	}
 	otel.SetTextMapPropagator(env.propagator)
 	if env.sdkDisabled {
 		return t, nil
@@ -110,6 +141,9 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.tp = sdktrace.NewTracerProvider(opts...)
 		t.tracing = true
 		otel.SetTracerProvider(t.tp)
+		if cfg.Logger != nil {
+			cfg.Logger.Debug("tracing on", "role", cfg.Role)
+		}
 	}
 
 	var readers []sdkmetric.Option
@@ -242,6 +276,16 @@ func (t *Telemetry) MetricsHandler() http.Handler {
 		return nil
 	}
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// Stop is Shutdown within Config.FlushTimeout, logging a failure to Config.Logger:
+// what a process defers once Setup has succeeded.
+func (t *Telemetry) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), t.flush)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil && t.logger != nil {
+		t.logger.Warn("telemetry shutdown", "error", err)
+	}
 }
 
 // Shutdown flushes buffered spans and metrics and stops the exporters. ctx bounds

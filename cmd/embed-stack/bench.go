@@ -18,6 +18,7 @@ import (
 	"github.com/embed-stack/embed-stack/bench"
 	"github.com/embed-stack/embed-stack/bench/peers"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // benchFlags are `embed-stack bench`'s settings.
@@ -144,7 +145,7 @@ func newBench(args []string, stdout, stderr io.Writer) (command, int) {
 	if err := f.finish(); err != nil {
 		return nil, refused(stderr, "bench", err)
 	}
-	logger, err := newLogger(stderr, "text", f.logLevel)
+	logger, err := telemetry.NewLogger(stderr, "text", f.logLevel)
 	if err != nil {
 		return nil, refused(stderr, "bench", err)
 	}

@@ -15,20 +15,6 @@ import (
 	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
-// TestJSONLogDurations: JSON logs write durations as Go duration strings, as the
-// text format does, not as integers of nanoseconds.
-func TestJSONLogDurations(t *testing.T) {
-	var buf bytes.Buffer
-	logger, err := newLogger(&buf, "json", "info")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger.Info("shutting down", "grace", 30*time.Second, "n", 3)
-	if got := buf.String(); !strings.Contains(got, `"grace":"30s","n":3}`) {
-		t.Errorf("logged %s, want \"grace\":\"30s\"", got)
-	}
-}
-
 // TestPrintConfigWithoutModel: --print-config still prints and exits 0 without a
 // model, but says on stderr that serve would refuse to start.
 func TestPrintConfigWithoutModel(t *testing.T) {

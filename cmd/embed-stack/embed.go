@@ -15,6 +15,7 @@ import (
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // embedFlags is the parsed command line of `embed-stack embed`.
@@ -173,7 +174,7 @@ func newEmbed(args []string, _, stderr io.Writer) (command, int) {
 	if err != nil {
 		return nil, refused(stderr, "embed", err)
 	}
-	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return nil, refused(stderr, "embed", err)
 	}

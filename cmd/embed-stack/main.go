@@ -13,15 +13,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
-	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embedding.
@@ -151,32 +148,4 @@ func runCommand(c command) int {
 		return int(s)
 	}
 	return 1
-}
-
-// newLogger builds the process logger from --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts))), nil
-	case "json":
-		opts.ReplaceAttr = durationString
-		return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts))), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", format)
-}
-
-// durationString writes a duration in JSON logs as the text format writes it, a Go
-// duration string ("grace":"30s"), instead of slog's JSON default, an integer of
-// nanoseconds ("grace":30000000000) that says neither its unit nor its size at a
-// glance.
-func durationString(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
-	}
-	return a
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // mergeFlags is the parsed command line of `embed-stack merge`.
@@ -71,7 +72,7 @@ func newMerge(args []string, _, stderr io.Writer) (command, int) {
 	if err != nil {
 		return nil, refused(stderr, "merge", err)
 	}
-	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return nil, refused(stderr, "merge", err)
 	}

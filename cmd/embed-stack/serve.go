@@ -22,6 +22,7 @@ import (
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // serveFlags is the parsed command line of `embed-stack serve`.
@@ -227,7 +228,7 @@ func newServe(args []string, stdout, stderr io.Writer) (command, int) {
 	if f.printConfig {
 		return nil, 0
 	}
-	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return nil, refused(stderr, "serve", err)
 	}
@@ -265,7 +266,7 @@ func (c *serveCommand) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer tel.stop()
+	defer tel.Stop()
 	apiKeys, err := server.LoadAPIKeys(f.apiKeys, f.apiKeyFile, logger)
 	if err != nil {
 		return err
@@ -280,7 +281,7 @@ func (c *serveCommand) serve(ctx context.Context) error {
 		return err
 	}
 	api := c.newAPI(models, apiKeys)
-	if err := tel.wire(api, models); err != nil {
+	if err := wireTelemetry(tel, api, models); err != nil {
 		return err
 	}
 

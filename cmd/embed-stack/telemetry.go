@@ -17,59 +17,20 @@ import (
 	"github.com/embed-stack/embed-stack/telemetry/stage"
 )
 
-// Flush budgets for buffered spans at exit. A worker's is short because an
-// ephemeral worker's exit is part of its request's latency (and its supervisor
-// SIGKILLs it after StopTimeout); serve's covers a collector that is slow to answer.
-const (
-	serveFlushTimeout  = 5 * time.Second
-	workerFlushTimeout = 2 * time.Second
-)
-
-// processTelemetry is one process's telemetry and how to stop it.
-type processTelemetry struct {
-	*telemetry.Telemetry
-	flushTimeout time.Duration
-	logger       *slog.Logger
-}
-
 // startTelemetry sets up tracing and metrics from the OTEL_* environment for a
 // process of the given role ("serve" or "worker"); prometheus builds the /metrics
 // registry. The workers inherit serve's environment (see backends.WorkerSpec.Env),
-// so they export through the same configuration.
-func startTelemetry(role string, prometheus bool, logger *slog.Logger) (*processTelemetry, error) {
-	t, err := telemetry.Setup(context.Background(), telemetry.Config{Role: role, Version: buildinfo.Version, Prometheus: prometheus})
-	if err != nil {
-		return nil, err
-	}
-	// Export failures (a collector that is down) are logged, not fatal.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		logger.Warn("telemetry", "error", err)
-	}))
-	if t.Tracing() {
-		logger.Debug("tracing on", "role", role)
-	}
-	flush := serveFlushTimeout
-	if role == "worker" {
-		flush = workerFlushTimeout
-	}
-	return &processTelemetry{Telemetry: t, flushTimeout: flush, logger: logger}, nil
+// so they export through the same configuration. Defer its Stop.
+func startTelemetry(role string, prometheus bool, logger *slog.Logger) (*telemetry.Telemetry, error) {
+	return telemetry.Setup(context.Background(), telemetry.Config{Role: role, Version: buildinfo.Version, Prometheus: prometheus, Logger: logger})
 }
 
-// stop flushes what is buffered, within the role's budget.
-func (p *processTelemetry) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), p.flushTimeout)
-	defer cancel()
-	if err := p.Shutdown(ctx); err != nil {
-		p.logger.Warn("telemetry shutdown", "error", err)
-	}
-}
-
-// wire connects serve's telemetry to the API and the workers: the request spans,
+// wireTelemetry connects serve's telemetry to the API and the workers: the request spans,
 // GET /metrics, the worker gauges, and, when spans go to the console, the workers'
 // output (where their spans are printed) to serve's stderr. The worker gauges are
 // per model, labelled with its served name (issue 17), a single model's too; the
 // device is the first model's warm worker's.
-func (p *processTelemetry) wire(api *server.Server, models *servedModels) error {
+func wireTelemetry(p *telemetry.Telemetry, api *server.Server, models *servedModels) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h

@@ -13,6 +13,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
+	"github.com/embed-stack/embed-stack/telemetry"
 )
 
 // workerCommand is `embed-stack worker`: one llama.cpp context serving the worker
@@ -33,7 +34,7 @@ func newWorker(args []string, _, stderr io.Writer) (command, int) {
 		return nil, 2
 	}
 	var err error
-	if c.logger, err = newLogger(stderr, c.args.LogFormat, c.args.LogLevel); err == nil {
+	if c.logger, err = telemetry.NewLogger(stderr, c.args.LogFormat, c.args.LogLevel); err == nil {
 		err = checkDevice(c.args.DeviceArgs)
 	}
 	if err != nil {
@@ -54,7 +55,7 @@ func (c *workerCommand) Run(ctx context.Context) error {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
 		return exitStatus(2)
 	}
-	defer tel.stop()
+	defer tel.Stop()
 	warmUpLengths := a.Buckets
 	cfg := backends.WorkerConfig{SocketPath: a.Socket, IgnoreStdin: a.IgnoreStdin, Logger: logger}
 	load := func() (backends.Engine, backends.EngineInfo, error) {
