@@ -187,7 +187,7 @@ func readSpecial(f *gguf.File, t *Tokenizer) Special {
 	switch t.kind {
 	case gguf.VocabWPM:
 		s.BOS, s.UNK, s.SEP, s.PAD = 101, 100, 102, 0
-		s.AddBOS, s.AddEOS = true, false
+		s.AddBOS, s.AddEOS, s.AddSEP = true, false, true
 	case gguf.VocabUGM:
 		s.EOS, s.UNK, s.PAD = 1, 2, 0
 		s.AddBOS, s.AddEOS = false, true

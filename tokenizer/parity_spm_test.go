@@ -243,3 +243,12 @@ func TestWordPieceCasing(t *testing.T) {
 		t.Error("a vocabulary holding ▁The is read as uncased")
 	}
 }
+
+// TestUnigramSpecial reads XLM-R's special tokens from llama.cpp's GGUF: <s> 0, <pad>
+// 1, </s> 2, <unk> 3, both added.
+func TestUnigramSpecial(t *testing.T) {
+	sp := xlmrTokenizer(t).Special()
+	if sp.BOS != 0 || sp.PAD != 1 || sp.EOS != 2 || sp.UNK != 3 || !sp.AddBOS || !sp.AddEOS || sp.AddSEP {
+		t.Errorf("Special() = %+v, want BOS 0, PAD 1, EOS 2, UNK 3, AddBOS and AddEOS", sp)
+	}
+}

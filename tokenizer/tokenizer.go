@@ -49,10 +49,12 @@ type Tokenizer struct {
 }
 
 // Special is the special tokens a model wraps its input in, from the GGUF; -1 where
-// the model has none. Encode never adds them: that is routing's policy.
+// the model has none. Encode never adds them: that is routing's policy. As llama.cpp
+// reads them: a BERT input is CLS (its BOS slot) + text + SEP (AddBOS, AddSEP); an
+// XLM-R input BOS + text + EOS, as its GGUF's add_bos_token and add_eos_token say.
 type Special struct {
 	BOS, EOS, CLS, SEP, UNK, PAD int32
-	AddBOS, AddEOS               bool
+	AddBOS, AddEOS, AddSEP       bool
 }
 
 // New validates v and builds a Tokenizer from it. It refuses a vocabulary it could

@@ -568,8 +568,8 @@ func TestBertWordPiece(t *testing.T) {
 	if got, want := tok.Encode("Hello, World! café"), []int32{7592, 1010, 2088, 999, 7668}; !slices.Equal(got, want) {
 		t.Errorf("Encode = %v, want HF's %v", got, want)
 	}
-	if sp := tok.Special(); sp.CLS != 101 || sp.SEP != 102 || sp.UNK != 100 || sp.PAD != 0 {
-		t.Errorf("Special() = %+v, want CLS 101, SEP 102, UNK 100, PAD 0", sp)
+	if sp := tok.Special(); sp.CLS != 101 || sp.SEP != 102 || sp.UNK != 100 || sp.PAD != 0 || !sp.AddBOS || !sp.AddSEP || sp.AddEOS {
+		t.Errorf("Special() = %+v, want CLS 101, SEP 102, UNK 100, PAD 0, AddBOS and AddSEP but not AddEOS", sp)
 	}
 	if n := len(f.Tensors()); n != 5+16*2 {
 		t.Errorf("%d tensors, want 37 (5 embedding tensors, 16 per layer)", n)
