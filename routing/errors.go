@@ -15,7 +15,9 @@ type InputError struct {
 	Code    string
 	Message string
 	// Tokens and Limit are, for CodeContextLength, the input's tokens (wrapping and
-	// EOS included) and the limit it exceeds, for callers that word their own message.
+	// EOS included) and the limit it exceeds, and for CodeTooManyInputs the inputs
+	// and their limit, for callers that word their own message (TEI's and Ollama's
+	// APIs answer in their servers' words).
 	Tokens, Limit int
 }
 

@@ -217,6 +217,10 @@ type Request struct {
 	// Truncate shortens inputs over the per-input limit instead of refusing them
 	// (truncate.go).
 	Truncate Truncation
+	// Raw skips the L2 normalisation: the pooled vector is returned as the model
+	// computed it, cut to Dimensions (TEI's "normalize": false). Off, the vector is
+	// unit-length, as OpenAI's and Ollama's APIs return it.
+	Raw bool
 	// InputField names the request field that holds the inputs, for error messages
 	// and InputError.Param: "" is OpenAI's "input"; POST /embed says "texts", and
 	// POST /tokenize "text" for its single string.
@@ -308,7 +312,9 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	case n == 0:
 		return nil, inputErr(field, -1, CodeEmptyInput, "'%s' must not be empty.", field)
 	case n > c.maxInputs():
-		return nil, inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d inputs; the limit is %d per request. Split the request.", field, n, c.maxInputs())
+		e := inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d inputs; the limit is %d per request. Split the request.", field, n, c.maxInputs())
+		e.Tokens, e.Limit = n, c.maxInputs()
+		return nil, e
 	}
 	typ := c.DefaultInputType
 	switch {
@@ -503,7 +509,7 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	_, norm := stage.Start(ctx, tracer, "routing.normalize")
 	out := make([][]float32, len(raw))
 	for i, v := range raw {
-		if out[i], err = finish(v, dims); err != nil {
+		if out[i], err = finish(v, dims, !req.Raw); err != nil {
 			err = fmt.Errorf("input %d: %w", i, err)
 			norm.End(err)
 			return nil, err

@@ -296,6 +296,26 @@ func TestDimensionsTruncateAndNormalise(t *testing.T) {
 	}
 }
 
+// Raw (TEI's "normalize": false) returns the pooled vector as the backend gave it,
+// cut to dimensions, bit for bit.
+func TestRawSkipsNormalisation(t *testing.T) {
+	r, _, _ := newRouter(Config{Dim: 64})
+	raw := vectorFor(withEOS("abc"), 64)
+	for _, dims := range []int{0, 32} {
+		res, err := r.Embed(context.Background(), &Request{Texts: []string{"abc"}, Dimensions: dims, Raw: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := raw
+		if dims > 0 {
+			want = raw[:dims]
+		}
+		if !slices.Equal(res.Vectors[0], want) {
+			t.Fatalf("dimensions %d: raw vector %v, want %v", dims, res.Vectors[0][:4], want[:4])
+		}
+	}
+}
+
 func TestFailureCancelsOtherPaths(t *testing.T) {
 	r, warm, long := newRouter(Config{WarmMaxTokens: 4})
 	warm.block = make(chan struct{}) // the warm call waits until cancelled
@@ -321,7 +341,7 @@ func TestBackendFaults(t *testing.T) {
 
 func TestFinishRejectsBadVectors(t *testing.T) {
 	for _, v := range [][]float32{{0, 0}, {float32(math.NaN()), 1}, {float32(math.Inf(1)), 1}} {
-		if _, err := finish(v, 2); err == nil {
+		if _, err := finish(v, 2, true); err == nil {
 			t.Fatalf("finish(%v) accepted", v)
 		}
 	}

@@ -6,10 +6,12 @@ import (
 )
 
 // finish truncates a raw pooled vector to dims (Matryoshka: Qwen3-Embedding was
-// trained so that any prefix is a usable embedding) and L2-normalises it. The sum
-// runs in float64 so the norm does not depend on summation order at float32
-// precision. A vector with a non-finite component or zero norm is an engine fault.
-func finish(raw []float32, dims int) ([]float32, error) {
+// trained so that any prefix is a usable embedding) and, when normalize is set,
+// L2-normalises it. The sum runs in float64 so the norm does not depend on
+// summation order at float32 precision. A vector with a non-finite component or
+// zero norm is an engine fault, normalised or not. It never writes to raw (a cached
+// vector may be shared).
+func finish(raw []float32, dims int, normalize bool) ([]float32, error) {
 	if dims > len(raw) {
 		return nil, fmt.Errorf("backend returned %d values, fewer than the %d requested", len(raw), dims)
 	}
@@ -24,6 +26,9 @@ func finish(raw []float32, dims int) ([]float32, error) {
 	}
 	if sum == 0 {
 		return nil, fmt.Errorf("backend returned a zero vector")
+	}
+	if !normalize {
+		return append([]float32(nil), v...), nil
 	}
 	inv := 1 / math.Sqrt(sum)
 	out := make([]float32, dims)
