@@ -700,3 +700,36 @@ func TestWriterReplacesAtomically(t *testing.T) {
 		t.Fatalf("directory holds %d entries after a failed write, want 1", len(entries))
 	}
 }
+
+// Digest is the file's sha256, read back from the cache while the file is
+// unchanged and computed again once it changes.
+func TestDigestCached(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(path, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	const abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" // sha256("abc")
+	for range 2 {
+		d, err := Digest(path, cache)
+		if err != nil || d != abc {
+			t.Fatalf("Digest = %q, %v; want %s", d, err, abc)
+		}
+	}
+	entries, _ := os.ReadDir(cache)
+	if len(entries) != 1 {
+		t.Fatalf("cache holds %d entries, want 1", len(entries))
+	}
+	// A cached entry is trusted only for the same size and time: a changed file
+	// is hashed again.
+	if err := os.WriteFile(path, []byte("abcd"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := Digest(path, cache); d != "88d4266fd4e6338d13b845fcf289579d209c897823b9217da3e161936f031589" {
+		t.Fatalf("Digest after a change = %s", d)
+	}
+	if d, _ := Digest(path, ""); d != "88d4266fd4e6338d13b845fcf289579d209c897823b9217da3e161936f031589" {
+		t.Fatalf("Digest without a cache = %s", d)
+	}
+}
