@@ -34,6 +34,25 @@ type infoResponse struct {
 		MaxConcurrentRequests int     `json:"max_concurrent_requests"`
 		RequestTimeoutSeconds float64 `json:"request_timeout_seconds"`
 	} `json:"limits"`
+	// TEI's /info keys, for the first embedding model.
+	ModelID    string  `json:"model_id"`
+	ModelSHA   *string `json:"model_sha"`
+	ModelDtype string  `json:"model_dtype"`
+	ModelType  struct {
+		Embedding struct {
+			Pooling string `json:"pooling"`
+		} `json:"embedding"`
+	} `json:"model_type"`
+	MaxConcurrentRequests int     `json:"max_concurrent_requests"`
+	MaxInputLength        int     `json:"max_input_length"`
+	MaxBatchTokens        int     `json:"max_batch_tokens"`
+	MaxBatchRequests      *int    `json:"max_batch_requests"`
+	MaxClientBatchSize    int     `json:"max_client_batch_size"`
+	AutoTruncate          bool    `json:"auto_truncate"`
+	TokenizationWorkers   int     `json:"tokenization_workers"`
+	SHA                   *string `json:"sha"`
+	DockerLabel           *string `json:"docker_label"`
+
 	Version   string `json:"version"`
 	Commit    string `json:"commit"`
 	Modified  bool   `json:"modified"`
@@ -57,6 +76,10 @@ func TestInfo(t *testing.T) {
 	if m.ID != s.modelID(t) || m.Task != "embedding" || m.Pooling != "last" || m.Dimensions != 64 || m.MinDimensions != 32 ||
 		m.MaxInputs != 2048 || m.MaxTotalTokens != 300000 || m.MaxInputTokens != 64 || m.MaxInstructionBytes != 4096 {
 		t.Errorf("model %+v: want the tiny model's 64 dimensions and this server's limits (max_input_tokens 64)", m)
+	}
+	if info.ModelID != m.ID || info.ModelDtype != "float16" || info.ModelType.Embedding.Pooling != "last" || info.MaxInputLength != 64 ||
+		info.MaxBatchTokens != 300000 || info.MaxClientBatchSize != 2048 || info.AutoTruncate || info.MaxConcurrentRequests != info.Limits.MaxConcurrentRequests {
+		t.Errorf("TEI's keys %+v: want the model's id, float16, last pooling, its limits", info)
 	}
 	if strings.Join(m.OutputTypes, ",") != "float,base64,int8,uint8,binary,ubinary" {
 		t.Errorf("output_types %v", m.OutputTypes)

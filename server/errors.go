@@ -1,16 +1,22 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/embed-stack/embed-stack/ollamaapi"
 	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/teiapi"
 )
 
 // statusError is an error decided at the HTTP edge (unknown model, body too large,
@@ -41,6 +47,10 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 		busy      *routing.BusyError
 		encoding  *encodingError
 		budget    *bodyBudgetError
+		// The decoders of the other APIs (their words; dialectError gives their shape).
+		ollamaDecode *ollamaapi.DecodeError
+		teiDecode    *teiapi.DecodeError
+		teiInvalid   *teiapi.ValidationError
 	)
 	switch {
 	case errors.As(err, &statusErr):
@@ -79,6 +89,18 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 			"Content-Encoding "+strconv.Quote(encoding.encoding)+" is not supported; send the body uncompressed or with Content-Encoding: gzip.", "", "unsupported_encoding"), nil
 	case errors.As(err, &decodeErr):
 		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, decodeErr.Message, decodeErr.Param, ""), nil
+	case errors.As(err, &ollamaDecode):
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, ollamaDecode.Message, "", ""), nil
+	case errors.Is(err, ollamaapi.ErrModelRequired):
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, err.Error(), "model", ""), nil
+	case errors.As(err, &teiDecode) && teiDecode.Syntax:
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, teiDecode.Message, "", ""), nil
+	case errors.As(err, &teiDecode):
+		return http.StatusUnprocessableEntity, openai.NewError(openai.TypeInvalidRequest, teiDecode.Message, "", ""), nil
+	case errors.As(err, &teiInvalid) && teiInvalid.Type == teiapi.TypeEmpty:
+		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, teiInvalid.Message, "", routing.CodeEmptyInput), nil
+	case errors.As(err, &teiInvalid):
+		return http.StatusUnprocessableEntity, openai.NewError(openai.TypeInvalidRequest, teiInvalid.Message, "", routing.CodeInvalidValue), nil
 	case errors.As(err, &inputErr):
 		return http.StatusBadRequest, openai.NewError(openai.TypeInvalidRequest, inputErr.Message, inputErr.Param, inputErr.Code), nil
 	case errors.As(err, &tooLarge):
@@ -102,6 +124,88 @@ func errorResponse(err error) (int, openai.ErrorBody, http.Header) {
 	return http.StatusInternalServerError, openai.NewError(openai.TypeServer, "The server had an error while processing your request; the server log has the cause.", "", "internal_error"), nil
 }
 
+// dialect is the API whose error shape and statuses a request is answered in:
+// OpenAI's envelope everywhere, except Ollama's routes and TEI's embed shape.
+type dialect int
+
+const (
+	dialectOpenAI dialect = iota
+	dialectOllama         // {"error": "..."}, Ollama's statuses
+	dialectTEI            // {"error": "...", "error_type": "..."}, TEI's statuses
+)
+
+// dialectOf is the request's dialect: the one its handler set (POST /embed is TEI's
+// once its body holds "inputs"), else Ollama's for the /api/ routes and TEI's for
+// POST /, so that refusals before the handler (401, 413, 429) are in the shape
+// the client reads too.
+func dialectOf(c *gin.Context) dialect {
+	if d, ok := c.Get(ctxDialect); ok {
+		return d.(dialect)
+	}
+	switch p := c.Request.URL.Path; {
+	case strings.HasPrefix(p, "/api/"):
+		return dialectOllama
+	case p == "/" && c.Request.Method == http.MethodPost:
+		return dialectTEI
+	}
+	return dialectOpenAI
+}
+
+// dialectError turns errorResponse's answer into d's: the status the original
+// server uses for the same refusal, and its body, in its words where it has its
+// own (the body keeps the cause of errorResponse's message otherwise).
+//
+// Ollama answers a full queue 503 (not 429) and an input over the context, with
+// truncate false, 400 "the input length exceeds the context length". TEI answers
+// validation errors 422, an empty input 400 ("Empty"), overload 429
+// ("Overloaded"), an unready model 503 ("Unhealthy") and a backend failure 424
+// ("Backend").
+func dialectError(d dialect, err error, status int, body openai.ErrorBody) (int, any) {
+	msg := body.Error.Message
+	overloaded := status == http.StatusTooManyRequests
+	var inputErr *routing.InputError
+	isInput := errors.As(err, &inputErr)
+	switch d {
+	case dialectOllama:
+		if overloaded {
+			status = http.StatusServiceUnavailable
+		}
+		if isInput && inputErr.Code == routing.CodeContextLength {
+			msg = "the input length exceeds the context length"
+		}
+		return status, ollamaapi.ErrorBody{Error: msg}
+	case dialectTEI:
+		typ := teiapi.TypeValidation
+		var teiInvalid *teiapi.ValidationError
+		switch {
+		case errors.As(err, &teiInvalid):
+			typ = teiInvalid.Type
+		case overloaded:
+			typ, msg = teiapi.TypeOverloaded, "Model is overloaded"
+		case status == http.StatusServiceUnavailable:
+			typ = teiapi.TypeUnhealthy
+		case status == http.StatusInternalServerError:
+			status, typ = http.StatusFailedDependency, teiapi.TypeBackend
+		case status > http.StatusInternalServerError:
+			typ = teiapi.TypeBackend
+		case isInput:
+			status = http.StatusUnprocessableEntity
+			switch {
+			case inputErr.Code == routing.CodeEmptyInput:
+				status, typ, msg = http.StatusBadRequest, teiapi.TypeEmpty, "Input validation error: `inputs` cannot be empty"
+			case inputErr.Code == routing.CodeContextLength && inputErr.Tokens > 0:
+				msg = fmt.Sprintf("Input validation error: `inputs` must have less than %d tokens. Given: %d", inputErr.Limit, inputErr.Tokens)
+			case inputErr.Code == routing.CodeTooManyInputs:
+				msg = fmt.Sprintf("batch size %d > maximum allowed batch size %d", inputErr.Tokens, inputErr.Limit)
+			default:
+				msg = "Input validation error: " + msg
+			}
+		}
+		return status, teiapi.ErrorBody{Error: msg, ErrorType: typ}
+	}
+	return status, body
+}
+
 func writeError(c *gin.Context, err error) {
 	status, body, header := errorResponse(err)
 	for k, v := range header {
@@ -116,6 +220,19 @@ func writeError(c *gin.Context, err error) {
 		c.Writer.Header().Set("Connection", "close")
 	}
 	c.Set(ctxError, err.Error())
+	d := dialectOf(c)
+	status, out := dialectError(d, err, status, body)
 	recordError(c, err, status, body)
-	c.AbortWithStatusJSON(status, body)
+	if d == dialectOpenAI {
+		c.AbortWithStatusJSON(status, out)
+		return
+	}
+	// Written as Ollama's and TEI's servers write them: "<" and ">" as they are,
+	// not escaped for HTML as gin's JSON does.
+	var buf bytes.Buffer
+	je := json.NewEncoder(&buf)
+	je.SetEscapeHTML(false)
+	_ = je.Encode(out) // the bodies are plain structs of strings
+	c.Abort()
+	c.Data(status, "application/json; charset=utf-8", bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }

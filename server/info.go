@@ -2,11 +2,13 @@ package server
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/teiapi"
 )
 
 // ModelInfo describes one served model in GET /info. A list, so that a server with
@@ -22,6 +24,26 @@ type ModelInfo struct {
 	// OutputTypes are the accepted encoding_format values; the server fills them.
 	OutputTypes []string `json:"output_types"`
 	routing.Limits
+	// File describes the GGUF, for the Ollama probes (GET /api/tags, POST
+	// /api/show) and TEI's /info keys; zero values where unknown.
+	File ModelFile `json:"-"`
+}
+
+// ModelFile is what the Ollama and TEI APIs report about a model's file.
+type ModelFile struct {
+	// Size is the file's size in bytes, Modified its modification time.
+	Size     int64
+	Modified time.Time
+	// Digest returns the file's sha256 in hex ("" while unknown): /api/tags's
+	// digest. A function because a large file's hash may still be computing.
+	Digest func() string
+	// Architecture is general.architecture ("qwen3"), FileType the weight type
+	// ("F16", "Q8_0"), Parameters the parameter count, ContextLength the
+	// training context.
+	Architecture  string
+	FileType      string
+	Parameters    int64
+	ContextLength int
 }
 
 // Info is the body of GET /info, besides what the server adds itself (its own
@@ -32,13 +54,18 @@ type Info struct {
 	Device string `json:"device"`
 }
 
-// infoBody is GET /info's answer.
+// infoBody is GET /info's answer: embed-stack's keys, TEI's beside them (of the
+// first embedding model; none without one), and the build.
 type infoBody struct {
 	Models []ModelInfo  `json:"models"`
 	Device string       `json:"device"`
 	Limits serverLimits `json:"limits"`
+	*teiInfo
 	buildinfo.Info
 }
+
+// teiInfo names teiapi.Info apart from buildinfo.Info, so both embed in infoBody.
+type teiInfo = teiapi.Info
 
 // serverLimits are the HTTP-edge limits (per-model limits are in ModelInfo).
 type serverLimits struct {
@@ -72,6 +99,8 @@ func (s *Server) info(c *gin.Context) {
 			RequestTimeoutSeconds: s.Config.RequestTimeout.Seconds(),
 		},
 		Info: buildinfo.Get(),
+		// TEI's sha and docker_label are its build's; ours are commit and none.
+		teiInfo: s.teiInfo(),
 	})
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +34,9 @@ func documentedServer(e *fakeEmbedder, ready bool, cfg Config) *Server {
 			_, _ = io.WriteString(w, "# metrics\n")
 		}),
 		Info: Info{Device: "cpu", Models: []ModelInfo{{ID: "qwen3-embedding-0.6b", Aliases: []string{"alias"}, Task: "embedding", Pooling: "last",
-			Limits: routing.Limits{Dim: 3, MinDimensions: 1, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096}}}},
+			Limits: routing.Limits{Dim: 3, MinDimensions: 1, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096},
+			File: ModelFile{Size: 1 << 20, Modified: time.Unix(1700000000, 0), Digest: func() string { return strings.Repeat("ab", 32) },
+				Architecture: "qwen3", FileType: "F16", Parameters: 595776512, ContextLength: 32768}}}},
 	}
 }
 
@@ -151,6 +154,28 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/rerank", "", `{"query":"q","texts":["a"],"raw_scores":true}`, 200, reranker, nil},
 		{"POST", "/rerank", "", `{"query":"q","texts":["a"],"truncate":true}`, 400, reranker, nil},
 		{"POST", "/rerank", "", `{"query":"q","texts":["a"]}`, 404, ready, nil},
+		{"POST", "/embed", "", `{"inputs":"a"}`, 200, ready, nil},
+		{"POST", "/embed", "", `{"inputs":["a","b"],"normalize":false,"prompt_name":"query","truncate":true,"truncation_direction":"left","dimensions":2}`, 200, ready, nil},
+		{"POST", "/embed", "", `{"inputs":[]}`, 400, ready, nil},
+		{"POST", "/embed", "", `{"inputs":"a","texts":["a"]}`, 422, ready, nil},
+		{"POST", "/embed", "", `{"inputs":"a"}`, 424, documentedServer(&fakeEmbedder{err: errors.New("engine")}, true, Config{}), nil},
+		{"POST", "/embed", "", `{"inputs":"a"}`, 503, failing, nil},
+		{"POST", "/", "", `{"inputs":["a"]}`, 200, ready, nil},
+		{"POST", "/", "", `{"inputs":1}`, 422, ready, nil},
+		{"POST", "/", "", `{"inputs":`, 400, ready, nil},
+		{"POST", "/", "", `{"inputs":"a"}`, 401, keyed, nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":["a","b"]}`, 200, ready, nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":""}`, 200, ready, nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":[1]}`, 400, ready, nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":"a"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":"a"}`, 503, failing, nil},
+		{"POST", "/api/embed", "", `{"model":"m","input":"a"}`, 401, keyed, nil},
+		{"POST", "/api/embeddings", "", `{"model":"m","prompt":"a"}`, 200, ready, nil},
+		{"POST", "/api/embeddings", "", `{"prompt":"a"}`, 400, ready, nil},
+		{"GET", "/api/tags", "", "", 200, ready, nil},
+		{"GET", "/api/version", "", "", 200, ready, nil},
+		{"POST", "/api/show", "", `{"model":"qwen3-embedding-0.6b"}`, 200, ready, nil},
+		{"POST", "/api/show", "", `{}`, 400, ready, nil},
 		{"GET", "/health", "", "", 200, ready, nil},
 		{"GET", "/health", "", "", 200, onGPU, nil},
 		{"GET", "/health", "", "", 503, unhealthy, nil},
@@ -198,7 +223,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			t.Errorf("%s: %v\nbody: %s", name, err, w.Body)
 		}
 	}
-	for _, schema := range []string{"RerankResponse", "RerankResult", "TEIRerankResult", "EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Device", "Error"} {
+	for _, schema := range []string{"RerankResponse", "RerankResult", "TEIRerankResult", "EmbeddingResponse", "Embedding", "EmbedResponse", "TokenizeResponse", "TokenizeResult", "Model", "ModelList", "ModelInfo", "Info", "Status", "Device", "Error",
+		"OllamaError", "TEIError", "OllamaEmbedResponse", "OllamaEmbeddingResponse", "OllamaModel", "OllamaModelDetails", "OllamaTags", "OllamaShowResponse", "OllamaVersion"} {
 		for _, p := range served.Properties(schema) {
 			if !served.Seen[schema+"."+p] {
 				t.Errorf("%s.%s is documented but no answer carried it", schema, p)

@@ -175,7 +175,14 @@ func (s *Server) Handler() http.Handler {
 	r.POST("/v1/embeddings", s.readRequestBody(), s.admit(), s.embeddings)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/:model", s.getModel)
-	r.POST("/embed", s.readRequestBody(), s.admit(), s.nativeEmbed)
+	r.POST("/embed", s.readRequestBody(), s.admit(), s.embed) // TEI's shape or the native one (tei.go)
+	r.POST("/", s.readRequestBody(), s.admit(), s.teiEmbed)   // TEI serves embed at its root too
+	// Ollama's embedding API (ollama.go), and the probes its clients send.
+	r.POST("/api/embed", s.readRequestBody(), s.admit(), s.ollamaEmbed)
+	r.POST("/api/embeddings", s.readRequestBody(), s.admit(), s.ollamaEmbeddings)
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/api/tags", s.ollamaTags)
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/api/version", s.ollamaVersion)
+	r.POST("/api/show", s.readRequestBody(), s.ollamaShow)
 	r.POST("/tokenize", s.readRequestBody(), s.admit(), s.tokenize)
 	r.POST("/v1/rerank", s.readRequestBody(), s.admit(), s.rerank)
 	r.POST("/v2/rerank", s.readRequestBody(), s.admit(), s.rerank) // Cohere's v2 client; the same shape
@@ -290,5 +297,6 @@ const (
 	ctxTokens    = "tokens"
 	ctxError     = "error"
 	ctxErrorCode = "error_code"
-	ctxModel     = "model" // the request's *Model, once resolved (useModel)
+	ctxModel     = "model"   // the request's *Model, once resolved (useModel)
+	ctxDialect   = "dialect" // the request's dialect, when its handler decides it (errors.go)
 )

@@ -267,10 +267,11 @@ func (ms *servedModels) registry() []server.Model {
 }
 
 // info is GET /info's list of the models.
-func (ms *servedModels) info() []server.ModelInfo {
+func (ms *servedModels) info(logger *slog.Logger) []server.ModelInfo {
 	out := make([]server.ModelInfo, len(ms.list))
 	for i, m := range ms.list {
-		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: m.eng.facts.TaskName(), Pooling: "last", Limits: m.router.Limits()}
+		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: m.eng.facts.TaskName(), Pooling: "last", Limits: m.router.Limits(),
+			File: modelFile(m.eng.modelPath, logger)}
 	}
 	return out
 }

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/embed-stack/embed-stack/openai"
+	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/teiapi"
+)
+
+// embed serves POST /embed in two shapes, told apart by the field the body holds:
+// TEI's ("inputs") and the seed system's native one ("texts"). A body with both is
+// refused: which one the caller meant is a guess.
+func (s *Server) embed(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	if !teiapi.IsEmbedRequest(body) {
+		s.nativeEmbed(c)
+		return
+	}
+	c.Set(ctxDialect, dialectTEI)
+	var fields map[string]any
+	if openai.CheckUTF8(body, "inputs", teiItem) == nil && json.Unmarshal(body, &fields) == nil && fields["texts"] != nil {
+		writeError(c, &teiapi.ValidationError{Type: teiapi.TypeValidation,
+			Message: "Input validation error: send `inputs` (text-embeddings-inference's shape) or `texts` (the native one), not both"})
+		return
+	}
+	s.teiEmbed(c)
+}
+
+func teiItem(i int) string { return "inputs[" + strconv.Itoa(i) + "]" }
+
+// teiEmbed serves TEI's embed: POST /embed with "inputs", and POST /, where TEI
+// serves the same for an embedding model (huggingface_hub's InferenceClient posts
+// to the base URL). The answer is a JSON array of vectors; "normalize": false
+// returns them as the model pooled them (cut to "dimensions"), "prompt_name"
+// "query" makes the inputs queries (Qwen3-Embedding's sentence-transformers
+// prompts), "truncate" with "truncation_direction" cuts long inputs. Errors are
+// TEI's {"error","error_type"} with its statuses (dialectError).
+func (s *Server) teiEmbed(c *gin.Context) {
+	c.Set(ctxDialect, dialectTEI)
+	body, err := s.readBody(c)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	req, err := teiapi.DecodeEmbed(body)
+	if err == nil {
+		err = openai.CheckUTF8(body, "inputs", teiItem)
+	}
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	m, err := s.pick("", "", taskEmbed)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	rreq := &routing.Request{
+		Texts:      req.Inputs,
+		InputType:  firstNonEmpty(req.PromptName, c.GetHeader(headerInputType)),
+		Dimensions: req.Dimensions,
+		Raw:        !req.Normalize,
+		InputField: "inputs",
+	}
+	if info := s.modelInfo(m.ID); info != nil && req.Dimensions > info.Dim {
+		writeError(c, &teiapi.ValidationError{Type: teiapi.TypeValidation, Message: "Input validation error: `dimensions` should be smaller than the maximum embedding dimension."})
+		return
+	}
+	if req.Truncate != nil && *req.Truncate {
+		rreq.Truncate = routing.TruncateEnd
+		if req.TruncateLeft {
+			rreq.Truncate = routing.TruncateStart
+		}
+	}
+	c.Set(ctxInputs, len(req.Inputs))
+	res, err := m.Embedder.Embed(useModel(c, m), rreq)
+	if err != nil {
+		writeError(c, err)
+		return
+	}
+	c.Set(ctxTokens, res.Tokens)
+	c.Header("X-Compute-Tokens", strconv.Itoa(res.Tokens))
+	c.Data(http.StatusOK, "application/json", teiapi.AppendEmbeddings(make([]byte, 0, responseSizeHint(res.Vectors, false)), res.Vectors, openai.AppendFloats))
+}
+
+// teiInfo is TEI's GET /info keys for the first embedding model, which /info
+// carries beside its own (TEI serves one model).
+func (s *Server) teiInfo() *teiapi.Info {
+	var m *ModelInfo
+	for i := range s.Info.Models {
+		if s.Info.Models[i].Task == "embedding" {
+			m = &s.Info.Models[i]
+			break
+		}
+	}
+	if m == nil {
+		return nil
+	}
+	info := &teiapi.Info{
+		ModelID:               m.ID,
+		ModelDtype:            teiDtype(m.File.FileType),
+		ModelType:             teiapi.ModelType{Embedding: &teiapi.EmbeddingModel{Pooling: m.Pooling}},
+		MaxConcurrentRequests: s.Config.MaxConcurrentRequests,
+		MaxInputLength:        m.MaxInputTokens,
+		MaxBatchTokens:        m.MaxTotalTokens,
+		MaxClientBatchSize:    m.MaxInputs,
+		TokenizationWorkers:   1,
+	}
+	if m.File.Digest != nil {
+		if d := m.File.Digest(); d != "" {
+			info.ModelSHA = &d
+		}
+	}
+	return info
+}
+
+// teiDtype names a GGUF weight type as TEI's model_dtype does ("float16",
+// "float32", "bfloat16"); a quantized type keeps its GGUF name ("q8_0").
+func teiDtype(fileType string) string {
+	switch fileType {
+	case "F16":
+		return "float16"
+	case "F32":
+		return "float32"
+	case "BF16":
+		return "bfloat16"
+	case "":
+		return "unknown"
+	}
+	return strings.ToLower(fileType)
+}
