@@ -173,8 +173,9 @@ type EmbedResponse struct {
 // AppendJSON appends the answer. An empty answer (no inputs) carries only model
 // and embeddings, as Ollama's does.
 func (r *EmbedResponse) AppendJSON(dst []byte) []byte {
+	model, _ := json.Marshal(r.Model) // a string always marshals
 	dst = append(dst, `{"model":`...)
-	dst = strconv.AppendQuote(dst, r.Model)
+	dst = append(dst, model...)
 	dst = append(dst, `,"embeddings":[`...)
 	for i, v := range r.Embeddings {
 		if i > 0 {
