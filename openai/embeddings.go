@@ -254,6 +254,12 @@ type EmbeddingResponse struct {
 	Quantized    [][]byte
 	Signed       bool
 	PromptTokens int
+	// Cached adds usage.prompt_tokens_details.cached_tokens, the tokens of the
+	// inputs the embedding cache answered (CachedTokens, part of PromptTokens), in
+	// the place OpenAI reports a prompt cache's; absent when the server has no
+	// cache, as OpenAI's embeddings answers have none.
+	Cached       bool
+	CachedTokens int
 }
 
 // AppendJSON appends the response as JSON. It is written by hand because
@@ -291,6 +297,11 @@ func (r *EmbeddingResponse) AppendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(r.PromptTokens), 10)
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(r.PromptTokens), 10)
+	if r.Cached {
+		dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(r.CachedTokens), 10)
+		dst = append(dst, '}')
+	}
 	dst = append(dst, "}}"...)
 	return dst
 }

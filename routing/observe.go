@@ -35,6 +35,7 @@ const (
 type metricOpts struct {
 	warm, ephemeral []metric.AddOption    // route="warm", route="ephemeral"
 	model           []metric.RecordOption // the model label alone (or nothing)
+	modelAdd        []metric.AddOption    // the same, for counters
 }
 
 func newMetricOpts(model string) metricOpts {
@@ -49,6 +50,7 @@ func newMetricOpts(model string) metricOpts {
 		warm:      route(routeWarm),
 		ephemeral: route(routeEphemeral),
 		model:     []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(labels...))},
+		modelAdd:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(labels...))},
 	}
 }
 
@@ -92,6 +94,10 @@ func endTokenize(st stage.Stage, inputs, tokens int, err error) {
 type routeCounts struct {
 	warmInputs, warmTokens           int
 	ephemeralInputs, ephemeralTokens int
+	// cached says the cache was consulted; cachedInputs and cachedTokens are what
+	// it answered (run), which no worker saw.
+	cached                     bool
+	cachedInputs, cachedTokens int
 }
 
 // countRoutes splits seqs as Embed routes them.
@@ -143,7 +149,7 @@ func (r *Router) recordSuccess(ctx context.Context, st stage.Stage, c routeCount
 	if c.ephemeralTokens > 0 {
 		tokensTotal.Add(ctx, int64(c.ephemeralTokens), r.metrics.ephemeral...)
 	}
-	inputs, tokens := c.warmInputs+c.ephemeralInputs, c.warmTokens+c.ephemeralTokens
+	inputs, tokens := c.warmInputs+c.ephemeralInputs+c.cachedInputs, c.warmTokens+c.ephemeralTokens+c.cachedTokens
 	requestInputs.Record(ctx, int64(inputs), r.metrics.model...)
 	requestTokens.Record(ctx, int64(tokens), r.metrics.model...)
 	if st.Recording() {
@@ -151,6 +157,9 @@ func (r *Router) recordSuccess(ctx context.Context, st stage.Stage, c routeCount
 			attribute.Int("embed_stack.inputs", inputs),
 			attribute.Int("embed_stack.tokens", tokens),
 			attribute.Int("embed_stack.dimensions", dims))
+		if c.cached {
+			st.SetAttributes(attribute.Int("embed_stack.cached_tokens", c.cachedTokens))
+		}
 	}
 }
 

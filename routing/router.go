@@ -245,6 +245,11 @@ type Result struct {
 	Vectors [][]float32
 	// Tokens is the number of tokens embedded: wrapping and EOS included.
 	Tokens int
+	// Cached says the router has a cache and consulted it; CachedTokens are the
+	// tokens of the inputs it answered (counted in Tokens too), as OpenAI's
+	// usage.prompt_tokens_details.cached_tokens reports a prompt cache's.
+	Cached       bool
+	CachedTokens int
 }
 
 // Router runs requests. Its fields are set once before use; it is then safe for
@@ -259,6 +264,11 @@ type Router struct {
 	// Long takes each longer input alone. When nil, those inputs are refused with
 	// a 400 that names the warm limit.
 	Long SingleBackend
+	// Cache, when set, answers sequences embedded before (cache.go) under
+	// Identity, the model file's identity (its sha256); while Identity returns ""
+	// (the file is still being hashed), or when it is nil, the cache is skipped.
+	Cache    *Cache
+	Identity func() string
 
 	initOnce sync.Once
 	warm     Backend    // Warm, behind the batcher when Config.BatchWindow > 0
@@ -517,14 +527,14 @@ func (r *Router) Embed(ctx context.Context, req *Request) (_ *Result, err error)
 	}
 	norm.End(nil)
 	r.recordSuccess(ctx, st, counts, dims)
-	return &Result{Vectors: out, Tokens: tokens}, nil
+	return &Result{Vectors: out, Tokens: tokens, Cached: counts.cached, CachedTokens: counts.cachedTokens}, nil
 }
 
-// run sends seqs to the workers, the short ones to the warm worker in chunks and
-// each long one to its own ephemeral worker, all at once, and returns each
+// compute sends seqs to the workers, the short ones to the warm worker in chunks
+// and each long one to its own ephemeral worker, all at once, and returns each
 // sequence's raw output in order, the routing decision and the tokens sent. The
 // first failure cancels the rest.
-func (r *Router) run(ctx context.Context, seqs [][]int32) ([][]float32, routeCounts, int, error) {
+func (r *Router) compute(ctx context.Context, seqs [][]int32) ([][]float32, routeCounts, int, error) {
 	r.init()
 	_, route := stage.Start(ctx, tracer, "routing.route")
 	raw := make([][]float32, len(seqs))

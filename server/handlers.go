@@ -54,7 +54,7 @@ func (s *Server) embeddings(c *gin.Context) {
 	if model == "" {
 		model = m.ID
 	}
-	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.Base64, PromptTokens: res.Tokens}
+	resp := openai.EmbeddingResponse{Model: model, Vectors: res.Vectors, Base64: req.Base64, PromptTokens: res.Tokens, Cached: res.Cached, CachedTokens: res.CachedTokens}
 	quantizeResponse(&resp, req.OutputType)
 	writeEmbeddings(ctx, c, &resp)
 }

@@ -130,6 +130,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"int8"}`, 200, ready, nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a","output_dtype":"ubinary"}`, 200, ready, nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a","encoding_format":"base64","embedding_types":["binary"]}`, 200, ready, nil},
+		{"POST", "/v1/embeddings", "", `{"input":["a","b"]}`, 200, documentedServer(&fakeEmbedder{cached: true}, true, Config{}), nil},
 		{"POST", "/v1/embeddings", "", `{"input":[]}`, 400, ready, nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
 		{"POST", "/v1/embeddings", "", `{"input":"a"}`, 401, keyed, nil},

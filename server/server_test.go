@@ -26,6 +26,8 @@ func init() { gin.SetMode(gin.TestMode) }
 type fakeEmbedder struct {
 	last *routing.Request
 	err  error
+	// cached, when set, answers as a router with a cache whose hits were 3 tokens.
+	cached bool
 }
 
 func (f *fakeEmbedder) Embed(_ context.Context, req *routing.Request) (*routing.Result, error) {
@@ -35,6 +37,9 @@ func (f *fakeEmbedder) Embed(_ context.Context, req *routing.Request) (*routing.
 	}
 	n := len(req.Texts) + len(req.TokenIDs)
 	res := &routing.Result{Tokens: 7 * n}
+	if f.cached {
+		res.Cached, res.CachedTokens = true, 3
+	}
 	for i := range n {
 		res.Vectors = append(res.Vectors, []float32{float32(i), 0.5, -0.25})
 	}
@@ -72,6 +77,15 @@ func do(h http.Handler, method, path, body string, header map[string]string) *ht
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	return w
+}
+
+// With the embedding cache on, usage says how many tokens it answered, where
+// OpenAI reports a prompt cache's.
+func TestEmbeddingsCachedTokens(t *testing.T) {
+	w := do(newTestServer(Config{}, &fakeEmbedder{cached: true}, true), "POST", "/v1/embeddings", `{"input":["a","b"]}`, nil)
+	if want := `"usage":{"prompt_tokens":14,"total_tokens":14,"prompt_tokens_details":{"cached_tokens":3}}}`; !strings.HasSuffix(w.Body.String(), want) {
+		t.Fatalf("body %s, want it to end %s", w.Body, want)
+	}
 }
 
 func TestEmbeddingsFloatAndBase64(t *testing.T) {
