@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -212,8 +212,8 @@ vet:
 # EMBED_STACK_REQUIRE_E2E=1 turns "model or binary missing" from a skip into a
 # failure. Then the node clients (openai, @langchain/openai) and the Python ones
 # (openai, langchain-openai, llama-index, litellm) against the binary, and
-# the Cohere SDK against a reranker.
-test: build models vet test-pure test-tokenizers fuzz test-go test-node test-openapi test-python test-cohere
+# the Cohere SDK against a reranker, and the clients of Ollama's and TEI's APIs.
+test: build models vet test-pure test-tokenizers fuzz test-go test-node test-openapi test-python test-cohere test-integrations
 
 E2E_PKGS     = $(shell $(GO) list -find ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -321,6 +321,24 @@ $(COHERE_VENV)/installed: $(COHERE_REQS)
 test-cohere: build models $(COHERE_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_COHERE_PYTHON=$(CURDIR)/$(COHERE_VENV)/bin/python \
 		$(GO) test -count=1 -timeout 5m -run '^TestCohereClient$$' -v ./conformance/
+
+# The integration clients' suite (conformance/integrations, pytest): Ollama's clients
+# (ollama, langchain-ollama, llama-index-embeddings-ollama, Chroma's embedding
+# functions) and TEI's (huggingface_hub, Haystack), with the Python blocks of
+# docs/clients.md that use them, against the real binary. Its own virtual environment
+# of the pinned packages of its requirements.txt, created on first use and again when
+# that file changes: chromadb's dependencies conflict with $(VENV)'s.
+INTEG_VENV ?= .cache/venv-integrations
+INTEG_REQS := conformance/integrations/requirements.txt
+
+$(INTEG_VENV)/installed: $(INTEG_REQS)
+	rm -rf $(INTEG_VENV)
+	python3 -m venv $(INTEG_VENV)
+	$(INTEG_VENV)/bin/pip install -q --disable-pip-version-check --no-compile -r $(INTEG_REQS)
+	touch $@
+
+test-integrations: build models $(INTEG_VENV)/installed
+	cd conformance/integrations && EMBED_STACK_REQUIRE_E2E=1 $(CURDIR)/$(INTEG_VENV)/bin/python -m pytest
 
 # The worker-protocol suite (conformance/worker, documented in its doc.go) alone,
 # against the Go llama.cpp worker on the tiny model. `make test` runs it as well, as

@@ -35,7 +35,16 @@ RANK_DOCS = ["The capital of China is Beijing.", "Gravity is a force that attrac
 RANK_QUERY = "What is the capital of China?"
 
 
-def blocks():
+# Blocks that import these run in the integration clients' suite
+# (conformance/integrations), whose virtual environment holds them: their
+# dependencies conflict with this suite's. It runs them with this file's checks.
+INTEGRATION_IMPORTS = re.compile(
+    r"^\s*(?:from|import)\s+(?:ollama|langchain_ollama|llama_index\.embeddings\.ollama|chromadb|haystack|haystack_integrations|huggingface_hub)\b", re.M)
+
+
+def blocks(integrations=False):
+    """The ```python blocks of PAGES: this suite's, or with integrations=True the
+    integration clients' suite's."""
     found = []
     for page in PAGES:
         text = (ROOT / page).read_text()
@@ -43,6 +52,8 @@ def blocks():
         # Every ```python fence is a block the pattern found (none malformed).
         assert len(page_blocks) == text.count("```python\n") > 0, page
         for m in page_blocks:
+            if bool(INTEGRATION_IMPORTS.search(m.group(1))) != integrations:
+                continue
             line = text.count("\n", 0, m.start(1)) + 1
             found.append(pytest.param(page, line, m.group(1), id=f"{page}:{line}"))
     return found
