@@ -24,7 +24,7 @@ type engineConfig struct {
 	// Task is --task: auto, embed or rerank (see modelinfo.Read); "" means auto.
 	Task string
 	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
-	// last-token; see readModelFacts.
+	// last-token; see modelinfo.Read.
 	AllowPoolingMismatch bool
 	// Threads per worker; 0 means the worker's default for its device.
 	Threads int
