@@ -161,6 +161,9 @@ func TestKVBytesPerToken(t *testing.T) {
 // tokens at routing's ids; one with two of them swapped is refused, naming the
 // token, and a reranker's template tokens are checked for rerankers only.
 func TestCheckVocabulary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads Qwen3's vocabulary four times (seconds); make unit runs -short")
+	}
 	root := testrepo.RootOf(t)
 	path := filepath.Join(root, "models", "tiny.gguf")
 	if _, err := os.Stat(path); err != nil {
