@@ -252,6 +252,12 @@ func TestSetupRefusesBadEnv(t *testing.T) {
 // scrape returns the sample lines of tel's Prometheus text exposition.
 func scrape(t *testing.T, tel *Telemetry) telemetrytest.Samples {
 	t.Helper()
+	return telemetrytest.ParseSamples(exposition(t, tel))
+}
+
+// exposition returns tel's Prometheus text exposition, HELP and TYPE lines included.
+func exposition(t *testing.T, tel *Telemetry) string {
+	t.Helper()
 	h := tel.MetricsHandler()
 	if h == nil {
 		t.Fatal("no metrics handler")
@@ -261,7 +267,7 @@ func scrape(t *testing.T, tel *Telemetry) telemetrytest.Samples {
 	if w.Code != 200 {
 		t.Fatalf("GET /metrics: %d %s", w.Code, w.Body)
 	}
-	return telemetrytest.ParseSamples(w.Body.String())
+	return w.Body.String()
 }
 
 func TestMetricsHandlerServesTheGlobalMeter(t *testing.T) {
@@ -436,6 +442,11 @@ func TestObserveWorkersSeveralModels(t *testing.T) {
 			}
 		}
 		return out
+	}
+	// The HELP text says what the value of a model stopped by --keep-alive ("idle")
+	// is: 1, as docs/observability.md says (issue 27: it used to say "else 0").
+	if help := "# HELP embed_stack_warm_ready 1 while the model's warm worker takes requests, and while --keep-alive has stopped it (the next request starts it); 0 while it starts or restarts."; !strings.Contains(exposition(t, tel), help+"\n") {
+		t.Errorf("/metrics lacks the line %q", help)
 	}
 	want := []string{
 		`embed_stack_warm_restarts_total{model="small"} 1`,

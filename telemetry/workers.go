@@ -91,7 +91,7 @@ const workersScope = "github.com/embed-stack/embed-stack/telemetry"
 //	embed_stack_warm_restarts_total{model}       counter, Restarts
 //	embed_stack_warm_hang_kills_total{model}     counter, HangKills
 //	embed_stack_warm_cold_starts_total{model}    counter, WarmModel.ColdStarts
-//	embed_stack_warm_ready{model}                1 while the warm worker takes requests
+//	embed_stack_warm_ready{model}                1 while the warm worker takes requests or is stopped by --keep-alive
 //	embed_stack_workers{role,model}              live worker processes (warm, ephemeral)
 //	embed_stack_worker_rss_bytes{role,model}     their resident memory, summed per role
 //	embed_stack_ephemeral_tokens{model}          tokens held by running ephemeral workers
@@ -132,7 +132,7 @@ func (t *Telemetry) ObserveWorkers(w Workers) error {
 		return fmt.Errorf("telemetry: %w", err)
 	}
 	ready, err := m.Int64ObservableGauge("embed_stack.warm.ready",
-		metric.WithDescription("1 while the warm worker takes requests, else 0."))
+		metric.WithDescription("1 while the model's warm worker takes requests, and while --keep-alive has stopped it (the next request starts it); 0 while it starts or restarts."))
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
