@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build dist test-dist cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -213,7 +213,7 @@ vet:
 # failure. Then the node clients (openai, @langchain/openai) and the Python ones
 # (openai, langchain-openai, llama-index, litellm) against the binary, and
 # the Cohere SDK against a reranker, and the clients of Ollama's and TEI's APIs.
-test: build models vet test-pure test-tokenizers fuzz test-go test-node test-openapi test-python test-cohere test-integrations
+test: build models vet test-pure test-tokenizers fuzz test-go test-node test-openapi test-python test-cohere test-integrations test-dist
 
 E2E_PKGS     = $(shell $(GO) list -find ./... | grep -e /backends/llama -e /cmd/embed-stack -e /conformance -e /deploy/haproxy)
 UNIT_PKGS    = $(filter-out $(E2E_PKGS),$(PURE_PKGS))
@@ -386,8 +386,25 @@ cuda:
 	cmake --build $(CUDA_BUILD_DIR) --target ggml-cuda -j $(CUDA_JOBS)
 	@ls -l $(BACKEND_DIR)
 
+# Release archives, for installing without a toolchain: dist/embed-stack-VERSION-linux-ARCH.tar.gz
+# and dist/SHA256SUMS (scripts/dist.sh says what an archive holds). linux/amd64, plus
+# linux/arm64 where Debian's cross compiler is installed (apt-get install
+# g++-aarch64-linux-gnu); DIST_PLATFORMS picks others. A cold llama.cpp build per
+# platform takes about five minutes on 2 cores.
+DIST_PLATFORMS ?= linux/$(GOARCH_T) $(if $(and $(filter amd64,$(GOARCH_T)),$(shell command -v aarch64-linux-gnu-g++)),linux/arm64)
+
+dist:
+	GO=$(GO) STANDIN_INCLUDE=$(STANDIN_INCLUDE) bash scripts/dist.sh $(VERSION) $(COMMIT) $(DIST_PLATFORMS)
+
+# The archive of this host's platform, unpacked and serving the tiny model
+# (deploy/dist_test.go); part of make test.
+test-dist: build models
+	$(MAKE) dist DIST_PLATFORMS=linux/$(GOARCH_T)
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_DIST=$(CURDIR)/dist/embed-stack-$(VERSION)-linux-$(GOARCH_T).tar.gz \
+		$(GO) test -count=1 -run '^TestDistArchive$$' -v ./deploy/
+
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 # `eval "$(make -s cgo-env)"` gives a shell the same cgo flags (and so the same build
 # cache entries) as the Makefile.
