@@ -338,3 +338,35 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeDockerRun: the `docker run` lines of README.md and docs/install.md publish
+// the port the image exposes and mount a volume at the image's VOLUME, the Hugging Face
+// cache, so that a second start does not download the model again.
+func TestReadmeDockerRun(t *testing.T) {
+	final := parseDockerfile(t, readRepoFile(t, "Dockerfile"))[1]
+	got := map[string]string{}
+	for _, in := range final.instr {
+		got[in.cmd] = in.args
+	}
+	volume := regexp.MustCompile(`\["([^"]+)"\]`).FindStringSubmatch(got["VOLUME"])
+	if volume == nil {
+		t.Fatalf("Dockerfile VOLUME %q: want one path in exec form", got["VOLUME"])
+	}
+	for _, page := range []string{"README.md", "docs/install.md"} {
+		lines := regexp.MustCompile(`(?m)^docker run .*$`).FindAllString(readRepoFile(t, page), -1)
+		if len(lines) == 0 {
+			t.Errorf("%s has no docker run line", page)
+		}
+		for _, l := range lines {
+			if !strings.Contains(l, "-p 8080:"+got["EXPOSE"]) || !regexp.MustCompile(`-v [a-z-]+:`+regexp.QuoteMeta(volume[1])+`\b`).MatchString(l) {
+				t.Errorf("%s: %q does not publish port %s and mount a volume at %s", page, l, got["EXPOSE"], volume[1])
+			}
+			if !strings.HasSuffix(strings.TrimSpace(l), " embed-stack") {
+				t.Errorf("%s: %q does not run the image embed-stack that the page builds", page, l)
+			}
+		}
+		if !strings.Contains(readRepoFile(t, page), "docker build -t embed-stack .") {
+			t.Errorf("%s does not say how to build the image embed-stack", page)
+		}
+	}
+}

@@ -10,7 +10,7 @@ requests for the same texts:
 - the snippets that print (those of docs/clients.md with a file under docs/clients/)
   print each document's similarity to a query, with 4 decimals: it must be that of
   the query embedded as a query;
-- the others leave their results or clients in variables (docs/query, d/q,
+- the others leave their results or clients in variables (docs/query,
   documents/queries), compared with the raw vectors.
 
 A block this file has no check for fails, so that a new snippet gets one.
@@ -94,11 +94,6 @@ def check_readme_openai(url, code, ns):
     assert_same(query.data[0].embedding, want, "query with the snippet's instruction")
 
 
-def check_readme_langchain(url, ns):
-    assert_same(ns["d"][0], raw_vectors(url, ["A document."], input_type="document")[0], "d[0]")
-    assert_same(ns["q"], raw_vectors(url, ["what is a document?"], input_type="query")[0], "q (the :query model)")
-
-
 def check_llamaindex_objects(url, ns):
     """A snippet that only builds LlamaIndex OpenAIEmbedding objects: they must embed
     as their names say."""
@@ -115,8 +110,6 @@ def test_python_snippet(server, page, line, code):
         check_ranking(server.url, out)
     elif "from openai import" in code:
         check_readme_openai(server.url, code, ns)
-    elif "from langchain_openai import" in code:
-        check_readme_langchain(server.url, ns)
     elif "from llama_index.embeddings.openai import" in code:
         check_llamaindex_objects(server.url, ns)
     else:
