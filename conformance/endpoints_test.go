@@ -64,6 +64,8 @@ func TestModels(t *testing.T) {
 		Object  string `json:"object"`
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
+		Root    string `json:"root"`
+		Task    string `json:"task"`
 	}
 	var list struct {
 		Object string  `json:"object"`
@@ -75,8 +77,8 @@ func TestModels(t *testing.T) {
 	}
 	first := list.Data[0]
 	now := time.Now().Unix()
-	if first.ID == "" || first.Object != "model" || first.OwnedBy == "" || first.Created <= 0 || first.Created > now {
-		t.Errorf("model entry %+v: want a non-empty id, object model, an owner and a past creation time", first)
+	if first.ID == "" || first.Object != "model" || first.OwnedBy == "" || first.Created <= 0 || first.Created > now || first.Root != first.ID || first.Task != "embedding" {
+		t.Errorf("model entry %+v: want a non-empty id, object model, an owner, a past creation time, itself as root, task embedding", first)
 	}
 
 	got, err := s.client(nil).GetModel(ctx(t), first.ID)
@@ -99,6 +101,13 @@ func TestModels(t *testing.T) {
 	for _, name := range []string{"text-embedding-3-small", first.ID + ":query"} {
 		if got, err := s.client(nil).GetModel(ctx(t), name); err != nil || got.ID != name || got.Object != "model" {
 			t.Errorf("go-openai GetModel(%q) = %+v, %v; want that model", name, got, err)
+		}
+		// ... but its root says which model answers: no model of that name was loaded
+		// (issue 27).
+		var m model
+		s.do(t, http.MethodGet, "/v1/models/"+name, nil, nil).decode(t, &m)
+		if m.ID != name || m.Root != first.ID || m.Task != "embedding" {
+			t.Errorf("GET /v1/models/%s = %+v, want id %s, root %s, task embedding", name, m, name, first.ID)
 		}
 	}
 }

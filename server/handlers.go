@@ -87,7 +87,7 @@ func (s *Server) models() []openai.Model {
 	var ms []openai.Model
 	for _, m := range s.registry() {
 		for _, n := range m.names() {
-			ms = append(ms, openai.NewModel(n, s.Config.Created.Unix()))
+			ms = append(ms, openai.NewModel(n, m.ID, s.taskName(&m), s.Config.Created.Unix()))
 		}
 	}
 	return ms
@@ -102,18 +102,21 @@ func (s *Server) listModels(c *gin.Context) {
 // accepts (suffixed "m:query" forms, and any name at all where a single model is
 // served without --strict-model), so that a client which checks its model with
 // models.retrieve before embedding (the OpenAI SDKs) is not refused a model it
-// could use; the answer carries the name as asked, as /v1/embeddings echoes it.
+// could use; the answer carries the name as asked, as /v1/embeddings echoes it, and
+// in root the id of the model that answers to it: a name no model has (one model,
+// no --strict-model) is not made to look like a model loaded under that name.
 func (s *Server) getModel(c *gin.Context) {
 	name := c.Param("model")
 	base, _, err := s.splitModel(name)
+	var m *Model
 	if err == nil {
-		_, err = s.pick(base, name, taskAny)
+		m, err = s.pick(base, name, taskAny)
 	}
 	if err != nil {
 		writeError(c, modelNotFound(name))
 		return
 	}
-	c.JSON(http.StatusOK, openai.NewModel(name, s.Config.Created.Unix()))
+	c.JSON(http.StatusOK, openai.NewModel(name, m.ID, s.taskName(m), s.Config.Created.Unix()))
 }
 
 // nativeRequest is the body of POST /embed and POST /tokenize, the seed system's

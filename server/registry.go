@@ -22,6 +22,16 @@ type Model struct {
 	Reranker Reranker
 }
 
+// taskName is what m does, as /v1/models and /info name it: "rerank" or "embedding".
+// A single model given by Config rather than Models is a reranker when it has a
+// Reranker and no Embedder.
+func (s *Server) taskName(m *Model) string {
+	if m.Rerank || len(s.Models) == 0 && m.Reranker != nil && m.Embedder == nil {
+		return "rerank"
+	}
+	return "embedding"
+}
+
 // names lists the model's id and aliases, the id first.
 func (m *Model) names() []string { return append([]string{m.ID}, m.Aliases...) }
 

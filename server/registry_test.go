@@ -73,8 +73,15 @@ func TestSeveralModelsRouteByName(t *testing.T) {
 
 func TestSeveralModelsList(t *testing.T) {
 	h, _, _, _ := multiServer()
+	// root names the model that answers, task what it does (issue 27).
+	roots := map[string]string{"small": "small", "text-embedding-3-small": "small", "big:query": "big",
+		"text-embedding-3-small:Document": "small", "big": "big", "rr": "rr", "rerank-v3.5": "rr"}
 	model := func(id string) string {
-		return `{"id":"` + id + `","object":"model","created":1700000000,"owned_by":"embed-stack"}`
+		task := "embedding"
+		if roots[id] == "rr" {
+			task = "rerank"
+		}
+		return `{"id":"` + id + `","object":"model","created":1700000000,"owned_by":"embed-stack","root":"` + roots[id] + `","task":"` + task + `"}`
 	}
 	want := `{"object":"list","data":[` + model("small") + "," + model("text-embedding-3-small") + "," + model("big") + "," +
 		model("rr") + "," + model("rerank-v3.5") + `]}`

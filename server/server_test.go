@@ -203,12 +203,12 @@ func TestModelsHealthReady(t *testing.T) {
 		method, path, want string
 		status             int
 	}{
-		{"GET", "/v1/models", `{"object":"list","data":[{"id":"qwen3-embedding-0.6b","object":"model","created":1700000000,"owned_by":"embed-stack"},{"id":"alias","object":"model","created":1700000000,"owned_by":"embed-stack"}]}`, 200},
-		{"GET", "/v1/models/alias", `{"id":"alias","object":"model","created":1700000000,"owned_by":"embed-stack"}`, 200},
+		{"GET", "/v1/models", `{"object":"list","data":[{"id":"qwen3-embedding-0.6b","object":"model","created":1700000000,"owned_by":"embed-stack","root":"qwen3-embedding-0.6b","task":"embedding"},{"id":"alias","object":"model","created":1700000000,"owned_by":"embed-stack","root":"qwen3-embedding-0.6b","task":"embedding"}]}`, 200},
+		{"GET", "/v1/models/alias", `{"id":"alias","object":"model","created":1700000000,"owned_by":"embed-stack","root":"qwen3-embedding-0.6b","task":"embedding"}`, 200},
 		// A single model without --strict-model takes any name on /v1/embeddings,
 		// so GET /v1/models/{id} does too (the OpenAI SDKs' models.retrieve).
-		{"GET", "/v1/models/nope", `{"id":"nope","object":"model","created":1700000000,"owned_by":"embed-stack"}`, 200},
-		{"GET", "/v1/models/alias:query", `{"id":"alias:query","object":"model","created":1700000000,"owned_by":"embed-stack"}`, 200},
+		{"GET", "/v1/models/nope", `{"id":"nope","object":"model","created":1700000000,"owned_by":"embed-stack","root":"qwen3-embedding-0.6b","task":"embedding"}`, 200},
+		{"GET", "/v1/models/alias:query", `{"id":"alias:query","object":"model","created":1700000000,"owned_by":"embed-stack","root":"qwen3-embedding-0.6b","task":"embedding"}`, 200},
 		{"GET", "/health", `{"status":"ok"}`, 200},
 		{"GET", "/ready", `{"status":"loading"}`, 503},
 		{"GET", "/nope", `{"error":{"message":"Unknown request URL: GET /nope.","type":"invalid_request_error","param":null,"code":"not_found"}}`, 404},
