@@ -1,13 +1,18 @@
 package conformance
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
 )
@@ -19,6 +24,12 @@ type infoResponse struct {
 		ID                  string   `json:"id"`
 		Aliases             []string `json:"aliases"`
 		Task                string   `json:"task"`
+		Source              string   `json:"source"`
+		File                string   `json:"file"`
+		SizeBytes           int64    `json:"size_bytes"`
+		Quantization        string   `json:"quantization"`
+		Architecture        string   `json:"architecture"`
+		SHA256              *string  `json:"sha256"`
 		Pooling             string   `json:"pooling"`
 		OutputTypes         []string `json:"output_types"`
 		Dimensions          int      `json:"dimensions"`
@@ -83,6 +94,31 @@ func TestInfo(t *testing.T) {
 	}
 	if strings.Join(m.OutputTypes, ",") != "float,base64,int8,uint8,binary,ubinary" {
 		t.Errorf("output_types %v", m.OutputTypes)
+	}
+	// Where the served bytes came from and what they are (issue 27): --model as
+	// given, the file, the weights' type (genmodel writes F16 matrices) and, once
+	// hashed in the background, the file's sha256.
+	st, err := os.Stat(modelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Source != modelPath || m.File != filepath.Base(modelPath) || m.SizeBytes != st.Size() || m.Quantization != "F16" || m.Architecture != "qwen3" {
+		t.Errorf("model %+v: want source %s, file %s, %d bytes, F16, qwen3", m, modelPath, filepath.Base(modelPath), st.Size())
+	}
+	data, err := os.ReadFile(modelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	deadline := time.Now().Add(30 * time.Second)
+	for m.SHA256 == nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		var again infoResponse
+		s.do(t, http.MethodGet, "/info", nil, nil).decode(t, &again)
+		m = again.Models[0]
+	}
+	if m.SHA256 == nil || *m.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("sha256 %v, want %x (within 30 s of start)", m.SHA256, sum)
 	}
 	if info.Device != "cpu" || info.Limits.MaxBodyBytes != 32<<20 || info.Limits.MaxConcurrentRequests <= 0 || info.Limits.RequestTimeoutSeconds <= 0 {
 		t.Errorf("device %q limits %+v", info.Device, info.Limits)

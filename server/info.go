@@ -15,22 +15,28 @@ import (
 // several models (issue 17) reports each with its own limits.
 type ModelInfo struct {
 	// ID is the name /v1/models lists first; Aliases are the other accepted names.
-	ID      string   `json:"id"`
-	Aliases []string `json:"aliases"`
+	ID      string
+	Aliases []string
 	// Task is what the model serves: "embedding" or "rerank".
-	Task string `json:"task"`
-	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3.
-	Pooling string `json:"pooling"`
-	// OutputTypes are the accepted encoding_format values; the server fills them.
-	OutputTypes []string `json:"output_types"`
+	Task string
+	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3; for
+	// an embedding model only.
+	Pooling string
+	// Reranker describes a reranker's scoring; nil for an embedding model.
+	Reranker *RerankerInfo
 	routing.Limits
-	// File describes the GGUF, for the Ollama probes (GET /api/tags, POST
-	// /api/show) and TEI's /info keys; zero values where unknown.
-	File ModelFile `json:"-"`
+	// File describes the GGUF: GET /info's source, file, size, quantization,
+	// architecture and sha256, the Ollama probes (GET /api/tags, POST /api/show)
+	// and TEI's /info keys; zero values where unknown.
+	File ModelFile
 }
 
-// ModelFile is what the Ollama and TEI APIs report about a model's file.
+// ModelFile is what GET /info and the Ollama and TEI APIs report about a model's file.
 type ModelFile struct {
+	// Source is --model as given: a Hugging Face reference or a path. Name is the
+	// GGUF's file name.
+	Source string
+	Name   string
 	// Size is the file's size in bytes, Modified its modification time.
 	Size     int64
 	Modified time.Time
@@ -46,6 +52,71 @@ type ModelFile struct {
 	ContextLength int
 }
 
+// RerankerInfo is what GET /info says of a reranker instead of an embedding's
+// dimensions, pooling and output types, which mean nothing for one.
+type RerankerInfo struct {
+	// Head is where the two logits come from: "classifier" (the GGUF's two-row
+	// cls.output.weight, as llama.cpp converts Qwen3-Reranker) or "lm_head_rows"
+	// (the rows of yes and no of the full LM head, --task rerank).
+	Head string `json:"head"`
+	// Labels name the two logits, in order.
+	Labels []string `json:"labels"`
+	// Score says how relevance_score is computed from them.
+	Score string `json:"score"`
+}
+
+// modelBody is one model of GET /info's answer: what every model has, then an
+// embedding model's dimensions, pooling and output types, or a reranker's scoring.
+type modelBody struct {
+	ID           string   `json:"id"`
+	Aliases      []string `json:"aliases"`
+	Task         string   `json:"task"`
+	Source       string   `json:"source"`
+	File         string   `json:"file"`
+	SizeBytes    int64    `json:"size_bytes"`
+	Quantization string   `json:"quantization"`
+	Architecture string   `json:"architecture"`
+	// SHA256 is null until known.
+	SHA256 *string `json:"sha256"`
+
+	Pooling       string   `json:"pooling,omitempty"`
+	OutputTypes   []string `json:"output_types,omitempty"`
+	Dimensions    *int     `json:"dimensions,omitempty"`
+	MinDimensions *int     `json:"min_dimensions,omitempty"`
+
+	Reranker *RerankerInfo `json:"reranker,omitempty"`
+
+	MaxInputs           int `json:"max_inputs"`
+	MaxTotalTokens      int `json:"max_total_tokens"`
+	MaxInputTokens      int `json:"max_input_tokens"`
+	MaxInstructionBytes int `json:"max_instruction_bytes"`
+}
+
+func (m ModelInfo) body() modelBody {
+	f := m.File
+	b := modelBody{
+		ID: m.ID, Aliases: m.Aliases, Task: m.Task, Source: f.Source, File: f.Name, SizeBytes: f.Size,
+		Quantization: f.FileType, Architecture: f.Architecture,
+		MaxInputs: m.MaxInputs, MaxTotalTokens: m.MaxTotalTokens, MaxInputTokens: m.MaxInputTokens,
+		MaxInstructionBytes: m.MaxInstructionBytes,
+	}
+	if b.Aliases == nil {
+		b.Aliases = []string{}
+	}
+	if f.Digest != nil {
+		if h := f.Digest(); h != "" {
+			b.SHA256 = &h
+		}
+	}
+	if m.Task == "rerank" {
+		b.Reranker = m.Reranker
+		return b
+	}
+	dims, minDims := m.Dim, m.MinDimensions
+	b.Pooling, b.OutputTypes, b.Dimensions, b.MinDimensions = m.Pooling, outputTypes, &dims, &minDims
+	return b
+}
+
 // Info is the body of GET /info, besides what the server adds itself (its own
 // limits and the build). The embed-stack command fills it.
 type Info struct {
@@ -57,7 +128,7 @@ type Info struct {
 // infoBody is GET /info's answer: embed-stack's keys, TEI's beside them (of the
 // first embedding model; none without one), and the build.
 type infoBody struct {
-	Models []ModelInfo  `json:"models"`
+	Models []modelBody  `json:"models"`
 	Device string       `json:"device"`
 	Limits serverLimits `json:"limits"`
 	*teiInfo
@@ -74,21 +145,13 @@ type serverLimits struct {
 	RequestTimeoutSeconds float64 `json:"request_timeout_seconds"`
 }
 
-// info serves GET /info: the models with their dimensions and limits, the device,
-// and the build (version stamped by `make build`, commit from the Go toolchain's
-// VCS stamp, the same as `embed-stack --version` and the build_info metric).
+// info serves GET /info: each model with where its file came from and what it
+// holds, its task and limits, the device, and the build (version stamped by `make
+// build`, the same as `embed-stack --version` and the build_info metric).
 func (s *Server) info(c *gin.Context) {
-	models := make([]ModelInfo, len(s.Info.Models))
+	models := make([]modelBody, len(s.Info.Models))
 	for i, m := range s.Info.Models {
-		if m.Aliases == nil {
-			m.Aliases = []string{}
-		}
-		if m.Task == "embedding" {
-			m.OutputTypes = outputTypes
-		} else if m.OutputTypes == nil {
-			m.OutputTypes = []string{}
-		}
-		models[i] = m
+		models[i] = m.body()
 	}
 	c.JSON(http.StatusOK, infoBody{
 		Models: models,

@@ -35,8 +35,14 @@ func documentedServer(e *fakeEmbedder, ready bool, cfg Config) *Server {
 		}),
 		Info: Info{Device: "cpu", Models: []ModelInfo{{ID: "qwen3-embedding-0.6b", Aliases: []string{"alias"}, Task: "embedding", Pooling: "last",
 			Limits: routing.Limits{Dim: 3, MinDimensions: 1, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096},
-			File: ModelFile{Size: 1 << 20, Modified: time.Unix(1700000000, 0), Digest: func() string { return strings.Repeat("ab", 32) },
-				Architecture: "qwen3", FileType: "F16", Parameters: 595776512, ContextLength: 32768}}}},
+			File: ModelFile{Source: "Qwen/Qwen3-Embedding-0.6B-GGUF:f16", Name: "Qwen3-Embedding-0.6B-f16.gguf", Size: 1 << 20, Modified: time.Unix(1700000000, 0),
+				Digest: func() string { return strings.Repeat("ab", 32) }, Architecture: "qwen3", FileType: "F16", Parameters: 595776512, ContextLength: 32768}},
+			// A reranker, whose local file is not hashed yet.
+			{ID: "qwen3-reranker-0.6b", Task: "rerank",
+				Reranker: &RerankerInfo{Head: "classifier", Labels: []string{"yes", "no"}, Score: "sigmoid(logit(yes) - logit(no))"},
+				Limits:   routing.Limits{Dim: 2, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096},
+				File: ModelFile{Source: "models/reranker.gguf", Name: "reranker.gguf", Size: 639153184, Modified: time.Unix(1700000000, 0),
+					Digest: func() string { return "" }, Architecture: "qwen3", FileType: "Q8_0", Parameters: 595776512, ContextLength: 32768}}}},
 	}
 }
 
@@ -336,4 +342,35 @@ func (k *orderedKeys) UnmarshalJSON(b []byte) error {
 	}
 	*k = o.keys
 	return nil
+}
+
+// GET /info: an embedding model has its dimensions, pooling and output types, a
+// reranker its scoring instead; sha256 is null until known (issue 27).
+func TestInfoPerModel(t *testing.T) {
+	h := documentedServer(&fakeEmbedder{}, true, Config{}).Handler()
+	w := do(h, "GET", "/info", "", nil)
+	var body struct {
+		Models []map[string]any `json:"models"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || len(body.Models) != 2 {
+		t.Fatalf("GET /info: %d %s (%v)", w.Code, w.Body, err)
+	}
+	emb, rr := body.Models[0], body.Models[1]
+	for _, k := range []string{"dimensions", "min_dimensions", "pooling", "output_types"} {
+		if _, ok := emb[k]; !ok {
+			t.Errorf("the embedding model has no %s: %v", k, emb)
+		}
+		if _, ok := rr[k]; ok {
+			t.Errorf("the reranker has %s, which means nothing for one: %v", k, rr)
+		}
+	}
+	if _, ok := emb["reranker"]; ok {
+		t.Errorf("the embedding model has reranker: %v", emb)
+	}
+	if emb["sha256"] != strings.Repeat("ab", 32) || rr["sha256"] != nil {
+		t.Errorf("sha256 %v and %v, want the known one and null", emb["sha256"], rr["sha256"])
+	}
+	if fmt.Sprint(rr["reranker"]) != "map[head:classifier labels:[yes no] score:sigmoid(logit(yes) - logit(no))]" || rr["quantization"] != "Q8_0" || rr["source"] != "models/reranker.gguf" {
+		t.Errorf("reranker %v", rr)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -266,14 +267,35 @@ func (ms *servedModels) registry() []server.Model {
 	return out
 }
 
-// info is GET /info's list of the models.
+// info is GET /info's list of the models: each with its source, file and task
+// (modelFile hashes the file in the background).
 func (ms *servedModels) info(logger *slog.Logger) []server.ModelInfo {
 	out := make([]server.ModelInfo, len(ms.list))
 	for i, m := range ms.list {
-		out[i] = server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: m.eng.facts.TaskName(), Pooling: "last", Limits: m.router.Limits(),
-			File: modelFile(m.eng.modelPath, logger)}
+		facts := m.eng.facts
+		file := modelFile(m.eng.modelPath, logger)
+		file.Source, file.Name = m.entry.ref, filepath.Base(m.eng.modelPath)
+		info := server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: facts.TaskName(), Limits: m.router.Limits(), File: file}
+		if facts.Rerank {
+			info.Reranker = rerankerInfo(facts)
+		} else {
+			info.Pooling = "last"
+		}
+		out[i] = info
 	}
 	return out
+}
+
+// rerankerInfo says how a reranker scores a pair (docs/rerank.md).
+func rerankerInfo(f *modelinfo.Facts) *server.RerankerInfo {
+	r := &server.RerankerInfo{Head: "lm_head_rows", Labels: []string{"yes", "no"}, Score: "sigmoid(logit(yes) - logit(no)), P(yes) as the model card computes it"}
+	if f.Shape.HasClassifier {
+		r.Head = "classifier"
+		if len(f.Shape.ClassifierLabels) > 0 {
+			r.Labels = f.Shape.ClassifierLabels
+		}
+	}
+	return r
 }
 
 // warmModels describes each model's warm worker and ephemeral admission to the

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -204,22 +205,35 @@ func TestServeSeveralModels(t *testing.T) {
 		}
 	}
 
-	// GET /info describes every model, with its aliases and task (dimensions is the
-	// GGUF's width, the reranker's too: both tiny models are as wide).
+	// GET /info describes every model, with its aliases, task and file; a reranker
+	// has its scoring instead of an embedding's dimensions and pooling (issue 27).
 	code, raw := call(t, s.URL+"/info", "")
 	var info struct {
 		Models []struct {
-			ID      string   `json:"id"`
-			Aliases []string `json:"aliases"`
-			Task    string   `json:"task"`
-			Dim     int      `json:"dimensions"`
+			ID       string          `json:"id"`
+			Aliases  []string        `json:"aliases"`
+			Task     string          `json:"task"`
+			Dim      int             `json:"dimensions"`
+			Pooling  string          `json:"pooling"`
+			File     string          `json:"file"`
+			Reranker json.RawMessage `json:"reranker"`
 		} `json:"models"`
 	}
 	if code != 200 || json.Unmarshal([]byte(raw), &info) != nil {
 		t.Fatalf("GET /info: %d %s", code, raw)
 	}
-	if got, want := fmt.Sprintf("%+v", info.Models), fmt.Sprintf("[{ID:small Aliases:[text-embedding-3-small] Task:embedding Dim:%d} {ID:big Aliases:[] Task:embedding Dim:%d} {ID:rr Aliases:[] Task:rerank Dim:%d}]", len(want[0]), len(want[0]), len(want[0])); got != want {
-		t.Errorf("GET /info models %s\nwant %s", got, want)
+	var infoLines []string
+	for _, m := range info.Models {
+		infoLines = append(infoLines, fmt.Sprintf("%s %v %s dimensions=%d pooling=%q file=%s reranker=%s", m.ID, m.Aliases, m.Task, m.Dim, m.Pooling, m.File, m.Reranker))
+	}
+	dim := len(want[0])
+	wantInfo := []string{
+		fmt.Sprintf(`small [text-embedding-3-small] embedding dimensions=%d pooling="last" file=tiny.gguf reranker=`, dim),
+		fmt.Sprintf(`big [] embedding dimensions=%d pooling="last" file=tiny.gguf reranker=`, dim),
+		`rr [] rerank dimensions=0 pooling="" file=tiny-reranker.gguf reranker={"head":"classifier","labels":["yes","no"],"score":"sigmoid(logit(yes) - logit(no)), P(yes) as the model card computes it"}`,
+	}
+	if !slices.Equal(infoLines, wantInfo) {
+		t.Errorf("GET /info models\n%s\nwant\n%s", strings.Join(infoLines, "\n"), strings.Join(wantInfo, "\n"))
 	}
 
 	// GET /metrics tells the models apart (issue 17): each request counts under the
