@@ -283,7 +283,7 @@ test-node: build models
 # only the modules a test imports, when it imports them, instead of all of litellm's
 # and llama-index's at install). tiktoken's cl100k_base file, which LangChain needs
 # and tiktoken would download, is written from the vocabulary the server itself
-# decodes token ids with (tools/tiktoken-cl100k).
+# decodes token ids with (`embed-stack tiktoken-cache`, docs/clients.md).
 VENV         ?= .cache/venv
 PY_REQS      := conformance/python/requirements.txt
 TIKTOKEN_DIR := .cache/tiktoken
@@ -295,7 +295,7 @@ $(VENV)/installed: $(PY_REQS)
 	touch $@
 
 test-python: build models $(VENV)/installed
-	$(GO) run ./tools/tiktoken-cl100k -dir $(TIKTOKEN_DIR) >/dev/null
+	bin/embed-stack tiktoken-cache $(TIKTOKEN_DIR) >/dev/null
 	cd conformance/python && TIKTOKEN_CACHE_DIR=$(CURDIR)/$(TIKTOKEN_DIR) EMBED_STACK_REQUIRE_E2E=1 \
 		$(CURDIR)/$(VENV)/bin/python -m pytest
 

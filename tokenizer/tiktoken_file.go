@@ -2,8 +2,14 @@ package tokenizer
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 )
 
@@ -40,4 +46,46 @@ func WriteCl100kTiktoken(w io.Writer) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// WriteCl100kTiktokenCache writes the cl100k_base file into dir (created if
+// missing), the folder TIKTOKEN_CACHE_DIR names, under Cl100kTiktokenCacheKey, and
+// returns its path. A file already there with Cl100kTiktokenSHA256 is kept; the new
+// one is written aside and renamed, so a concurrent reader never sees half of it.
+func WriteCl100kTiktokenCache(dir string) (string, error) {
+	path := filepath.Join(dir, Cl100kTiktokenCacheKey)
+	if old, err := os.ReadFile(path); err == nil && hexSHA256(old) == Cl100kTiktokenSHA256 {
+		return path, nil
+	}
+	var b bytes.Buffer
+	if err := WriteCl100kTiktoken(&b); err != nil {
+		return "", err
+	}
+	if got := hexSHA256(b.Bytes()); got != Cl100kTiktokenSHA256 {
+		return "", fmt.Errorf("the cl100k vocabulary has sha256 %s, not the %s tiktoken requires", got, Cl100kTiktokenSHA256)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".cl100k-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b.Bytes()); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp.Name(), path)
+}
+
+func hexSHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -13,7 +13,7 @@ Environment, as for the Go and node suites:
     EMBED_STACK_REQUIRE_E2E  "1" turns a missing binary or model into a failure
     TIKTOKEN_CACHE_DIR       where tiktoken finds cl100k_base (default <repo>/.cache/tiktoken,
                              which `make test-python` fills from the Go vocabulary:
-                             tools/tiktoken-cl100k); nothing is downloaded
+                             embed-stack tiktoken-cache); nothing is downloaded
 
 `make test-python` creates the virtual environment and runs this suite.
 """
