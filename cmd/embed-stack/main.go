@@ -34,6 +34,7 @@ Usage:
                                             run one llama.cpp worker (started by serve)
   embed-stack bench  --model PATH [flags]   benchmark against the engine floor and peers (docs/performance.md)
   embed-stack devices [--device D]          print the device (CPU, CUDA, Metal) a worker would run on
+  embed-stack pull REF...                   download models into the Hugging Face cache, with progress
   embed-stack tiktoken-cache DIR            write tiktoken's cl100k_base file into DIR, for LangChain offline
   embed-stack version                       print the version
 
@@ -97,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		parse = newBench
 	case "devices":
 		parse = newDevices
+	case "pull":
+		parse = newPull
 	case "tiktoken-cache":
 		parse = newTiktokenCache
 	case "version", "--version", "-version":
