@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // The tests start fake workers by re-executing the test binary (os/exec's
@@ -53,7 +55,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envFakeWorker) == "1" {
+	if testenv.Get(envFakeWorker) == "1" {
 		os.Exit(fakeWorkerMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
@@ -139,15 +141,15 @@ func fakeWorkerMain(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if dir := os.Getenv("FAKE_RECORD_DIR"); dir != "" {
+	if dir := testenv.Get("FAKE_RECORD_DIR"); dir != "" {
 		name := filepath.Join(dir, strconv.Itoa(os.Getpid())+".args")
 		if err := os.WriteFile(name, []byte(strings.Join(os.Args[1:], "\n")), 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "fake worker:", err)
 			return 1
 		}
 	}
-	if msg := os.Getenv("FAKE_CRASH_AT_START"); msg != "" {
-		if cond := os.Getenv("FAKE_CRASH_AT_START_IF"); cond == "" || fileExists(cond) {
+	if msg := testenv.Get("FAKE_CRASH_AT_START"); msg != "" {
+		if cond := testenv.Get("FAKE_CRASH_AT_START_IF"); cond == "" || fileExists(cond) {
 			fmt.Fprintln(os.Stderr, msg)
 			return 3
 		}
@@ -157,16 +159,16 @@ func fakeWorkerMain(args []string) int {
 		ShutdownTimeout: 500 * time.Millisecond,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}
-	crashOnce := os.Getenv("FAKE_CRASH_ONCE_FILE")
+	crashOnce := testenv.Get("FAKE_CRASH_ONCE_FILE")
 	load := func() (Engine, EngineInfo, error) {
-		if msg := os.Getenv("FAKE_LOAD_FAIL"); msg != "" {
+		if msg := testenv.Get("FAKE_LOAD_FAIL"); msg != "" {
 			return nil, EngineInfo{}, errors.New(msg)
 		}
-		if os.Getenv("FAKE_NEVER_READY") == "1" {
+		if testenv.Get("FAKE_NEVER_READY") == "1" {
 			select {}
 		}
-		delay, _ := time.ParseDuration(os.Getenv("FAKE_LOAD_DELAY"))
-		if d, _ := time.ParseDuration(os.Getenv("FAKE_SLOW_RESTART")); d > 0 && crashOnce != "" {
+		delay, _ := time.ParseDuration(testenv.Get("FAKE_LOAD_DELAY"))
+		if d, _ := time.ParseDuration(testenv.Get("FAKE_SLOW_RESTART")); d > 0 && crashOnce != "" {
 			if fileExists(crashOnce) {
 				delay = d
 			}
@@ -174,7 +176,7 @@ func fakeWorkerMain(args []string) int {
 		// A fake's load is not a control loop: sleeping is what a real load looks like.
 		for end := time.Now().Add(delay); time.Now().Before(end); {
 			time.Sleep(20 * time.Millisecond)
-			if os.Getenv("FAKE_LOAD_PROGRESS") == "1" {
+			if testenv.Get("FAKE_LOAD_PROGRESS") == "1" {
 				fmt.Fprintln(os.Stderr, "load_tensors: loading ...")
 			}
 		}
@@ -182,7 +184,7 @@ func fakeWorkerMain(args []string) int {
 			EngineInfo{NEmbd: fakeNEmbd, MaxTokens: *nCtx, MaxBatchTokens: *nCtx, Model: filepath.Base(*model)}, nil
 	}
 	err := RunWorker(context.Background(), cfg, load)
-	if os.Getenv("FAKE_WEDGE_ON_EXIT") == "1" {
+	if testenv.Get("FAKE_WEDGE_ON_EXIT") == "1" {
 		// RunWorker has stopped handling SIGTERM; a signal now would end the
 		// process, which a wedged one would not.
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -21,13 +22,13 @@ import (
 //
 //	EMBED_STACK_MEASURE_SPAWN=8193 go test ./backends -run TestMeasureSpawn -v
 func TestMeasureSpawn(t *testing.T) {
-	spec := os.Getenv("EMBED_STACK_MEASURE_SPAWN")
+	spec := testenv.Get("EMBED_STACK_MEASURE_SPAWN")
 	if spec == "" {
 		t.Skip("set EMBED_STACK_MEASURE_SPAWN to measure (see the doc comment)")
 	}
 	root := testrepo.RootOf(t)
 	abs := func(env, def string) string {
-		p := os.Getenv(env)
+		p := testenv.Get(env)
 		if p == "" {
 			p = def
 		}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // TestCohereClient reranks with a real client: the Cohere Python SDK (pinned in
@@ -20,14 +21,14 @@ import (
 // It runs when EMBED_STACK_COHERE_PYTHON names the virtual environment's python;
 // `make test-cohere` (part of `make test`) creates it and sets it.
 func TestCohereClient(t *testing.T) {
-	py := os.Getenv("EMBED_STACK_COHERE_PYTHON")
+	py := testenv.Get("EMBED_STACK_COHERE_PYTHON")
 	if py == "" {
 		t.Skip("EMBED_STACK_COHERE_PYTHON is not set: `make test-cohere` runs this test")
 	}
 	s := rerankServer(t)
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(c, py, filepath.Join(repoRoot, "conformance", "cohere", "rerank.py"), s.baseURL)
+	cmd := exec.CommandContext(c, py, filepath.Join(repoRoot, "conformance", "cohere", "rerank.py"), s.URL)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // chromiumFlags start Debian's Chromium headless on a machine without a display, a
@@ -30,7 +30,7 @@ var chromiumFlags = []string{
 // install it).
 func chromium(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("EMBED_STACK_CHROMIUM"); p != "" {
+	if p := testenv.Get("EMBED_STACK_CHROMIUM"); p != "" {
 		return p
 	}
 	for _, name := range []string{"chromium", "chromium-browser"} {
@@ -39,7 +39,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	msg := "no chromium on the PATH (apt-get install chromium, or `make deps`)"
-	if os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+	if testenv.RequireE2E() {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
@@ -56,7 +56,7 @@ func dumpDOM(t *testing.T, url string) string {
 	args := append(slices.Clone(chromiumFlags), "--user-data-dir="+t.TempDir(),
 		"--virtual-time-budget=15000", "--dump-dom", url)
 	cmd := exec.CommandContext(c, chromium(t), args...)
-	stderr := tail.New(stderrTail, nil)
+	stderr := tail.New(16<<10, nil)
 	cmd.Stderr = stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -91,7 +91,7 @@ func TestDocsPageInBrowser(t *testing.T) {
 		}
 	}
 
-	dom := dumpDOM(t, s.baseURL+"/docs")
+	dom := dumpDOM(t, s.URL+"/docs")
 	bodyTag := regexp.MustCompile(`<body[^>]*>`).FindString(dom)
 	attr := func(name string) string {
 		m := regexp.MustCompile(name + `="([^"]*)"`).FindStringSubmatch(bodyTag)

@@ -71,7 +71,7 @@ func TestWarmWorkerKilledMidRequest(t *testing.T) {
 	}
 	require503(t, a.r)
 
-	if err := s.waitReady(readyTimeout); err != nil {
+	if err := s.Ready(readyTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if now := s.warmPID(t); now == old {
@@ -124,7 +124,7 @@ func TestEphemeralWorkerCrash(t *testing.T) {
 	if got := s.vars(t, nil)["worker_restarts"]; got != restarts {
 		t.Errorf("worker_restarts %v → %v: the warm worker was restarted", restarts, got)
 	}
-	if !strings.Contains(s.stderr.String(), "ephemeral worker") {
+	if !strings.Contains(s.Out.String(), "ephemeral worker") {
 		t.Errorf("the server log does not name the ephemeral worker's failure")
 	}
 	got := s.rawEmbed(t, map[string]any{"input": long}, nil)
@@ -156,7 +156,7 @@ func TestClientGoneKillsEphemeral(t *testing.T) {
 	}
 	t.Logf("the ephemeral worker was gone %s after the client left", time.Since(start).Round(time.Millisecond))
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(s.stderr.String(), "status=499") {
+	for !strings.Contains(s.Out.String(), "status=499") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no status=499 request line in the log")
 		}
@@ -187,7 +187,7 @@ func TestHungWarmWorkerReplaced(t *testing.T) {
 	if took < 5*time.Second || took > 20*time.Second {
 		t.Errorf("answered after %s, want about the 5s hang timeout", took)
 	}
-	if err := s.waitReady(readyTimeout); err != nil {
+	if err := s.Ready(readyTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitGone(procInfo{pid: old, startTime: mustStart(t, old)}, orphanTimeout); err != nil {
@@ -253,7 +253,7 @@ func TestRequestDeadline(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := s.waitReady(readyTimeout); err != nil {
+		if err := s.Ready(readyTimeout); err != nil {
 			t.Fatal(err)
 		}
 		if now := s.warmPID(t); now == warm {
@@ -313,7 +313,7 @@ func TestUnservableModel(t *testing.T) {
 			cmd := exec.CommandContext(c, binPath, "serve", "--model", path, "--addr", "127.0.0.1:0")
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
-			cmd.WaitDelay = pipeDelay
+			cmd.WaitDelay = 5 * time.Second // a worker left holding the pipes must not hang Wait
 			err := cmd.Run()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 1 {

@@ -27,7 +27,7 @@ const (
 // then body on a new connection, and returns the connection.
 func rawConn(t *testing.T, s *server, head, body string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(s.baseURL, "http://"))
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +95,13 @@ func TestSlowBodies(t *testing.T) {
 	gone.(*net.TCPConn).SetLinger(0)
 	gone.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(s.stderr.String(), "status=499") {
+	for !strings.Contains(s.Out.String(), "status=499") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no status=499 line in the log:\n%s", s.stderr)
+			t.Fatalf("no status=499 line in the log:\n%s", s.Out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, line := range strings.Split(s.stderr.String(), "\n") {
+	for _, line := range strings.Split(s.Out.String(), "\n") {
 		if strings.Contains(line, "status=499") || strings.Contains(line, "status=408") || strings.Contains(line, "status=400") {
 			if !strings.Contains(line, "level=INFO") {
 				t.Errorf("a client error logged above INFO: %s", line)
@@ -154,7 +154,7 @@ func TestContentEncodingAndKeys(t *testing.T) {
 	}
 
 	for _, path := range []string{"/health", "/ready"} {
-		req, _ := http.NewRequestWithContext(ctx(t), http.MethodHead, s.baseURL+path, nil)
+		req, _ := http.NewRequestWithContext(ctx(t), http.MethodHead, s.URL+path, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -172,7 +172,7 @@ func TestConnectionLimit(t *testing.T) {
 	s := ownServer(t, "--max-connections", "8", "--debug-vars")
 	var idle []net.Conn
 	for range 7 { // the eighth is the test client's own keep-alive connection
-		c, err := net.Dial("tcp", strings.TrimPrefix(s.baseURL, "http://"))
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestConnectionLimit(t *testing.T) {
 	var r httpResult
 	for i := 0; i < 2; i++ { // the client's pooled connection may have been the one refused
 		tr := &http.Transport{DisableKeepAlives: true}
-		resp, err := (&http.Client{Transport: tr}).Get(s.baseURL + "/health")
+		resp, err := (&http.Client{Transport: tr}).Get(s.URL + "/health")
 		if err != nil {
 			continue
 		}
@@ -200,7 +200,7 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get(s.baseURL + "/health")
+		resp, err := http.Get(s.URL + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -225,7 +225,7 @@ func TestOversizedTextRefusedEarly(t *testing.T) {
 	s := ownServer(t)
 	text := strings.Repeat("Sentence tells of an item which weighs grams. ", 30<<20/47)
 	body := []byte(`{"input":"` + text + `"}`)
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	before := statusField(t, pid, "VmHWM")
 	start := time.Now()
 	r, err := s.post(ctx(t), "/v1/embeddings", body, nil)
@@ -343,11 +343,11 @@ func TestSocketDirVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := s.waitReady(readyTimeout); err != nil {
-		t.Fatalf("%v\n%s", err, s.stderr)
+	if err := s.Ready(readyTimeout); err != nil {
+		t.Fatalf("%v\n%s", err, s.Out)
 	}
 	requireReference(t, "after the directory vanished", s.rawEmbed(t, map[string]any{"input": "tmp cleaner"}, nil).Data[0].Embedding, expectDocument(t, "tmp cleaner"))
-	resp, err := http.Get(s.baseURL + "/health")
+	resp, err := http.Get(s.URL + "/health")
 	if err != nil {
 		t.Fatal(err)
 	}

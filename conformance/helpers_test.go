@@ -56,7 +56,7 @@ var batchTol = func() float64 {
 // client returns a go-openai client for s whose requests carry the given extra headers.
 func (s *server) client(headers map[string]string) *openai.Client {
 	cfg := openai.DefaultConfig("x")
-	cfg.BaseURL = s.baseURL + "/v1"
+	cfg.BaseURL = s.URL + "/v1"
 	cfg.HTTPClient = &http.Client{
 		Timeout:   2 * time.Minute,
 		Transport: headerTransport{headers: headers, base: http.DefaultTransport},
@@ -139,7 +139,7 @@ func (s *server) do(t *testing.T, method, path string, body any, headers map[str
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequestWithContext(ctx(t), method, s.baseURL+path, rd)
+	req, err := http.NewRequestWithContext(ctx(t), method, s.URL+path, rd)
 	if err != nil {
 		t.Fatalf("new request: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // Load: a flood of concurrent clients against a small admission limit, and a soak of
@@ -50,7 +52,7 @@ func loadClient(conns int) *http.Client {
 // the body of anything else.
 func (s *server) embedTexts(c *http.Client, texts []string) (int, http.Header, [][]float64, []byte, error) {
 	raw, _ := json.Marshal(map[string]any{"input": texts, "model": "m"})
-	resp, err := c.Post(s.baseURL+"/v1/embeddings", "application/json", strings.NewReader(string(raw)))
+	resp, err := c.Post(s.URL+"/v1/embeddings", "application/json", strings.NewReader(string(raw)))
 	if err != nil {
 		return 0, nil, nil, nil, err
 	}
@@ -81,7 +83,7 @@ type baseline struct {
 func (s *server) rest(t *testing.T) baseline {
 	t.Helper()
 	v := s.liveVars(t)
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	return baseline{goroutines: v["goroutines"], liveHeap: v["heap_alloc_bytes"],
 		rssKB: statusField(t, pid, "VmRSS"), fds: openFDs(t, pid), warm: s.warmPID(t)}
 }
@@ -291,7 +293,7 @@ func TestFlood(t *testing.T) {
 // longer soak.
 func soakDuration(t *testing.T) time.Duration {
 	t.Helper()
-	v := os.Getenv("EMBED_STACK_SOAK")
+	v := testenv.Get("EMBED_STACK_SOAK")
 	if v == "" {
 		return 60 * time.Second
 	}
@@ -352,7 +354,7 @@ func TestSoak(t *testing.T) {
 			case <-sampleStop:
 				return
 			case <-tick.C:
-				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Cmd.Process.Pid))
 				if err != nil {
 					return
 				}

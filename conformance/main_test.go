@@ -5,14 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -33,10 +29,6 @@ const (
 	// orphanTimeout is how long a worker may outlive its server: it exits on stdin EOF,
 	// which it sees as soon as the server's end of the pipe closes.
 	orphanTimeout = 10 * time.Second
-	// pipeDelay is how long Wait lets a child of the server hold its output pipes.
-	pipeDelay = 5 * time.Second
-	// stderrTail is how much of a server's stderr a failure message carries.
-	stderrTail = 16 << 10
 )
 
 var (
@@ -67,18 +59,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	repoRoot = root
-	binPath = envOr("EMBED_STACK_BIN", filepath.Join(root, "bin", "embed-stack"))
-	modelPath = envOr("EMBED_STACK_MODEL", filepath.Join(root, "models", "tiny.gguf"))
-
-	var missing []string
-	for _, p := range []string{binPath, modelPath} {
-		if _, err := os.Stat(p); err != nil {
-			missing = append(missing, p)
-		}
-	}
-	if len(missing) > 0 {
-		skipReason = fmt.Sprintf("missing %s: run `make build models` first", strings.Join(missing, ", "))
-		if os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+	binPath, modelPath, err = e2e.Binary()
+	if err != nil {
+		skipReason = err.Error()
+		if testenv.RequireE2E() {
 			fmt.Fprintln(os.Stderr, "conformance: EMBED_STACK_REQUIRE_E2E=1 and "+skipReason)
 			return 1
 		}
@@ -94,22 +78,12 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-// server is one running `embed-stack serve` process.
+// server is one running `embed-stack serve` process (internal/e2e), with the extra
+// flags it was started with. It is not in a process group of its own: the suite
+// signals the server alone and checks that the server ends its workers.
 type server struct {
-	flags   []string
-	baseURL string // http://127.0.0.1:PORT, no trailing slash
-	cmd     *exec.Cmd
-	stderr  *tail.Buffer
-	// done is closed by the reaper goroutine once cmd.Wait returns; waitErr is set before.
-	done    chan struct{}
-	waitErr error
+	*e2e.Server
+	flags []string
 }
 
 // serverWith returns the shared server started with the given extra flags (nil for the
@@ -124,10 +98,8 @@ func serverWith(t *testing.T, flags ...string) *server {
 	registry.Lock()
 	defer registry.Unlock()
 	if s, ok := registry.byKey[key]; ok {
-		select {
-		case <-s.done:
-			t.Fatalf("server %v exited earlier: %v\nstderr:\n%s", flags, s.waitErr, s.stderr)
-		default:
+		if s.Exited() {
+			t.Fatalf("server %v exited earlier: %v\nstderr:\n%s", flags, s.Err(), s.Out)
 		}
 		return s
 	}
@@ -146,115 +118,18 @@ func defaultServer(t *testing.T) *server {
 	return serverWith(t)
 }
 
-// startServer starts a server on a free loopback port and waits for /ready. A port taken
-// between our probe and the server's bind shows up as an early exit, so it retries.
+// startServer starts `embed-stack serve` with the test model and flags (the test
+// model unless flags name their own --model) and waits for /ready.
 func startServer(flags []string) (*server, error) {
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		s, err := startOnce(flags)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		if s == nil || !strings.Contains(s.stderr.String(), "address already in use") {
-			break
-		}
-	}
-	return nil, lastErr
+	return startServerSpec(e2e.ServeSpec{Bin: binPath, Model: modelPath, Flags: flags})
 }
 
-func startOnce(flags []string) (*server, error) {
-	port, err := freePort()
+func startServerSpec(spec e2e.ServeSpec) (*server, error) {
+	s, err := e2e.StartServe(spec, readyTimeout)
 	if err != nil {
 		return nil, err
 	}
-	s, err := launch(flags, port)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.waitReady(readyTimeout); err != nil {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return s, fmt.Errorf("%w\nstderr:\n%s", err, s.stderr)
-	}
-	return s, nil
-}
-
-// serveArgs is serve's command line: the test model, unless flags name their own
-// (--model repeated serves several models, issue 17, where the last used to win),
-// then flags.
-func serveArgs(addr string, flags []string) []string {
-	args := []string{"serve", "--addr", addr}
-	if !slices.ContainsFunc(flags, func(f string) bool { return f == "--model" || strings.HasPrefix(f, "--model=") }) {
-		args = append(args, "--model", modelPath)
-	}
-	return append(args, flags...)
-}
-
-// launch starts `embed-stack serve` on port and a reaper goroutine; it does not wait.
-func launch(flags []string, port int) (*server, error) {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(binPath, serveArgs(addr, flags)...)
-	cmd.Dir = repoRoot
-	s := &server{
-		flags:   flags,
-		baseURL: "http://" + addr,
-		cmd:     cmd,
-		stderr:  tail.New(stderrTail, nil),
-		done:    make(chan struct{}),
-	}
-	cmd.Stdout = s.stderr
-	cmd.Stderr = s.stderr
-	// A worker that inherited the server's stderr keeps the pipe open after the server
-	// exits; without a WaitDelay, Wait would block on it forever.
-	cmd.WaitDelay = pipeDelay
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exec %s: %w", binPath, err)
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.done)
-	}()
-	return s, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("probe free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitReady polls GET /ready until it answers 200, the process exits, or timeout passes.
-func (s *server) waitReady(timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	client := &http.Client{Timeout: 2 * time.Second}
-	lastStatus := "no answer"
-	for {
-		select {
-		case <-s.done:
-			return fmt.Errorf("server exited before ready: %v", s.waitErr)
-		case <-deadline.C:
-			return fmt.Errorf("GET /ready not 200 after %s (last: %s)", timeout, lastStatus)
-		case <-tick.C:
-			resp, err := client.Get(s.baseURL + "/ready")
-			if err != nil {
-				lastStatus = err.Error()
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			lastStatus = resp.Status
-		}
-	}
+	return &server{Server: s, flags: spec.Flags}, nil
 }
 
 // stopAll stops every server the tests started and reports every shutdown defect.
@@ -264,7 +139,7 @@ func stopAll() error {
 	var errs []error
 	for _, s := range registry.order {
 		if err := s.stop(); err != nil {
-			errs = append(errs, fmt.Errorf("server %v: %w\nstderr:\n%s", s.flags, err, s.stderr))
+			errs = append(errs, fmt.Errorf("server %v: %w\nstderr:\n%s", s.flags, err, s.Out))
 		}
 	}
 	return errors.Join(errs...)
@@ -274,32 +149,29 @@ func stopAll() error {
 // worker child seen just before to be gone soon after: once the server has exited its
 // children are re-parented, so they are recorded (pid and start time) while it still runs.
 func (s *server) stop() error {
-	select {
-	case <-s.done:
-		return fmt.Errorf("exited before the end of the suite: %v", s.waitErr)
-	default:
+	if s.Exited() {
+		return fmt.Errorf("exited before the end of the suite: %v", s.Err())
 	}
 	var workers []procInfo
 	var scanErr error
 	if runtime.GOOS == "linux" {
-		workers, scanErr = childWorkers(s.cmd.Process.Pid)
+		workers, scanErr = childWorkers(s.Cmd.Process.Pid)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM: %w", err)
 	}
 	select {
-	case <-s.done:
+	case <-s.Done():
 	case <-time.After(stopTimeout):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+		s.Kill()
 		return fmt.Errorf("still running %s after SIGTERM; killed", stopTimeout)
 	}
 	var errs []error
-	switch {
-	case errors.Is(s.waitErr, exec.ErrWaitDelay):
-		errs = append(errs, fmt.Errorf("stdout/stderr still held open %s after the server exited: a child outlived it", pipeDelay))
-	case s.waitErr != nil:
-		errs = append(errs, fmt.Errorf("unclean exit after SIGTERM: %w", s.waitErr))
+	switch err := s.Err(); {
+	case errors.Is(err, exec.ErrWaitDelay):
+		errs = append(errs, fmt.Errorf("stdout/stderr still held open after the server exited: a child outlived it"))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("unclean exit after SIGTERM: %w", err))
 	}
 	if runtime.GOOS != "linux" {
 		return errors.Join(errs...)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // fuzzBudget bounds the schemathesis run (its --max-time); the test's own deadline
@@ -23,7 +25,7 @@ const fuzzBudget = 75 * time.Second
 // test-openapi` (part of `make test`) installs it into a virtual environment and sets
 // it.
 func TestOpenAPIFuzz(t *testing.T) {
-	st := os.Getenv("EMBED_STACK_SCHEMATHESIS")
+	st := testenv.Get("EMBED_STACK_SCHEMATHESIS")
 	if st == "" {
 		t.Skip("EMBED_STACK_SCHEMATHESIS is not set: `make test-openapi` runs this test")
 	}
@@ -31,7 +33,7 @@ func TestOpenAPIFuzz(t *testing.T) {
 	s := serverWith(t, "--threads", "1")
 	ctx, cancel := context.WithTimeout(context.Background(), fuzzBudget+60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, st, "run", s.baseURL+"/openapi.json",
+	cmd := exec.CommandContext(ctx, st, "run", s.URL+"/openapi.json",
 		"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance",
 		"--phases", "examples,coverage,fuzzing",
 		"--max-time", strconv.Itoa(int(fuzzBudget.Seconds())),
@@ -48,7 +50,7 @@ func TestOpenAPIFuzz(t *testing.T) {
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, lastBytes(out, 12000), s.stderr)
+		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, lastBytes(out, 12000), s.Out)
 	}
 	t.Logf("schemathesis:\n%s", lastBytes(out, 3000))
 	// schemathesis exits 0 when its time ran out before it tested anything: require

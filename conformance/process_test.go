@@ -9,6 +9,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
 // isolatedFlags start a server no other test shares (the flag restates the default), for
@@ -20,7 +22,7 @@ func waitWorkers(t *testing.T, s *server, want int, timeout time.Duration) []pro
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ws, err := childWorkers(s.cmd.Process.Pid)
+		ws, err := childWorkers(s.Cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,13 +115,13 @@ func TestWorkerCrashRecovery(t *testing.T) {
 			t.Fatalf("503 Retry-After %q, want a positive number of seconds", r.header.Get("Retry-After"))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still 503 %s after killing the worker\nstderr:\n%s", readyTimeout, s.stderr)
+			t.Fatalf("still 503 %s after killing the worker\nstderr:\n%s", readyTimeout, s.Out)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("%d requests answered 503 while the worker restarted", saw503)
 
-	if err := s.waitReady(readyTimeout); err != nil {
+	if err := s.Ready(readyTimeout); err != nil {
 		t.Fatal(err)
 	}
 	now := waitWorkers(t, s, 1, 10*time.Second)[0]
@@ -127,8 +129,8 @@ func TestWorkerCrashRecovery(t *testing.T) {
 		t.Fatalf("worker %+v was not replaced", old)
 	}
 	select {
-	case <-s.done:
-		t.Fatalf("server exited: %v", s.waitErr)
+	case <-s.Done():
+		t.Fatalf("server exited: %v", s.Err())
 	default:
 	}
 }
@@ -141,23 +143,21 @@ func TestReadyWhileLoading(t *testing.T) {
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	port, err := freePort()
+	flags := []string{"--default-input-type", "document"}
+	es, err := e2e.LaunchServe(e2e.ServeSpec{Bin: binPath, Model: modelPath, Flags: flags})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := launch([]string{"--default-input-type", "document"}, port)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := &server{Server: es, flags: flags}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
-			t.Errorf("%v\nstderr:\n%s", err, s.stderr)
+			t.Errorf("%v\nstderr:\n%s", err, s.Out)
 		}
 	})
 	seen := 0
 	deadline := time.Now().Add(readyTimeout)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.baseURL + "/ready")
+		resp, err := http.Get(s.URL + "/ready")
 		if err != nil {
 			time.Sleep(10 * time.Millisecond)
 			continue // not listening yet
@@ -178,8 +178,8 @@ func TestReadyWhileLoading(t *testing.T) {
 			}
 		}
 	}
-	if err := s.waitReady(readyTimeout); err != nil {
-		t.Fatalf("%v\nstderr:\n%s", err, s.stderr)
+	if err := s.Ready(readyTimeout); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, s.Out)
 	}
 	t.Logf("/ready answered 503 %d times before the worker was up", seen)
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
 // Helpers of the robustness suites (robustness, faults, shutdown, security, load):
@@ -32,21 +35,27 @@ func requireLinux(t *testing.T) {
 // no worker left) when the test ends, unless the test already ended it.
 func ownServer(t *testing.T, flags ...string) *server {
 	t.Helper()
+	return ownServerSpec(t, e2e.ServeSpec{Flags: flags})
+}
+
+// ownServerSpec is ownServer for a spec of its own (another binary, an environment);
+// the binary and model default to the suite's.
+func ownServerSpec(t *testing.T, spec e2e.ServeSpec) *server {
+	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	s, err := startServer(flags)
+	spec.Bin, spec.Model = cmp.Or(spec.Bin, binPath), cmp.Or(spec.Model, modelPath)
+	s, err := startServerSpec(spec)
 	if err != nil {
-		t.Fatalf("start embed-stack serve %v: %v", flags, err)
+		t.Fatalf("start embed-stack serve %v: %v", spec.Flags, err)
 	}
 	t.Cleanup(func() {
-		select {
-		case <-s.done:
-			return
-		default:
+		if s.Exited() {
+			return // the test stopped it and checked the stop
 		}
 		if err := s.stop(); err != nil {
-			t.Errorf("stopping the server: %v\nstderr:\n%s", err, s.stderr)
+			t.Errorf("stopping the server: %v\nstderr:\n%s", err, s.Out)
 		}
 	})
 	return s
@@ -210,7 +219,7 @@ func (s *server) post(c context.Context, path string, body any, headers map[stri
 			return httpResult{}, err
 		}
 	}
-	req, err := http.NewRequestWithContext(c, http.MethodPost, s.baseURL+path, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(c, http.MethodPost, s.URL+path, bytes.NewReader(raw))
 	if err != nil {
 		return httpResult{}, err
 	}
@@ -236,7 +245,7 @@ func otherWorker(t *testing.T, s *server, warm int, timeout time.Duration) procI
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ws, err := childWorkers(s.cmd.Process.Pid)
+		ws, err := childWorkers(s.Cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ import (
 // postRaw sends body to path with the given Content-Type ("" sends none).
 func (s *server) postRaw(t *testing.T, path, contentType string, body []byte) httpResult {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, s.baseURL+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, s.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // and how many body bytes were written.
 func sendLarge(t *testing.T, s *server, size int64, chunked bool) (httpResult, int64) {
 	t.Helper()
-	u, err := url.Parse(s.baseURL)
+	u, err := url.Parse(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func sendLarge(t *testing.T, s *server, size int64, chunked bool) (httpResult, i
 func TestHugeBodyAndHeaders(t *testing.T) {
 	requireLinux(t)
 	s := ownServer(t, "--debug-vars", "--max-header-bytes", "65536")
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	const size = 100 << 20
 	const want413 = `{"error":{"message":"The request body is larger than the server's limit of 33554432 bytes (--max-body-bytes).","type":"invalid_request_error","param":null,"code":"request_too_large"}}`
 
@@ -300,7 +300,7 @@ func TestHugeBodyAndHeaders(t *testing.T) {
 		t.Errorf("the client wrote the whole %d-byte chunked body before the answer", sent)
 	}
 
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, s.baseURL+"/health", nil)
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, s.URL+"/health", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // Routing of long inputs (docs/routing.md): the warm/ephemeral split at its exact
@@ -50,7 +50,7 @@ func watchWorkers(t *testing.T, s *server, warm int) *workerWatch {
 	go func() {
 		defer close(w.done)
 		for {
-			ws, err := childWorkers(s.cmd.Process.Pid)
+			ws, err := childWorkers(s.Cmd.Process.Pid)
 			if err == nil {
 				w.mu.Lock()
 				for _, p := range ws {
@@ -316,7 +316,7 @@ func TestFailedPathKillsTheOthers(t *testing.T) {
 	var eph []procInfo
 	deadline := time.Now().Add(60 * time.Second)
 	for len(eph) < 2 {
-		ws, err := childWorkers(s.cmd.Process.Pid)
+		ws, err := childWorkers(s.Cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,31 +417,21 @@ func TestWarmLimitBeyondTheWorker(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	s, err := e2e.LaunchServe(e2e.ServeSpec{Bin: binPath, Model: modelPath,
+		Flags: []string{"--warm-backend", "mlx", "--mlx-server", script, "--mlx-model", snapshot}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "serve", "--model", modelPath, "--addr", "127.0.0.1:"+strconv.Itoa(port),
-		"--warm-backend", "mlx", "--mlx-server", script, "--mlx-model", snapshot)
-	out := tail.New(stderrTail, nil)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.WaitDelay = pipeDelay
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("serve exited with %v, want status 1", err)
+	case <-s.Done():
+		if code := e2e.ExitCode(s.Err()); code != 1 {
+			t.Errorf("serve exited with %v, want status 1", s.Err())
 		}
 	case <-time.After(readyTimeout):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("serve still running %s after its warm worker reported 1024 tokens\n%s", readyTimeout, out)
+		s.Kill()
+		t.Fatalf("serve still running %s after its warm worker reported 1024 tokens\n%s", readyTimeout, s.Out)
 	}
+	out := s.Out
 	const want = "--warm-max-tokens is 8192 but the warm worker holds inputs of at most 1024 tokens; lower --warm-max-tokens to 1024"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("serve's output lacks %q:\n%s", want, out)
@@ -455,7 +445,7 @@ func TestWarmLimitBeyondTheWorker(t *testing.T) {
 // EMBED_STACK_MEASURE_LONG_FLAGS, space-separated, such as --ephemeral-nice 0). It
 // runs only when the first two variables are set.
 func TestMeasureShortLatency(t *testing.T) {
-	shortModel, longTokens := os.Getenv("EMBED_STACK_MEASURE_SHORT_MODEL"), os.Getenv("EMBED_STACK_MEASURE_LONG")
+	shortModel, longTokens := testenv.Get("EMBED_STACK_MEASURE_SHORT_MODEL"), testenv.Get("EMBED_STACK_MEASURE_LONG")
 	if shortModel == "" || longTokens == "" {
 		t.Skip("set EMBED_STACK_MEASURE_SHORT_MODEL and EMBED_STACK_MEASURE_LONG to measure")
 	}
@@ -468,7 +458,7 @@ func TestMeasureShortLatency(t *testing.T) {
 		shortModel = filepath.Join(repoRoot, shortModel)
 	}
 	shortSrv := ownServer(t, "--model", shortModel, "--batch-window", "0")
-	longSrv := ownServer(t, append([]string{"--warm-max-tokens", "256"}, strings.Fields(os.Getenv("EMBED_STACK_MEASURE_LONG_FLAGS"))...)...)
+	longSrv := ownServer(t, append([]string{"--warm-max-tokens", "256"}, strings.Fields(testenv.Get("EMBED_STACK_MEASURE_LONG_FLAGS"))...)...)
 	long := variedText(t, n)
 	query := map[string]any{"input": "how do I embed a short query?", "input_type": "query"}
 	measure := func(stop <-chan struct{}, max int) []time.Duration {

@@ -102,7 +102,7 @@ func TestAPIKeys(t *testing.T) {
 			}
 		})
 	}
-	if log := s.stderr.String(); strings.Contains(log, flagKey) || strings.Contains(log, fileKey) {
+	if log := s.Out.String(); strings.Contains(log, flagKey) || strings.Contains(log, fileKey) {
 		t.Errorf("an API key appears in the server log")
 	}
 }
@@ -185,17 +185,17 @@ func TestNoInputTextInLogs(t *testing.T) {
 			sentinel := fmt.Sprintf("sentinel-%d", time.Now().UnixNano())
 			s.do(t, http.MethodGet, "/v1/models/"+sentinel, nil, nil)
 			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(s.stderr.String(), sentinel) {
+			for !strings.Contains(s.Out.String(), sentinel) {
 				if time.Now().After(deadline) {
-					t.Fatalf("the sentinel request never reached the log:\n%s", s.stderr)
+					t.Fatalf("the sentinel request never reached the log:\n%s", s.Out)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			time.Sleep(100 * time.Millisecond)
-			if got := strings.Count(s.stderr.String(), "msg=request"); got < len(requests)+1 {
+			if got := strings.Count(s.Out.String(), "msg=request"); got < len(requests)+1 {
 				t.Fatalf("%d request lines in the log tail, want at least %d", got, len(requests)+1)
 			}
-			if log := s.stderr.String(); strings.Contains(log, marker) {
+			if log := s.Out.String(); strings.Contains(log, marker) {
 				i := strings.Index(log, marker)
 				t.Fatalf("the log holds input text: ...%s...", log[max(0, i-300):min(len(log), i+100)])
 			}

@@ -32,8 +32,7 @@ func launchOwn(t *testing.T, flags ...string) (*server, []procInfo) {
 	}
 	workers := waitWorkers(t, s, 1, 10*time.Second)
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.done
+		s.Kill()
 		for _, w := range workers {
 			_ = syscall.Kill(w.pid, syscall.SIGKILL) // only if it outlived its server
 		}
@@ -55,10 +54,10 @@ func socketDir(t *testing.T, w procInfo) string {
 func (s *server) waitExit(t *testing.T, timeout time.Duration) error {
 	t.Helper()
 	select {
-	case <-s.done:
-		return s.waitErr
+	case <-s.Done():
+		return s.Err()
 	case <-time.After(timeout):
-		t.Fatalf("server still running %s after the signal\nstderr:\n%s", timeout, s.stderr)
+		t.Fatalf("server still running %s after the signal\nstderr:\n%s", timeout, s.Out)
 		return nil
 	}
 }
@@ -66,7 +65,7 @@ func (s *server) waitExit(t *testing.T, timeout time.Duration) error {
 // refusesConnections polls until a new TCP connection to the server fails.
 func (s *server) refusesConnections(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	u, err := url.Parse(s.baseURL)
+	u, err := url.Parse(s.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +99,7 @@ func TestGracefulShutdown(t *testing.T) {
 		done <- answer{r, err}
 	}()
 	waitBusy(t, workers[0].pid, 5, 30*time.Second)
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	s.refusesConnections(t, 5*time.Second)
@@ -119,7 +118,7 @@ func TestGracefulShutdown(t *testing.T) {
 		requireReference(t, fmt.Sprintf("vector %d", i), d.Embedding, want)
 	}
 	if err := s.waitExit(t, stopTimeout); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.stderr)
+		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.Out)
 	}
 	for _, w := range workers {
 		if err := waitGone(w, orphanTimeout); err != nil {
@@ -129,8 +128,8 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Errorf("socket directory %s left behind (%v)", socketDir(t, w), err)
 		}
 	}
-	if !strings.Contains(s.stderr.String(), `msg="shutting down" grace=1m0s`) {
-		t.Errorf("no shutdown line in the log:\n%s", s.stderr)
+	if !strings.Contains(s.Out.String(), `msg="shutting down" grace=1m0s`) {
+		t.Errorf("no shutdown line in the log:\n%s", s.Out)
 	}
 }
 
@@ -146,17 +145,17 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		errc <- err
 	}()
 	waitBusy(t, workers[0].pid, 5, 30*time.Second)
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	s.refusesConnections(t, 5*time.Second)
 	select {
-	case <-s.done:
-		t.Fatalf("exited on the first SIGTERM with a request in flight and 5m of grace: %v", s.waitErr)
+	case <-s.Done():
+		t.Fatalf("exited on the first SIGTERM with a request in flight and 5m of grace: %v", s.Err())
 	case <-time.After(300 * time.Millisecond):
 	}
 	start := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	err := s.waitExit(t, 10*time.Second)
@@ -173,8 +172,8 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if !strings.Contains(s.stderr.String(), "second signal: stopping now") {
-		t.Errorf("no second-signal line in the log:\n%s", s.stderr)
+	if !strings.Contains(s.Out.String(), "second signal: stopping now") {
+		t.Errorf("no second-signal line in the log:\n%s", s.Out)
 	}
 }
 
@@ -190,7 +189,7 @@ func TestNoOrphansAfterServerKilled(t *testing.T) {
 	eph := otherWorker(t, s, workers[0].pid, 30*time.Second)
 	all := append(workers, eph)
 	t.Cleanup(func() { _ = syscall.Kill(eph.pid, syscall.SIGKILL) })
-	if err := s.cmd.Process.Kill(); err != nil {
+	if err := s.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -218,7 +217,7 @@ func TestDrainBeforeClose(t *testing.T) {
 	text := "a document embedded while the server drains"
 	want := expectDocument(t, text)
 	sigterm := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var ready httpResult
@@ -250,9 +249,9 @@ func TestDrainBeforeClose(t *testing.T) {
 		t.Errorf("listener closed %s after SIGTERM, before the %s drain delay", closed, delay)
 	}
 	if err := s.waitExit(t, stopTimeout); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.stderr)
+		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.Out)
 	}
-	if !strings.Contains(s.stderr.String(), `msg="draining: /ready answers 503 until the listener closes" delay=4s`) {
-		t.Errorf("no drain line in the log:\n%s", s.stderr)
+	if !strings.Contains(s.Out.String(), `msg="draining: /ready answers 503 until the listener closes" delay=4s`) {
+		t.Errorf("no drain line in the log:\n%s", s.Out)
 	}
 }

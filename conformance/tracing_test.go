@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -26,7 +25,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // The tests in this file run `embed-stack serve` with its spans exported over
@@ -223,65 +223,10 @@ func startServerEnv(t *testing.T, env []string, flags ...string) *server {
 // startBinaryEnv is startServerEnv for another embed-stack executable.
 func startBinaryEnv(t *testing.T, bin string, env []string, flags ...string) *server {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
 	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "OTEL_") || strings.HasPrefix(kv, "TRACEPARENT=")
 	})
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := launchEnv(bin, flags, port, append(base, env...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.waitReady(readyTimeout); err != nil {
-			_ = s.cmd.Process.Kill()
-			<-s.done
-			lastErr = fmt.Errorf("%w\nstderr:\n%s", err, s.stderr)
-			if strings.Contains(s.stderr.String(), "address already in use") {
-				continue
-			}
-			break
-		}
-		t.Cleanup(func() {
-			select {
-			case <-s.done:
-				return // the test stopped it and checked the stop
-			default:
-			}
-			if err := s.stop(); err != nil {
-				t.Errorf("stopping the server: %v\nstderr:\n%s", err, s.stderr)
-			}
-		})
-		return s
-	}
-	t.Fatalf("start embed-stack serve %v: %v", flags, lastErr)
-	return nil
-}
-
-// launchEnv is launch with an explicit environment.
-func launchEnv(bin string, flags []string, port int, env []string) (*server, error) {
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(bin, serveArgs(addr, flags)...)
-	cmd.Dir = repoRoot
-	cmd.Env = env
-	s := &server{flags: flags, baseURL: "http://" + addr, cmd: cmd, stderr: tail.New(stderrTail, nil), done: make(chan struct{})}
-	cmd.Stdout = s.stderr
-	cmd.Stderr = s.stderr
-	cmd.WaitDelay = pipeDelay
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("exec %s: %w", bin, err)
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.done)
-	}()
-	return s, nil
+	return ownServerSpec(t, e2e.ServeSpec{Bin: bin, Env: append(base, env...), Flags: flags})
 }
 
 // tracedFlags make inputs over 256 tokens go to an ephemeral worker and refuse
@@ -483,7 +428,7 @@ func childPIDOf(t *testing.T, parent int, pid int64) bool {
 func TestTracesSpanServeAndWorkers(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	s := startServerEnv(t, tracedEnv(rcv.srv.URL), tracedFlags...)
-	servePID := int64(s.cmd.Process.Pid)
+	servePID := int64(s.Cmd.Process.Pid)
 
 	t.Run("short request", func(t *testing.T) {
 		// The warm worker's first decode sets up its compute graph; time a later one.
@@ -768,7 +713,7 @@ func TestMetricsMove(t *testing.T) {
 	})
 
 	t.Run("worker RSS", func(t *testing.T) {
-		workers, err := childWorkers(s.cmd.Process.Pid)
+		workers, err := childWorkers(s.Cmd.Process.Pid)
 		if err != nil || len(workers) != 1 {
 			t.Fatalf("workers %v (%v), want the warm one", workers, err)
 		}
@@ -782,7 +727,7 @@ func TestMetricsMove(t *testing.T) {
 
 	t.Run("warm restart", func(t *testing.T) {
 		before := scrape(t, s)
-		workers, err := childWorkers(s.cmd.Process.Pid)
+		workers, err := childWorkers(s.Cmd.Process.Pid)
 		if err != nil || len(workers) != 1 {
 			t.Fatalf("workers %v (%v), want the warm one", workers, err)
 		}
@@ -840,7 +785,7 @@ func procRSSBytes(t *testing.T, pid int) float64 {
 // EMBED_STACK_MEASURE_TRACING=N, the requests per server (e.g. 200).
 // docs/observability.md quotes it.
 func TestTracingOverhead(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("EMBED_STACK_MEASURE_TRACING"))
+	n, _ := strconv.Atoi(testenv.Get("EMBED_STACK_MEASURE_TRACING"))
 	if n <= 0 {
 		t.Skip("set EMBED_STACK_MEASURE_TRACING=200 to measure")
 	}
@@ -854,7 +799,7 @@ func TestTracingOverhead(t *testing.T) {
 		{name: "tracing off", s: startServerEnv(t, nil, "--threads", "1")},
 		{name: "tracing on (OTLP/HTTP)", s: startServerEnv(t, tracedEnv(rcv.srv.URL), "--threads", "1")},
 	}
-	if base := os.Getenv("EMBED_STACK_MEASURE_BASE_BIN"); base != "" {
+	if base := testenv.Get("EMBED_STACK_MEASURE_BASE_BIN"); base != "" {
 		configs = append(configs, &config{name: "uninstrumented", s: startBinaryEnv(t, base, nil, "--threads", "1")})
 	}
 	body := map[string]any{"input": []string{"The quick brown fox jumps over the lazy dog"}}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // maxGlibc is the newest glibc symbol version a release binary may need: 2.36 (Debian
@@ -34,7 +35,7 @@ var maxGlibc = [2]int{2, 36}
 // the tiny model from where it was unpacked, with vectors equal (cosine ≥ 0.9999, the
 // kernels are compiled for another -march) to those of the development build.
 func TestDistArchive(t *testing.T) {
-	archive := os.Getenv("EMBED_STACK_DIST")
+	archive := testenv.Get("EMBED_STACK_DIST")
 	if archive == "" {
 		t.Skip("EMBED_STACK_DIST is not set: `make test-dist` builds an archive and runs this test")
 	}

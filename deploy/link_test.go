@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -71,7 +72,7 @@ func TestCgoFlagsKeepAMXOff(t *testing.T) {
 // EMBED_STACK_REQUIRE_E2E=1 (make test) or EMBED_STACK_LINK_TEST=1, and is skipped in
 // a plain `go test`.
 func TestBuildLinksForAMXTarget(t *testing.T) {
-	if os.Getenv("EMBED_STACK_REQUIRE_E2E") != "1" && os.Getenv("EMBED_STACK_LINK_TEST") != "1" {
+	if !testenv.RequireE2E() && testenv.Get("EMBED_STACK_LINK_TEST") != "1" {
 		t.Skip("compiles llama.cpp for " + amxTarget + ": set EMBED_STACK_LINK_TEST=1 (make test sets EMBED_STACK_REQUIRE_E2E=1)")
 	}
 	if _, err := exec.LookPath("make"); err != nil {

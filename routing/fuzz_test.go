@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
@@ -57,7 +58,7 @@ func loadFuzzVocab(f *testing.F) *fuzzVocab {
 	}
 	path := filepath.Join(dir, "models", "tiny.gguf")
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+		if testenv.RequireE2E() {
 			f.Fatalf("EMBED_STACK_REQUIRE_E2E=1 and %s is missing: run `make models`", path)
 		}
 		f.Skipf("%s is missing: run `make models`", path)

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
 	"github.com/embed-stack/embed-stack/telemetry/telemetrytest"
@@ -527,7 +528,7 @@ func TestMetricsMoveWithRequests(t *testing.T) {
 // Run each in its own process (go test -run '^$' -bench EmbeddingsRequest), since
 // the globals can be installed only once.
 func BenchmarkEmbeddingsRequest(b *testing.B) {
-	switch mode := os.Getenv("EMBED_STACK_BENCH_TELEMETRY"); mode {
+	switch mode := testenv.Get("EMBED_STACK_BENCH_TELEMETRY"); mode {
 	case "":
 	case "metrics", "tracing":
 		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
@@ -540,7 +541,7 @@ func BenchmarkEmbeddingsRequest(b *testing.B) {
 	default:
 		b.Fatalf("EMBED_STACK_BENCH_TELEMETRY=%q: want metrics, tracing or nothing", mode)
 	}
-	h := newStack(b, &spanEngine{}, os.Getenv("EMBED_STACK_BENCH_TELEMETRY") == "tracing")
+	h := newStack(b, &spanEngine{}, testenv.Get("EMBED_STACK_BENCH_TELEMETRY") == "tracing")
 	body := `{"input":["The quick brown fox jumps over the lazy dog"]}`
 	b.ReportAllocs()
 	for b.Loop() {

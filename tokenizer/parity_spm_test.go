@@ -13,6 +13,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -31,7 +32,7 @@ func xlmrVocabGGUF(t testing.TB) string {
 func requireFile(t testing.TB, path string) {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("EMBED_STACK_REQUIRE_E2E") != "" {
+		if testenv.RequireE2E() {
 			t.Fatalf("%s is missing; run scripts/fetch-encoders.sh", path)
 		}
 		t.Skipf("%s is missing; run scripts/fetch-encoders.sh (make test does)", path)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
@@ -28,7 +29,7 @@ func encoderModel(t *testing.T, rel string) string {
 	t.Helper()
 	path := filepath.Join(testrepo.RootOf(t), rel)
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("EMBED_STACK_REQUIRE_E2E") != "" {
+		if testenv.RequireE2E() {
 			t.Fatalf("%s is missing; generate it with `make models`", rel)
 		}
 		t.Skipf("%s is absent; generate it with `make models`", rel)

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/embed-stack/embed-stack/internal/reference"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -603,13 +604,13 @@ func TestOpenErrors(t *testing.T) {
 // model); EMBED_STACK_BENCH_BATCH and EMBED_STACK_BENCH_THREADS set BatchTokens and
 // Threads.
 func BenchmarkEmbed(b *testing.B) {
-	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	rel := testenv.Get("EMBED_STACK_BENCH_MODEL")
 	if rel == "" {
 		rel = tinyModel
 	}
 	cfg := Config{ModelPath: modelFile(b, rel)}
 	for name, field := range map[string]*int{"EMBED_STACK_BENCH_BATCH": &cfg.BatchTokens, "EMBED_STACK_BENCH_THREADS": &cfg.Threads} {
-		if s := os.Getenv(name); s != "" {
+		if s := testenv.Get(name); s != "" {
 			if _, err := fmt.Sscan(s, field); err != nil {
 				b.Fatalf("%s=%q: %v", name, s, err)
 			}

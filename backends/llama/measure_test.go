@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/reference"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // TestMeasure prints the figures docs/engine.md records; it runs only when
@@ -27,17 +28,17 @@ import (
 //	EMBED_STACK_MEASURE=32x256,1x4096 EMBED_STACK_BENCH_MODEL=models/qwen3-0.6b-f16.gguf \
 //	  go test ./backends/llama -run TestMeasure -v
 func TestMeasure(t *testing.T) {
-	spec := os.Getenv("EMBED_STACK_MEASURE")
+	spec := testenv.Get("EMBED_STACK_MEASURE")
 	if spec == "" {
 		t.Skip("set EMBED_STACK_MEASURE to measure (see the doc comment)")
 	}
-	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	rel := testenv.Get("EMBED_STACK_BENCH_MODEL")
 	if rel == "" {
 		rel = tinyModel
 	}
-	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: envInt(t, "EMBED_STACK_MEASURE_CTX"),
-		BatchTokens: envInt(t, "EMBED_STACK_BENCH_BATCH"), Threads: envInt(t, "EMBED_STACK_BENCH_THREADS")}
-	switch a := os.Getenv("EMBED_STACK_MEASURE_ATTN"); a {
+	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: testenv.Int(t, "EMBED_STACK_MEASURE_CTX", 0),
+		BatchTokens: testenv.Int(t, "EMBED_STACK_BENCH_BATCH", 0), Threads: testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 0)}
+	switch a := testenv.Get("EMBED_STACK_MEASURE_ATTN"); a {
 	case "", "hybrid":
 	case "plain":
 		cfg.attention = attnPlain
@@ -48,8 +49,8 @@ func TestMeasure(t *testing.T) {
 	default:
 		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want hybrid, plain, flash or flash-bf16v", a)
 	}
-	runs := max(1, envInt(t, "EMBED_STACK_MEASURE_RUNS"))
-	if os.Getenv("EMBED_STACK_MEASURE_RUNS") == "" {
+	runs := max(1, testenv.Int(t, "EMBED_STACK_MEASURE_RUNS", 0))
+	if testenv.Get("EMBED_STACK_MEASURE_RUNS") == "" {
 		runs = 2
 	}
 	// llama.cpp logs the sizes of the buffers it reserves at debug level.
@@ -113,19 +114,6 @@ func (a attentionKind) String() string {
 	return "hybrid"
 }
 
-func envInt(t *testing.T, name string) int {
-	t.Helper()
-	s := os.Getenv(name)
-	if s == "" {
-		return 0
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, s, err)
-	}
-	return n
-}
-
 // cpuTime is the CPU time this process has used. On a machine shared with other
 // work, CPU time per token (with one thread, where ggml's threads never spin
 // waiting for each other) is the figure that does not depend on the others' load.
@@ -165,18 +153,18 @@ func statusKiB(t *testing.T, field string) int64 {
 // EMBED_STACK_MEASURE_MIX names the workload, NxLEN terms joined by "+" (for example
 // 16x40+8x200+2x700); the model and threads are as for TestMeasure.
 func TestMeasureBuckets(t *testing.T) {
-	mix := os.Getenv("EMBED_STACK_MEASURE_MIX")
+	mix := testenv.Get("EMBED_STACK_MEASURE_MIX")
 	if mix == "" {
 		t.Skip("set EMBED_STACK_MEASURE_MIX to measure (see the doc comment)")
 	}
-	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	rel := testenv.Get("EMBED_STACK_BENCH_MODEL")
 	if rel == "" {
 		rel = tinyModel
 	}
 	model := modelFile(t, rel)
-	threads := envInt(t, "EMBED_STACK_BENCH_THREADS")
+	threads := testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 0)
 	buckets := []int{256, 1024, 8192}
-	if s := os.Getenv("EMBED_STACK_MEASURE_BUCKETS"); s != "" {
+	if s := testenv.Get("EMBED_STACK_MEASURE_BUCKETS"); s != "" {
 		buckets = nil
 		for _, f := range strings.Split(s, ",") {
 			n, err := strconv.Atoi(f)
@@ -253,11 +241,11 @@ func TestMeasureBuckets(t *testing.T) {
 // the first and the second input of each length in EMBED_STACK_MEASURE_WARMUP
 // (comma-separated). Model, context and threads are as for TestMeasure.
 func TestMeasureWarmUp(t *testing.T) {
-	spec := os.Getenv("EMBED_STACK_MEASURE_WARMUP")
+	spec := testenv.Get("EMBED_STACK_MEASURE_WARMUP")
 	if spec == "" {
 		t.Skip("set EMBED_STACK_MEASURE_WARMUP to measure (see the doc comment)")
 	}
-	rel := os.Getenv("EMBED_STACK_BENCH_MODEL")
+	rel := testenv.Get("EMBED_STACK_BENCH_MODEL")
 	if rel == "" {
 		rel = tinyModel
 	}
@@ -270,7 +258,7 @@ func TestMeasureWarmUp(t *testing.T) {
 		lengths = append(lengths, n)
 	}
 	buckets := []int{256, 1024, 8192}
-	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: envInt(t, "EMBED_STACK_MEASURE_CTX"), Threads: envInt(t, "EMBED_STACK_BENCH_THREADS")}
+	cfg := Config{ModelPath: modelFile(t, rel), ContextTokens: testenv.Int(t, "EMBED_STACK_MEASURE_CTX", 0), Threads: testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 0)}
 	for _, warm := range []bool{false, true} {
 		e, err := Open(cfg)
 		if err != nil {
@@ -306,12 +294,12 @@ func TestMeasureWarmUp(t *testing.T) {
 // for comparison, with every kernel named in EMBED_STACK_MEASURE_ATTN (plain,
 // flash, flash-bf16v; comma-separated). The reference of 32768 tokens takes minutes.
 func TestMeasurePrecision(t *testing.T) {
-	spec := os.Getenv("EMBED_STACK_MEASURE_PRECISION")
+	spec := testenv.Get("EMBED_STACK_MEASURE_PRECISION")
 	if spec == "" {
 		t.Skip("set EMBED_STACK_MEASURE_PRECISION to measure (see the doc comment)")
 	}
 	kinds := []attentionKind{attnHybrid}
-	for _, a := range strings.Split(os.Getenv("EMBED_STACK_MEASURE_ATTN"), ",") {
+	for _, a := range strings.Split(testenv.Get("EMBED_STACK_MEASURE_ATTN"), ",") {
 		switch a {
 		case "plain":
 			kinds = append(kinds, attnPlain)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // The test binary re-executed with PEERS_FAKE=1 plays the servers: `serve --addr A`
@@ -22,7 +24,7 @@ import (
 // a child and writes its pid to $PEERS_CHILD_PID, so tests can check that Stop ends
 // the whole group.
 func TestMain(m *testing.M) {
-	if os.Getenv("PEERS_FAKE") == "1" {
+	if testenv.Get("PEERS_FAKE") == "1" {
 		os.Exit(fakeMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
@@ -40,9 +42,9 @@ func fakeMain(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return exitErr(os.WriteFile(filepath.Join(os.Getenv("OLLAMA_MODELS"), "created-"+args[1]), mf, 0o644))
+		return exitErr(os.WriteFile(filepath.Join(testenv.Get("OLLAMA_MODELS"), "created-"+args[1]), mf, 0o644))
 	case len(args) > 0 && args[0] == "serve":
-		if os.Getenv("PEERS_FAKE_EXIT") == "1" {
+		if testenv.Get("PEERS_FAKE_EXIT") == "1" {
 			fmt.Fprintln(os.Stderr, "fake: refusing to start")
 			return 3
 		}
@@ -54,10 +56,10 @@ func fakeMain(args []string) int {
 	if err != nil {
 		return exitErr(err)
 	}
-	if err := os.WriteFile(os.Getenv("PEERS_CHILD_PID"), []byte(strconv.Itoa(child.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(testenv.Get("PEERS_CHILD_PID"), []byte(strconv.Itoa(child.Pid)), 0o644); err != nil {
 		return exitErr(err)
 	}
-	addr := os.Getenv("OLLAMA_HOST")
+	addr := testenv.Get("OLLAMA_HOST")
 	for i, a := range args {
 		if a == "--addr" {
 			addr = args[i+1]
@@ -68,14 +70,14 @@ func fakeMain(args []string) int {
 	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) {
 		// The environment ollama was started with, for the test to read.
 		env, _ := json.Marshal(os.Environ())
-		os.WriteFile(filepath.Join(os.Getenv("HOME"), "env.json"), env, 0o644)
+		os.WriteFile(filepath.Join(testenv.Get("HOME"), "env.json"), env, 0o644)
 		fmt.Fprint(w, `{"version":"9.9.9"}`)
 	})
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
-		if os.Getenv("OLLAMA_MODELS") != "" {
+		if testenv.Get("OLLAMA_MODELS") != "" {
 			var req struct{ Model string }
 			json.NewDecoder(r.Body).Decode(&req)
-			if _, err := os.Stat(filepath.Join(os.Getenv("OLLAMA_MODELS"), "created-"+req.Model)); err != nil {
+			if _, err := os.Stat(filepath.Join(testenv.Get("OLLAMA_MODELS"), "created-"+req.Model)); err != nil {
 				http.Error(w, `{"error":"model not found"}`, http.StatusNotFound)
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // TestEmbedMeasure embeds a large generated file and reports items/s and the peak
@@ -21,12 +22,12 @@ import (
 // suite: it runs only with EMBED_STACK_MEASURE=N (the number of lines, e.g. 100000),
 // and EMBED_STACK_MEASURE_MODEL may name another GGUF. docs/scaling.md quotes it.
 func TestEmbedMeasure(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("EMBED_STACK_MEASURE"))
+	n, _ := strconv.Atoi(testenv.Get("EMBED_STACK_MEASURE"))
 	if n <= 0 {
 		t.Skip("set EMBED_STACK_MEASURE=100000 to measure")
 	}
 	bin, model := e2e.Paths(t)
-	if m := os.Getenv("EMBED_STACK_MEASURE_MODEL"); m != "" {
+	if m := testenv.Get("EMBED_STACK_MEASURE_MODEL"); m != "" {
 		model = m
 	}
 	dir := t.TempDir()
@@ -34,7 +35,7 @@ func TestEmbedMeasure(t *testing.T) {
 	writeLines(t, in, corpusLines(t, n))
 	fi, _ := os.Stat(in)
 	out := filepath.Join(dir, "out.npy")
-	args := append([]string{"embed", "--model", model, "--input", in, "--output", out}, strings.Fields(os.Getenv("EMBED_STACK_MEASURE_ARGS"))...)
+	args := append([]string{"embed", "--model", model, "--input", in, "--output", out}, strings.Fields(testenv.Get("EMBED_STACK_MEASURE_ARGS"))...)
 	cmd := exec.Command(bin, args...)
 	var log bytes.Buffer
 	cmd.Stderr = &log

@@ -16,6 +16,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // writeJSONLCorpus writes n items {"id":"doc-i","text":…,"title":…} and returns the
@@ -135,7 +136,7 @@ func TestEmbedShardsKilledAndMerged(t *testing.T) {
 // environment with pinned pyarrow).
 func TestEmbedParquetReadByPyarrow(t *testing.T) {
 	bin, model := e2e.Paths(t)
-	python := os.Getenv("EMBED_STACK_PYTHON")
+	python := testenv.Get("EMBED_STACK_PYTHON")
 	if python == "" {
 		e2e.Require(t, "EMBED_STACK_PYTHON is not set: the Parquet check needs a Python with pyarrow (make test sets it)")
 	}

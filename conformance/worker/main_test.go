@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
@@ -65,7 +66,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "conformance/worker:", err)
 		return 1
 	}
-	if suite.skipReason != "" && os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+	if suite.skipReason != "" && testenv.RequireE2E() {
 		fmt.Fprintln(os.Stderr, "conformance/worker: EMBED_STACK_REQUIRE_E2E=1 and "+suite.skipReason)
 		return 1
 	}
@@ -96,7 +97,7 @@ func configure() error {
 	}
 	suite.repoRoot = root
 
-	cmdLine, custom := os.LookupEnv("WORKER_CMD")
+	cmdLine, custom := testenv.Lookup("WORKER_CMD")
 	if !custom || strings.TrimSpace(cmdLine) == "" {
 		cmdLine, custom = defaultCmd, false
 	}
@@ -106,13 +107,13 @@ func configure() error {
 	if len(suite.cmdA) == 0 {
 		return errors.New("WORKER_CMD is blank")
 	}
-	if b := os.Getenv("WORKER_CMD_B"); strings.TrimSpace(b) != "" {
+	if b := testenv.Get("WORKER_CMD_B"); strings.TrimSpace(b) != "" {
 		if suite.cmdB, err = splitCommand(b); err != nil {
 			return fmt.Errorf("WORKER_CMD_B: %w", err)
 		}
 	}
 
-	ref, set := os.LookupEnv("REFERENCE_GGUF")
+	ref, set := testenv.Lookup("REFERENCE_GGUF")
 	if !set && !custom {
 		ref = "models/tiny.gguf"
 	}
@@ -121,7 +122,7 @@ func configure() error {
 	}
 
 	suite.cosineMin = defaultCosineMin
-	if v := os.Getenv("WORKER_COSINE_MIN"); v != "" {
+	if v := testenv.Get("WORKER_COSINE_MIN"); v != "" {
 		c, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(c > 0 && c <= 1) {
 			return fmt.Errorf("WORKER_COSINE_MIN=%q: want a number in (0, 1]", v)
@@ -130,7 +131,7 @@ func configure() error {
 	}
 
 	suite.readyTimeout = 2 * time.Minute
-	if v := os.Getenv("WORKER_READY_TIMEOUT"); v != "" {
+	if v := testenv.Get("WORKER_READY_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return fmt.Errorf("WORKER_READY_TIMEOUT=%q: want a positive Go duration such as 10m", v)
@@ -159,7 +160,7 @@ func configure() error {
 	}
 
 	suite.vocab = qwen3Vocab
-	if v := os.Getenv("WORKER_VOCAB"); v != "" {
+	if v := testenv.Get("WORKER_VOCAB"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("WORKER_VOCAB=%q: want a positive integer", v)
@@ -175,7 +176,7 @@ func configure() error {
 		suite.vocab = n
 	}
 
-	suite.modelName = os.Getenv("WORKER_MODEL_NAME")
+	suite.modelName = testenv.Get("WORKER_MODEL_NAME")
 	if suite.modelName == "" && !custom {
 		// embed-stack worker reports the GGUF's general.name.
 		f, err := gguf.Open(fromRoot("models/tiny.gguf"))

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 // TestServeWarmBackendMLX: `embed-stack serve --warm-backend mlx` starts --mlx-server as
@@ -31,7 +31,7 @@ func TestServeWarmBackendMLX(t *testing.T) {
 	bin, model := fromRoot("bin/embed-stack"), fromRoot("models/tiny.gguf")
 	for _, p := range []string{bin, model} {
 		if _, err := os.Stat(p); err != nil {
-			if os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+			if testenv.RequireE2E() {
 				t.Fatalf("%v: run `make build models` first", err)
 			}
 			t.Skipf("%v: run `make build models` first", err)
@@ -65,52 +65,13 @@ func TestServeWarmBackendMLX(t *testing.T) {
 		}
 	})
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := e2e.StartServe(e2e.ServeSpec{Bin: bin, Model: model,
+		Flags: []string{"--threads", "1", "--warm-backend", "mlx", "--mlx-server", stub, "--mlx-model", snapshot}}, suite.readyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	out := tail.New(outputTail, nil)
-	cmd := exec.Command(bin, "serve", "--model", model, "--addr", addr, "--threads", "1",
-		"--warm-backend", "mlx", "--mlx-server", stub, "--mlx-model", snapshot)
-	cmd.Dir = suite.repoRoot
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.WaitDelay = exitBound
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-
-	base := "http://" + addr
-	deadline := time.Now().Add(suite.readyTimeout)
-	for {
-		resp, err := http.Get(base + "/ready")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case err := <-done:
-			stopped = true
-			t.Fatalf("serve exited before ready: %v\noutput:\n%s", err, out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready after %s\noutput:\n%s", suite.readyTimeout, out.String())
-		}
-	}
+	defer srv.Kill() // when the test fails before its own SIGTERM below
+	base, out := srv.URL, srv.Out
 
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
@@ -142,17 +103,16 @@ func TestServeWarmBackendMLX(t *testing.T) {
 		t.Errorf("mlx worker arguments %q\nwant %q followed by the socket path", args, want)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-done:
-		stopped = true
-		if err != nil {
-			t.Errorf("serve after SIGTERM: %v\noutput:\n%s", err, out.String())
+	case <-srv.Done():
+		if err := srv.Err(); err != nil {
+			t.Errorf("serve after SIGTERM: %v\noutput:\n%s", err, out)
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("serve still running 30s after SIGTERM\noutput:\n%s", out.String())
+		t.Errorf("serve still running 30s after SIGTERM\noutput:\n%s", out)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 )
 
 const (
@@ -70,8 +71,8 @@ func TestReplicasBehindHAProxy(t *testing.T) {
 		}
 	}
 	bin, model := e2e.Paths(t)
-	duration := envDuration(t, "EMBED_STACK_SCALE_DURATION", 60*time.Second)
-	clients := envInt(t, "EMBED_STACK_SCALE_CLIENTS", 6)
+	duration := testenv.Duration(t, "EMBED_STACK_SCALE_DURATION", 60*time.Second)
+	clients := testenv.Int(t, "EMBED_STACK_SCALE_CLIENTS", 6)
 
 	replicas := make([]*replica, 3)
 	for i := range replicas {
@@ -569,30 +570,4 @@ func haproxyVersion(path string) string {
 	}
 	line, _, _ := strings.Cut(string(out), "\n")
 	return strings.TrimSpace(line)
-}
-
-func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
-	t.Helper()
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		t.Fatalf("%s=%q: want a positive duration", key, v)
-	}
-	return d
-}
-
-func envInt(t *testing.T, key string, def int) int {
-	t.Helper()
-	v := os.Getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", key, v)
-	}
-	return n
 }

@@ -1,21 +1,22 @@
-// Package e2e runs the real embed-stack binary for end-to-end tests outside the
-// conformance suite (the embed command, `make run`, the documentation's client
-// snippets): it finds the repository root, the binary and the test model, starts a
-// process in its own process group with its output kept, waits for GET /ready, and
-// stops the whole group when the test ends.
+// Package e2e runs the real embed-stack binary for end-to-end tests: it finds the
+// repository root, the binary and the test model, starts a process with its output
+// kept, waits for GET /ready, and stops it. Every test that starts the binary uses it:
+// the conformance suite (its shared servers and the ones a test owns),
+// cmd/embed-stack's *_e2e_test.go files (the embed command, several models), `make
+// run`, the documentation's client snippets and the deployment checks.
 //
 // It refuses to know anything of the server's internals; tests talk to what it starts
 // through public surfaces only.
 //
-// Environment (as for package conformance):
-//
-//	EMBED_STACK_BIN          the binary (default <repo>/bin/embed-stack, built by `make build`)
-//	EMBED_STACK_MODEL        the GGUF (default <repo>/models/tiny.gguf, written by `make models`)
-//	EMBED_STACK_REQUIRE_E2E  "1" turns a missing binary or model into a failure instead of a skip
+// Environment (internal/testenv, docs/testing.md): EMBED_STACK_BIN and
+// EMBED_STACK_MODEL name the binary and the model (default bin/embed-stack and
+// models/tiny.gguf, from `make build models`); EMBED_STACK_REQUIRE_E2E=1 turns a
+// missing one into a failure instead of a skip.
 package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,11 +28,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/embed-stack/embed-stack/internal/tail"
+	"github.com/embed-stack/embed-stack/internal/testenv"
+	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
 
 const (
@@ -40,26 +45,38 @@ const (
 	ReadyTimeout = 90 * time.Second
 	// stopTimeout bounds a graceful stop after SIGTERM before SIGKILL.
 	stopTimeout = 15 * time.Second
-	tailBytes   = 64 << 10
+	// pipeDelay is how long Wait lets a child of the process (a worker of a server,
+	// make's children) hold the output pipes after the process exits.
+	pipeDelay = 5 * time.Second
+	tailBytes = 64 << 10
 )
 
-// RepoRoot walks up from the working directory to the directory holding go.mod.
+// RepoRoot is the directory holding go.mod (testrepo.RootOf).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	return testrepo.RootOf(t)
+}
+
+// Binary returns the binary and the test model, and an error naming what is missing
+// and the make target that provides it. It is Paths for a suite's TestMain, which has
+// no test to skip.
+func Binary() (bin, model string, err error) {
+	root, err := testrepo.Root()
 	if err != nil {
-		t.Fatalf("working directory: %v", err)
+		return "", "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+	bin = cmp.Or(testenv.Get("EMBED_STACK_BIN"), filepath.Join(root, "bin", "embed-stack"))
+	model = cmp.Or(testenv.Get("EMBED_STACK_MODEL"), filepath.Join(root, "models", "tiny.gguf"))
+	var missing []string
+	for _, p := range []string{bin, model} {
+		if _, err := os.Stat(p); err != nil {
+			missing = append(missing, p)
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
 	}
+	if len(missing) > 0 {
+		return bin, model, fmt.Errorf("missing %s: run `make build models` first", strings.Join(missing, ", "))
+	}
+	return bin, model, nil
 }
 
 // Paths returns the binary and the test model, skipping the test when either is
@@ -70,51 +87,75 @@ func Paths(t testing.TB) (bin, model string) {
 	if testing.Short() {
 		t.Skip("-short: this test runs the real binary")
 	}
-	root := RepoRoot(t)
-	bin = envOr("EMBED_STACK_BIN", filepath.Join(root, "bin", "embed-stack"))
-	model = envOr("EMBED_STACK_MODEL", filepath.Join(root, "models", "tiny.gguf"))
-	for _, p := range []string{bin, model} {
-		if _, err := os.Stat(p); err != nil {
-			Require(t, fmt.Sprintf("missing %s: run `make build models` first", p))
-		}
+	bin, model, err := Binary()
+	if err != nil {
+		Require(t, err.Error())
 	}
 	return bin, model
 }
+
+// Required reports whether EMBED_STACK_REQUIRE_E2E=1 says that every end-to-end test
+// must run: a missing binary, model or tool is then a failure, not a skip.
+func Required() bool { return testenv.RequireE2E() }
 
 // Require skips the test for reason, or fails it when EMBED_STACK_REQUIRE_E2E=1 says
 // every end-to-end test must run.
 func Require(t testing.TB, reason string) {
 	t.Helper()
-	if os.Getenv("EMBED_STACK_REQUIRE_E2E") == "1" {
+	if testenv.RequireE2E() {
 		t.Fatalf("EMBED_STACK_REQUIRE_E2E=1 and %s", reason)
 	}
 	t.Skip(reason)
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
-		t.Fatalf("probe a free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
-// Process is a started command with its output kept.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("probe a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Process is a started command with its output kept. Safe for concurrent use.
 type Process struct {
-	Cmd  *exec.Cmd
-	Out  *tail.Buffer
-	done chan struct{}
-	err  error // set before done is closed
+	Cmd *exec.Cmd
+	// Out holds the last 64 KiB of stdout and stderr together.
+	Out   *tail.Buffer
+	group bool // in its own process group: Signal and Stop reach the whole group
+	done  chan struct{}
+	err   error // set before done is closed
+}
+
+// Launch starts cmd with stdout and stderr kept in p.Out and a reaper goroutine, and
+// returns at once; the caller stops it. It is Start for a process that outlives one
+// test, such as a server a whole suite shares. A cmd whose SysProcAttr sets Setpgid
+// runs in its own process group, which Signal and Stop then reach as a whole.
+func Launch(cmd *exec.Cmd) (*Process, error) {
+	p := &Process{Cmd: cmd, Out: tail.New(tailBytes, nil), done: make(chan struct{})}
+	p.group = cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid
+	cmd.Stdout, cmd.Stderr = p.Out, p.Out
+	// A child holding the pipes (a server's worker, make's children) must not block
+	// Wait forever; a conformance test reads exec.ErrWaitDelay as such an orphan.
+	cmd.WaitDelay = pipeDelay
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
 }
 
 // Start starts cmd in its own process group (so that stopping it also stops what it
@@ -122,18 +163,11 @@ type Process struct {
 // cleanup stops the group: SIGTERM, then SIGKILL after a bound.
 func Start(t testing.TB, cmd *exec.Cmd) *Process {
 	t.Helper()
-	p := &Process{Cmd: cmd, Out: tail.New(tailBytes, nil), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A grandchild holding the pipes must not block Wait forever.
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd.Path, err)
+	p, err := Launch(cmd)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Errorf("stop %s: %v\noutput:\n%s", cmd.Path, err, p.Out)
@@ -145,36 +179,52 @@ func Start(t testing.TB, cmd *exec.Cmd) *Process {
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Err is the process's exit error; valid once Done is closed.
+// Err is the process's exit error; it waits until the process has exited.
 func (p *Process) Err() error { <-p.done; return p.err }
 
-// Signal sends sig to the whole process group.
-func (p *Process) Signal(sig syscall.Signal) error {
-	return syscall.Kill(-p.Cmd.Process.Pid, sig)
-}
-
-// Stop sends SIGTERM to the group and waits; after stopTimeout it sends SIGKILL and
-// reports that it had to. A process that already exited is left as it is.
-func (p *Process) Stop() error {
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
-		return nil
+		return true
 	default:
+		return false
+	}
+}
+
+// Signal sends sig to the process, or to its whole process group when it has one.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.group {
+		return syscall.Kill(-p.Cmd.Process.Pid, sig)
+	}
+	return p.Cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL (to the group, when there is one) and waits for the exit.
+func (p *Process) Kill() {
+	_ = p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM (to the group, when there is one) and waits; after stopTimeout it
+// sends SIGKILL and reports that it had to. A process that already exited is left as
+// it is.
+func (p *Process) Stop() error {
+	if p.Exited() {
+		return nil
 	}
 	_ = p.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil
 	case <-time.After(stopTimeout):
-		_ = p.Signal(syscall.SIGKILL)
-		<-p.done
+		p.Kill()
 		return fmt.Errorf("still running %s after SIGTERM; killed", stopTimeout)
 	}
 }
 
-// WaitReady polls baseURL/ready until it answers 200, the process exits, or timeout.
-func (p *Process) WaitReady(t testing.TB, baseURL string, timeout time.Duration) {
-	t.Helper()
+// Ready polls baseURL/ready until it answers 200, the process exits, or timeout.
+func (p *Process) Ready(baseURL string, timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -184,9 +234,9 @@ func (p *Process) WaitReady(t testing.TB, baseURL string, timeout time.Duration)
 	for {
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited before ready: %v\noutput:\n%s", p.Cmd.Path, p.err, p.Out)
+			return fmt.Errorf("%s exited before ready: %v", p.Cmd.Path, p.err)
 		case <-deadline.C:
-			t.Fatalf("GET %s/ready not 200 after %s (last: %s)\noutput:\n%s", baseURL, timeout, last, p.Out)
+			return fmt.Errorf("GET %s/ready not 200 after %s (last: %s)", baseURL, timeout, last)
 		case <-tick.C:
 			resp, err := client.Get(baseURL + "/ready")
 			if err != nil {
@@ -196,10 +246,18 @@ func (p *Process) WaitReady(t testing.TB, baseURL string, timeout time.Duration)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			last = resp.Status
 		}
+	}
+}
+
+// WaitReady is Ready for a test, which it fails with the process's output.
+func (p *Process) WaitReady(t testing.TB, baseURL string, timeout time.Duration) {
+	t.Helper()
+	if err := p.Ready(baseURL, timeout); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, p.Out)
 	}
 }
 
@@ -210,20 +268,99 @@ type Server struct {
 	URL string
 }
 
-// Serve starts `embed-stack serve --model MODEL --addr ADDR --threads 1 extra...` with
-// the test model and waits until it is ready. One llama.cpp thread, because test
-// machines are shared: threads that meet at a barrier after every graph node wait for
-// each other's time slices on an oversubscribed machine, which made a tiny model ten
-// times slower than one thread. extra may override it.
+// ServeSpec is an `embed-stack serve` to start.
+type ServeSpec struct {
+	// Bin and Model default to Binary's.
+	Bin, Model string
+	// Flags follow `serve --addr ADDR`, after `--model MODEL` unless they name a
+	// --model of their own (a repeated --model serves several models).
+	Flags []string
+	// Env is the server's whole environment; nil inherits the test's.
+	Env []string
+	// Group starts the server in its own process group, so that Signal and Stop reach
+	// its workers too. Tests that check how the server ends its workers leave it off.
+	Group bool
+}
+
+// LaunchServe starts spec on a free loopback port and returns at once, without
+// waiting for it to be ready.
+func LaunchServe(spec ServeSpec) (*Server, error) {
+	if spec.Bin == "" || spec.Model == "" {
+		bin, model, err := Binary()
+		if err != nil {
+			return nil, err
+		}
+		spec.Bin, spec.Model = cmp.Or(spec.Bin, bin), cmp.Or(spec.Model, model)
+	}
+	root, err := testrepo.Root()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--addr", addr}
+	if !slices.ContainsFunc(spec.Flags, func(f string) bool { return f == "--model" || strings.HasPrefix(f, "--model=") }) {
+		args = append(args, "--model", spec.Model)
+	}
+	cmd := exec.Command(spec.Bin, append(args, spec.Flags...)...)
+	cmd.Dir = root
+	cmd.Env = spec.Env
+	if spec.Group {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	p, err := Launch(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Process: p, URL: "http://" + addr}, nil
+}
+
+// StartServe starts spec and waits up to timeout for GET /ready. A port taken between
+// the probe and the server's bind shows as an early exit, so it tries three ports. On
+// failure the server is killed and the error carries its output.
+func StartServe(spec ServeSpec, timeout time.Duration) (*Server, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		s, err := LaunchServe(spec)
+		if err != nil {
+			return nil, err
+		}
+		err = s.Ready(timeout)
+		if err == nil {
+			return s, nil
+		}
+		s.Kill()
+		lastErr = fmt.Errorf("%w\noutput:\n%s", err, s.Out)
+		if !strings.Contains(s.Out.String(), "address already in use") {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// Ready waits up to timeout for GET /ready to answer 200.
+func (s *Server) Ready(timeout time.Duration) error { return s.Process.Ready(s.URL, timeout) }
+
+// Serve starts `embed-stack serve --addr ADDR --model MODEL --threads 1 extra...` with
+// the test model, in its own process group, and waits until it is ready; the test's
+// cleanup stops it. One llama.cpp thread, because test machines are shared: threads
+// that meet at a barrier after every graph node wait for each other's time slices on
+// an oversubscribed machine, which made a tiny model ten times slower than one thread.
+// extra may override it.
 func Serve(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin, model := Paths(t)
-	addr := FreeAddr(t)
-	args := append([]string{"serve", "--model", model, "--addr", addr, "--threads", "1"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = RepoRoot(t)
-	s := &Server{Process: Start(t, cmd), URL: "http://" + addr}
-	s.WaitReady(t, s.URL, ReadyTimeout)
+	s, err := StartServe(ServeSpec{Bin: bin, Model: model, Flags: append([]string{"--threads", "1"}, extra...), Group: true}, ReadyTimeout)
+	if err != nil {
+		t.Fatalf("start embed-stack serve %v: %v", extra, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop %s: %v\noutput:\n%s", s.Cmd.Path, err, s.Out)
+		}
+	})
 	return s
 }
 
