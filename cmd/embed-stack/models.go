@@ -163,6 +163,9 @@ type servedModel struct {
 	lim    backends.Capacity
 	router *routing.Router
 	warm   *backends.OnDemand
+	// file is what the Ollama and TEI APIs report of the GGUF; its digest is
+	// also the router's cache identity.
+	file server.ModelFile
 }
 
 // servedModels are serve's models in --model order (the first is the default),
@@ -234,7 +237,12 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 		}
 		m.lim = lim
 	}
+	var cache *routing.Cache // one for every model: the file identity keeps them apart
+	if f.cacheSizeMiB > 0 {
+		cache = &routing.Cache{MaxBytes: f.cacheSizeMiB << 20}
+	}
 	for _, m := range models.list {
+		m.file = modelFile(m.eng.modelPath, logger)
 		m.eng.warm.Spec = f.warm.Spec(m.eng.warmArgs, m.eng.warm.Spec)
 		logger.Info("ephemeral workers", "model", m.name, "max", m.lim.Workers, "max_tokens", m.lim.Tokens, "queue", f.ephemeralQueue, "basis", m.lim.Basis())
 		// A worker that stops answering is killed, and so restarted, by the hang
@@ -246,6 +254,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 		c.Model, c.MaxEphemeral, c.MaxEphemeralTokens = m.name, m.lim.Workers, m.lim.Tokens
 		m.router = m.eng.router(c)
 		m.router.Warm = warmBackend{m.warm}
+		m.router.Cache, m.router.Identity = cache, m.file.Digest
 		m.eng.long.HangTimeout = f.workerHangTimeout
 		if f.workerHangTimeout == 0 {
 			m.eng.long.HangTimeout = -1 // off, as for the warm worker
@@ -268,12 +277,12 @@ func (ms *servedModels) registry() []server.Model {
 }
 
 // info is GET /info's list of the models: each with its source, file and task
-// (modelFile hashes the file in the background).
-func (ms *servedModels) info(logger *slog.Logger) []server.ModelInfo {
+// (the file is hashed in the background: loadModels' modelFile).
+func (ms *servedModels) info() []server.ModelInfo {
 	out := make([]server.ModelInfo, len(ms.list))
 	for i, m := range ms.list {
 		facts := m.eng.facts
-		file := modelFile(m.eng.modelPath, logger)
+		file := m.file
 		file.Source, file.Name = m.entry.ref, filepath.Base(m.eng.modelPath)
 		info := server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: facts.TaskName(), Limits: m.router.Limits(), File: file}
 		if facts.Rerank {

@@ -53,6 +53,8 @@ type serveFlags struct {
 	logLevel         string
 	configPath       string
 	printConfig      bool
+	// cacheSizeMiB bounds the exact embedding cache (routing.Cache); 0 = off.
+	cacheSizeMiB int64
 	// allowPoolingMismatch serves a GGUF whose declared pooling is not last-token.
 	allowPoolingMismatch bool
 	// task is --task: auto, embed or rerank (see modelinfo.Read).
@@ -106,6 +108,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.maxInputTokens, "max-input-tokens", 32768, "most tokens per input after wrapping, EOS included (longer inputs get 400)")
 	fs.IntVar(&f.warmMaxTokens, "warm-max-tokens", 8192, "longest input (tokens) the warm worker takes; longer inputs each get an ephemeral worker sized to them")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body in `bytes` (larger ones get 413)")
+	fs.Int64Var(&f.cacheSizeMiB, "cache-size", 0, "memory in `MiB` for an exact cache of the vectors of inputs seen before (the same model file and token ids give the same vector bit for bit), least recently used first out; 0 = no cache")
 	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
 	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
 	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
@@ -362,7 +365,7 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 		Models:  models.registry(),
 		Ready:   models.fleet.Ready,
 		Healthy: models.fleet.Healthy,
-		Info:    server.Info{Device: deviceName(first.eng.device), Models: models.info(c.logger)},
+		Info:    server.Info{Device: deviceName(first.eng.device), Models: models.info()},
 		Device: func() any {
 			if d := first.warm.Info().Device; d != nil {
 				return d

@@ -1,0 +1,81 @@
+package conformance
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// With --cache-size, a repeated input is answered from the cache: the same vector
+// bit for bit as a server without the cache, its tokens reported as cached, and
+// the hits counted on /metrics.
+func TestCacheRealBinary(t *testing.T) {
+	plain := defaultServer(t)
+	s := serverWith(t, "--cache-size", "16")
+	// The cache waits for the model file's digest (hashed in the background).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var tags struct {
+			Models []struct {
+				Digest string `json:"digest"`
+			} `json:"models"`
+		}
+		loose(t, s.do(t, "GET", "/api/tags", nil, nil), &tags)
+		if len(tags.Models) == 1 && tags.Models[0].Digest != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no digest after 60 s")
+		}
+	}
+	texts := []string{"The capital of China is Beijing.", "Gravity is a force that attracts two bodies towards each other."}
+	want := vectors32(t, plain.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts}, nil), openAIVectors)
+	usage := func(r httpResult) (prompt, cached int) {
+		var out struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+				Details      *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		loose(t, r, &out)
+		if out.Usage.Details == nil {
+			t.Fatalf("no prompt_tokens_details with --cache-size: %s", truncate(r.body))
+		}
+		return out.Usage.PromptTokens, out.Usage.Details.CachedTokens
+	}
+	first := s.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts}, nil)
+	requireSameBits(t, "first request, cache on", vectors32(t, first, openAIVectors), want)
+	prompt, cached := usage(first)
+	if cached != 0 {
+		t.Fatalf("first request: %d cached tokens", cached)
+	}
+	again := s.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts}, nil)
+	requireSameBits(t, "repeated request, from the cache", vectors32(t, again, openAIVectors), want)
+	if p, c := usage(again); p != prompt || c != prompt {
+		t.Fatalf("repeated request: prompt %d cached %d; want all %d cached", p, c, prompt)
+	}
+	// Other APIs and derived outputs come from the same entries.
+	requireSameBits(t, "Ollama's route from the cache", vectors32(t, s.do(t, "POST", "/api/embed", map[string]any{"model": "m", "input": texts}, nil), ollamaVectors), want)
+	small := vectors32(t, plain.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts, "dimensions": 32}, nil), openAIVectors)
+	requireSameBits(t, "dimensions 32 from the cache", vectors32(t, s.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts, "dimensions": 32}, nil), openAIVectors), small)
+	// The plain server says nothing of a cache.
+	var plainOut struct {
+		Usage map[string]json.RawMessage `json:"usage"`
+	}
+	loose(t, plain.do(t, "POST", "/v1/embeddings", map[string]any{"input": texts}, nil), &plainOut)
+	if _, ok := plainOut.Usage["prompt_tokens_details"]; ok {
+		t.Error("prompt_tokens_details without --cache-size")
+	}
+	metrics := string(s.do(t, http.MethodGet, "/metrics", nil, nil).body)
+	hits := regexp.MustCompile(`(?m)^embed_stack_cache_hits_total\{[^}]*\} (\d+)$`).FindStringSubmatch(metrics)
+	if hits == nil {
+		t.Fatalf("no embed_stack_cache_hits_total in /metrics")
+	}
+	if n, _ := strconv.Atoi(hits[1]); n != 6 {
+		t.Errorf("cache hits %d, want 6 (2 inputs × 3 repeated requests)", n)
+	}
+}
