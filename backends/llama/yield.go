@@ -84,7 +84,7 @@ func cutSpan(d []span, n int) (call []span, rest [][]span) {
 // attentionCrossover is the position from which a token's attention (QKᵀ and
 // softmax·V over every earlier cell: 4 x layers x heads x head_dim FLOPs per cell)
 // costs more than its matrix products (2 FLOPs per weight of the layers, params
-// less the token-embedding table, which is a lookup): 3837 for
+// less the token-embedding table, which is a lookup): 3840 for
 // Qwen3-Embedding-0.6B. 0 if unknown.
 func attentionCrossover(s gguf.Shape, params int64) int {
 	linear := params - int64(s.VocabSize)*int64(s.EmbeddingLength)
