@@ -59,3 +59,24 @@ func TestRerankNullDocuments(t *testing.T) {
 		requireExactError(t, r, http.StatusBadRequest, fmt.Sprintf(envelope, tt.msg, tt.param, tt.code))
 	}
 }
+
+// TestOutputTypeOneRule: encoding_format, output_dtype and embedding_types follow one
+// rule: a field that names a type (float included) names it, and two fields naming
+// different types are a 400 naming both, whichever way round (issue 28: float with
+// int8 gave 200 int8, int8 with float a 400).
+func TestOutputTypeOneRule(t *testing.T) {
+	s := defaultServer(t)
+	const envelope = `{"error":{"message":%q,"type":"invalid_request_error","param":%q,"code":null}}`
+	for _, tt := range []struct{ body, msg, param string }{
+		{`{"input":"a","encoding_format":"float","output_dtype":"int8"}`, `'encoding_format' asks for "float" but 'output_dtype' for "int8"; name one output type.`, "output_dtype"},
+		{`{"input":"a","encoding_format":"int8","output_dtype":"float"}`, `'encoding_format' asks for "int8" but 'output_dtype' for "float"; name one output type.`, "output_dtype"},
+		{`{"input":"a","encoding_format":"float","embedding_types":["binary"]}`, `'encoding_format' asks for "float" but 'embedding_types' for "binary"; name one output type.`, "embedding_types"},
+	} {
+		r := s.do(t, http.MethodPost, "/v1/embeddings", []byte(tt.body), nil)
+		requireExactError(t, r, http.StatusBadRequest, fmt.Sprintf(envelope, tt.msg, tt.param))
+	}
+	r := s.do(t, http.MethodPost, "/v1/embeddings", []byte(`{"input":"a","encoding_format":"float","output_dtype":"float"}`), nil)
+	if r.status != http.StatusOK {
+		t.Errorf("float twice: %d %s", r.status, truncate(r.body))
+	}
+}

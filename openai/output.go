@@ -63,13 +63,16 @@ func DecodeTruncate(raw json.RawMessage) (string, error) {
 // resolveOutput decides the output type and base64-ness from the three fields
 // clients use: OpenAI's encoding_format (float, base64, or a quantized type),
 // Voyage's output_dtype, and Cohere's embedding_types (a list, of which one entry is
-// served since the response carries one `embedding` per input). Fields that name
-// different types are refused rather than one silently winning.
+// served since the response carries one `embedding` per input). One rule for all
+// three: a field that names a type, float included, names it; fields that name
+// different types are refused rather than one silently winning. (encoding_format
+// "float" beside output_dtype "int8" used to give int8 while the reverse was a 400,
+// issue 28.) base64 is an encoding, not a type, and goes with any type.
 func resolveOutput(req *EmbeddingRequest, outputDtype, embeddingTypes json.RawMessage) error {
 	type source struct{ param, value string }
 	var named []source
 	switch f := req.EncodingFormat; {
-	case f == "" || f == EncodingFloat:
+	case f == "":
 	case f == EncodingBase64:
 		req.Base64 = true
 	case isOutputType(f):

@@ -30,6 +30,12 @@ func TestDecodeOutputType(t *testing.T) {
 		{body: `{"input":"a","embedding_types":"int8"}`, param: "embedding_types"},
 		{body: `{"input":"a","embedding_types":["int4"]}`, param: "embedding_types"},
 		{body: `{"input":"a","encoding_format":"int8","output_dtype":"binary"}`, param: "output_dtype"},
+		// One rule both ways: a field naming float names a type (issue 28: float
+		// with int8 gave int8, int8 with float a 400).
+		{body: `{"input":"a","encoding_format":"float","output_dtype":"int8"}`, param: "output_dtype"},
+		{body: `{"input":"a","output_dtype":"float","encoding_format":"int8"}`, param: "output_dtype"},
+		{body: `{"input":"a","encoding_format":"float","embedding_types":["uint8"]}`, param: "embedding_types"},
+		{body: `{"input":"a","encoding_format":"float","output_dtype":"float","embedding_types":["float"]}`, typ: "float"},
 		{body: `{"input":"a","truncate":true}`, typ: "float", truncate: "end"},
 		{body: `{"input":"a","truncate":false}`, typ: "float"},
 		{body: `{"input":"a","truncate":null}`, typ: "float"},
