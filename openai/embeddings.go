@@ -95,7 +95,7 @@ func DecodeEmbeddingRequest(body []byte) (*EmbeddingRequest, error) {
 	}
 	var req EmbeddingRequest
 	var err error
-	if req.Model, err = optString(w.Model, "model"); err != nil {
+	if req.Model, err = decodeModel(w.Model); err != nil {
 		return nil, err
 	}
 	if req.EncodingFormat, err = optString(w.EncodingFormat, "encoding_format"); err != nil {
@@ -145,6 +145,17 @@ func optString(raw json.RawMessage, param string) (string, error) {
 		return "", &DecodeError{Param: param, Message: fmt.Sprintf("%s is not of type 'string' - '%s'", compact(raw), param)}
 	}
 	return s, nil
+}
+
+// decodeModel reads the model field: absent or null is "" (the default model), and
+// an empty string is refused, since it names no model (issue 28: it fell through to
+// the default model).
+func decodeModel(raw json.RawMessage) (string, error) {
+	m, err := optString(raw, "model")
+	if err == nil && m == "" && !isNull(raw) {
+		return "", &DecodeError{Param: "model", Message: "'model' is an empty string; name a model (GET /v1/models lists them), or leave the field out for the default."}
+	}
+	return m, err
 }
 
 func decodeDimensions(raw json.RawMessage) (int, error) {

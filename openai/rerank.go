@@ -91,7 +91,7 @@ func DecodeRerankRequest(body []byte) (*RerankRequest, error) {
 	}
 	var req RerankRequest
 	var err error
-	if req.Model, err = optString(w.Model, "model"); err != nil {
+	if req.Model, err = decodeModel(w.Model); err != nil {
 		return nil, err
 	}
 	if req.Query, err = reqString(w.Query, "query"); err != nil {

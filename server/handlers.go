@@ -19,12 +19,7 @@ func (s *Server) embeddings(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	base, suffixType, err := s.splitModel(req.Model)
-	if err != nil {
-		writeError(c, err)
-		return
-	}
-	m, err := s.pick(base, req.Model, taskEmbed)
+	m, suffixType, err := s.resolve(req.Model, taskEmbed)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -107,12 +102,8 @@ func (s *Server) listModels(c *gin.Context) {
 // no --strict-model) is not made to look like a model loaded under that name.
 func (s *Server) getModel(c *gin.Context) {
 	name := c.Param("model")
-	base, _, err := s.splitModel(name)
-	var m *Model
-	if err == nil {
-		m, err = s.pick(base, name, taskAny)
-	}
-	if err != nil {
+	m, _, err := s.resolve(name, taskAny)
+	if err != nil || name == "" {
 		writeError(c, modelNotFound(name))
 		return
 	}
@@ -207,7 +198,7 @@ func (s *Server) nativeEmbed(c *gin.Context) {
 	if !ok {
 		return
 	}
-	m, err := s.pick("", "", taskEmbed)
+	m, _, err := s.resolve("", taskEmbed)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -244,7 +235,7 @@ func (s *Server) tokenize(c *gin.Context) {
 	if !ok {
 		return
 	}
-	m, err := s.pick("", "", taskEmbed)
+	m, _, err := s.resolve("", taskEmbed)
 	if err != nil {
 		writeError(c, err)
 		return

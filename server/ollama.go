@@ -27,18 +27,14 @@ func (s *Server) ollamaModel(name string, t task) (m *Model, inputType string, e
 	if name == "" {
 		return nil, "", ollamaapi.ErrModelRequired
 	}
-	base, suffixType, err := s.splitModel(strings.TrimSuffix(name, ":latest"))
-	if err != nil {
-		return nil, "", err
-	}
-	m, err = s.pick(base, name, t)
+	m, suffixType, err := s.resolve(strings.TrimSuffix(name, ":latest"), t)
 	if isNotFound(err) {
 		return nil, "", &statusError{status: http.StatusNotFound, code: "model_not_found", msg: "model '" + name + "' not found"}
 	}
 	return m, suffixType, err
 }
 
-// isNotFound says err is pick's unknown-model refusal.
+// isNotFound says err is resolve's unknown-model refusal.
 func isNotFound(err error) bool {
 	se, ok := err.(*statusError)
 	return ok && se.code == "model_not_found"

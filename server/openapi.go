@@ -28,17 +28,39 @@ var docsPage []byte
 
 // describeRoutes installs GET /info, /openapi.json and /docs.
 func (s *Server) describeRoutes(r gin.IRoutes) {
-	doc := s.openAPI()
+	union := s.openAPI(nil)
+	perModel := map[*ModelInfo][]byte{}
+	for i := range s.Info.Models {
+		perModel[&s.Info.Models[i]] = s.openAPI(&s.Info.Models[i])
+	}
 	r.GET("/info", s.info)
-	r.GET("/openapi.json", func(c *gin.Context) { c.Data(http.StatusOK, "application/json", doc) })
+	r.GET("/openapi.json", func(c *gin.Context) {
+		name, asked := c.GetQuery("model")
+		if !asked {
+			c.Data(http.StatusOK, "application/json", union)
+			return
+		}
+		m, _, err := s.resolve(name, taskAny)
+		var info *ModelInfo
+		if err == nil && name != "" {
+			info = s.modelInfo(m.ID)
+		}
+		if info == nil {
+			writeError(c, modelNotFound(name))
+			return
+		}
+		c.Data(http.StatusOK, "application/json", perModel[info])
+	})
 	r.GET("/docs", func(c *gin.Context) { c.Data(http.StatusOK, "text/html; charset=utf-8", docsPage) })
 }
 
 // openAPI returns the document with this server's figures filled in: the build's
-// version, and the dimensions and input-count bounds of the served model, so that a
-// client (or a fuzzer) generating requests from it stays within what the server
-// accepts.
-func (s *Server) openAPI() []byte {
+// version, and the dimensions and input-count bounds, so that a client (or a fuzzer)
+// generating requests from it stays within what the server accepts. For one model
+// (m) the bounds are that model's; for the server (m nil) they are the widest any
+// served model takes, embedding models alone for dimensions (issue 28: the first
+// model's were given, 64 when another model took 1024, or a reranker's 2).
+func (s *Server) openAPI(m *ModelInfo) []byte {
 	parsed, err := decodeOrdered(openAPIDoc)
 	doc, ok := parsed.(*ordered)
 	if err != nil || !ok {
@@ -50,15 +72,31 @@ func (s *Server) openAPI() []byte {
 		}
 	}
 	set(buildinfo.Get().Version, "info", "version")
-	if len(s.Info.Models) > 0 {
-		lim := s.Info.Models[0].Limits
-		dims := []string{"components", "schemas", "Dimensions"}
-		set(lim.MinDimensions, append(dims, "minimum")...)
-		set(lim.Dim, append(dims, "maximum")...)
-		set(lim.MaxInputs, "components", "schemas", "TextInputs", "maxItems")
-		set(lim.MaxInputs, "components", "schemas", "TokenInputs", "maxItems")
-		set(lim.MaxInputs, "components", "schemas", "RerankRequest", "properties", "documents", "maxItems")
-		set(lim.MaxInputs, "components", "schemas", "TEIRerankRequest", "properties", "texts", "maxItems")
+	models := s.Info.Models
+	if m != nil {
+		models = []ModelInfo{*m}
+	}
+	if len(models) > 0 {
+		minDims, maxDims, maxInputs := 0, 0, 0
+		for _, mi := range models {
+			maxInputs = max(maxInputs, mi.MaxInputs)
+			if mi.Task == "rerank" {
+				continue // a reranker takes no dimensions
+			}
+			if minDims == 0 || mi.MinDimensions < minDims {
+				minDims = mi.MinDimensions
+			}
+			maxDims = max(maxDims, mi.Dim)
+		}
+		if maxDims > 0 {
+			dims := []string{"components", "schemas", "Dimensions"}
+			set(minDims, append(dims, "minimum")...)
+			set(maxDims, append(dims, "maximum")...)
+		}
+		set(maxInputs, "components", "schemas", "TextInputs", "maxItems")
+		set(maxInputs, "components", "schemas", "TokenInputs", "maxItems")
+		set(maxInputs, "components", "schemas", "RerankRequest", "properties", "documents", "maxItems")
+		set(maxInputs, "components", "schemas", "TEIRerankRequest", "properties", "texts", "maxItems")
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

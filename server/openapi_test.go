@@ -109,7 +109,7 @@ func TestOpenAPINativeRequestFields(t *testing.T) {
 // Every answer of every route validates against the schema the document gives for
 // its status, and every property of the response schemas shows up in some answer.
 func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
-	served := parseDoc(t, documentedServer(&fakeEmbedder{}, true, Config{}).openAPI())
+	served := parseDoc(t, documentedServer(&fakeEmbedder{}, true, Config{}).openAPI(nil))
 	type call struct {
 		method, path, route, body string
 		status                    int
@@ -257,8 +257,11 @@ func dig(m map[string]any, keys ...string) (map[string]any, bool) {
 // The served document carries the served model's bounds and the build's version.
 func TestOpenAPIFilledFromServer(t *testing.T) {
 	s := documentedServer(&fakeEmbedder{}, true, Config{})
-	s.Info.Models[0].Limits.Dim, s.Info.Models[0].Limits.MinDimensions, s.Info.Models[0].Limits.MaxInputs = 1024, 32, 100
-	doc := parseDoc(t, s.openAPI())
+	s.Info.Models[0].Limits.Dim, s.Info.Models[0].Limits.MinDimensions = 1024, 32
+	for i := range s.Info.Models { // --max-inputs applies to every model
+		s.Info.Models[i].Limits.MaxInputs = 100
+	}
+	doc := parseDoc(t, s.openAPI(nil))
 	dims := doc.Schema("Dimensions")
 	if dims["minimum"] != 32.0 || dims["maximum"] != 1024.0 {
 		t.Errorf("Dimensions bounds %v..%v, want 32..1024", dims["minimum"], dims["maximum"])
@@ -272,7 +275,7 @@ func TestOpenAPIFilledFromServer(t *testing.T) {
 // the hand-written order (a map would sort /debug/vars first): /docs and any OpenAPI
 // viewer group and order operations from these.
 func TestOpenAPITagsAndOrder(t *testing.T) {
-	served := documentedServer(&fakeEmbedder{}, true, Config{}).openAPI()
+	served := documentedServer(&fakeEmbedder{}, true, Config{}).openAPI(nil)
 	var doc struct {
 		Tags []struct {
 			Name        string `json:"name"`

@@ -1,11 +1,16 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/embed-stack/embed-stack/routing"
 )
 
 // multiServer serves two embedding models (the first with an alias) and a
@@ -48,6 +53,18 @@ func TestSeveralModelsRouteByName(t *testing.T) {
 			"{\"error\":{\"message\":\"The model `big` is an embedding model, which does not rerank; name a reranker (GET /v1/models lists them), or compare embeddings.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_task_mismatch\"}}", "", ""},
 		{"rerank unknown", "/v1/rerank", `{"model":"nope","query":"q","documents":["a"]}`, 404, notFoundNope, "", ""},
 		{"tei rerank", "/rerank", `{"query":"q","texts":["a"]}`, 200, "", "rr", ""},
+		// One rule for names (issue 28): "" and a bare suffix name no model, and a
+		// reranker takes no input-type suffix.
+		{"empty name", "/v1/embeddings", `{"model":"","input":"x"}`, 400,
+			`{"error":{"message":"'model' is an empty string; name a model (GET /v1/models lists them), or leave the field out for the default.","type":"invalid_request_error","param":"model","code":null}}`, "", ""},
+		{"bare suffix", "/v1/embeddings", `{"model":":query","input":"x"}`, 400,
+			"{\"error\":{\"message\":\"The model `:query` has no name before its input-type suffix; name a model (GET /v1/models lists them), as in `NAME:query`, or leave the field out for the default.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"invalid_value\"}}", "", ""},
+		{"rerank empty name", "/v1/rerank", `{"model":"","query":"q","documents":["a"]}`, 400,
+			`{"error":{"message":"'model' is an empty string; name a model (GET /v1/models lists them), or leave the field out for the default.","type":"invalid_request_error","param":"model","code":null}}`, "", ""},
+		{"rerank bare suffix", "/v1/rerank", `{"model":":document","query":"q","documents":["a"]}`, 400,
+			"{\"error\":{\"message\":\"The model `:document` has no name before its input-type suffix; name a model (GET /v1/models lists them), as in `NAME:document`, or leave the field out for the default.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"invalid_value\"}}", "", ""},
+		{"rerank with a suffix", "/v1/rerank", `{"model":"rr:query","query":"q","documents":["a"]}`, 400,
+			"{\"error\":{\"message\":\"The model `rr` is a reranker, which takes no input type; send `rr` without the suffix `:query`.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"invalid_value\"}}", "", ""},
 		{"native embed", "/embed", `{"texts":["a"]}`, 200, "", "small", ""},
 		{"tokenize", "/tokenize", `{"text":"a"}`, 200, "", "small", ""},
 	}
@@ -94,10 +111,64 @@ func TestSeveralModelsList(t *testing.T) {
 			t.Errorf("GET /v1/models/%s: %d %s", id, w.Code, w.Body)
 		}
 	}
-	for _, id := range []string{"nope", "big:querry", "nope:query"} {
+	for _, id := range []string{"nope", "big:querry", "nope:query", "rr:query", "rerank-v3.5:document", ":query"} {
 		want := "{\"error\":{\"message\":\"The model `" + id + "` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"
 		if w := do(h, "GET", "/v1/models/"+id, "", nil); w.Code != 404 || w.Body.String() != want {
 			t.Errorf("GET /v1/models/%s: %d %s\nwant 404 %s", id, w.Code, w.Body, want)
 		}
+	}
+}
+
+// TestOpenAPIPerModel: GET /openapi.json gives the widest bounds of the served
+// embedding models (issue 28: the first model's, 64 when another took 1024, or a
+// reranker's), and ?model= one model's own; an unknown model is 404.
+func TestOpenAPIPerModel(t *testing.T) {
+	lim := func(dim int) routing.Limits {
+		return routing.Limits{Dim: dim, MinDimensions: 32, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096}
+	}
+	s := &Server{
+		Config: Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Created: time.Unix(1700000000, 0)},
+		Models: []Model{
+			{ID: "rr", Rerank: true, Embedder: &fakeEmbedder{}, Reranker: &fakeReranker{}},
+			{ID: "small", Aliases: []string{"s"}, Embedder: &fakeEmbedder{}},
+			{ID: "big", Embedder: &fakeEmbedder{}},
+		},
+		Info: Info{Models: []ModelInfo{
+			{ID: "rr", Task: "rerank", Limits: lim(2)},
+			{ID: "small", Aliases: []string{"s"}, Task: "embedding", Limits: lim(64)},
+			{ID: "big", Task: "embedding", Limits: lim(1024)},
+		}},
+	}
+	h := s.Handler()
+	bounds := func(path string) string {
+		w := do(h, "GET", path, "", nil)
+		if w.Code != 200 {
+			t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
+		}
+		var doc struct {
+			Components struct {
+				Schemas struct {
+					Dimensions struct{ Minimum, Maximum int }
+				}
+			}
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%d..%d", doc.Components.Schemas.Dimensions.Minimum, doc.Components.Schemas.Dimensions.Maximum)
+	}
+	for path, want := range map[string]string{
+		"/openapi.json":               "32..1024",
+		"/openapi.json?model=small":   "32..64",
+		"/openapi.json?model=s:query": "32..64",
+		"/openapi.json?model=big":     "32..1024",
+		"/openapi.json?model=rr":      "32..4096", // a reranker takes no dimensions: the document's own
+	} {
+		if got := bounds(path); got != want {
+			t.Errorf("GET %s: dimensions %s, want %s", path, got, want)
+		}
+	}
+	if w := do(h, "GET", "/openapi.json?model=nope", "", nil); w.Code != 404 || !strings.Contains(w.Body.String(), "model_not_found") {
+		t.Errorf("unknown model: %d %s", w.Code, w.Body)
 	}
 }

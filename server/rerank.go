@@ -29,7 +29,7 @@ func (s *Server) rerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	m, err := s.pick(req.Model, req.Model, taskRerank)
+	m, _, err := s.resolve(req.Model, taskRerank)
 	if err != nil {
 		writeError(c, err)
 		return
@@ -66,7 +66,7 @@ func (s *Server) teiRerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	m, err := s.pick("", "", taskRerank)
+	m, _, err := s.resolve("", taskRerank)
 	if err != nil {
 		writeError(c, err)
 		return

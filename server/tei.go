@@ -60,7 +60,7 @@ func (s *Server) teiEmbed(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	m, err := s.pick("", "", taskEmbed)
+	m, _, err := s.resolve("", taskEmbed)
 	if err != nil {
 		writeError(c, err)
 		return

@@ -48,12 +48,20 @@ func parseModelEntries(models, aliases []string, modelName string) ([]modelEntry
 			}
 			e.name, e.ref = name, ref
 		}
+		if e.name != "" {
+			if err := server.CheckModelName(e.name); err != nil {
+				return nil, fmt.Errorf("--model %q: %w", m, err)
+			}
+		}
 		entries = append(entries, e)
 	}
 	if len(entries) > 1 && modelName != "" {
 		return nil, fmt.Errorf("--model-name names a single model; with %d --model, name each as --model NAME=MODEL", len(entries))
 	}
 	if len(entries) == 1 && modelName != "" {
+		if err := server.CheckModelName(modelName); err != nil {
+			return nil, fmt.Errorf("--model-name: %w", err)
+		}
 		if entries[0].name != "" {
 			return nil, fmt.Errorf("--model-name %q and --model %q both name the model; keep one", modelName, entries[0].flag)
 		}
@@ -61,6 +69,13 @@ func parseModelEntries(models, aliases []string, modelName string) ([]modelEntry
 	}
 	for _, a := range aliases {
 		target, alias, ok := strings.Cut(a, "=")
+		name := a
+		if ok {
+			name = alias
+		}
+		if err := server.CheckModelName(name); err != nil && name != "" {
+			return nil, fmt.Errorf("--model-alias %q: %w", a, err)
+		}
 		if !ok {
 			if len(entries) > 1 {
 				return nil, fmt.Errorf("--model-alias %q: with several --model, say which model it names: --model-alias MODEL=%s", a, a)
@@ -131,6 +146,10 @@ func entryNamed(entries []modelEntry, name string) int {
 func checkModelNames(entries []modelEntry, names []string) error {
 	owner := map[string]int{}
 	for i := range entries {
+		if err := server.CheckModelName(names[i]); err != nil {
+			// A name from the GGUF's general.name (the others were checked as flags).
+			return fmt.Errorf("--model %q: %w; name it with --model NAME=MODEL", entries[i].flag, err)
+		}
 		for _, n := range append([]string{names[i]}, entries[i].aliases...) {
 			if j, ok := owner[n]; ok {
 				if i == j {

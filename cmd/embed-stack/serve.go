@@ -126,7 +126,7 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.Var(&f.apiKeys, "api-key", "accept this API `key` (Authorization: Bearer KEY), required on every route but /health, /ready and /metrics once any key is set (repeatable; prefer --api-key-file or the environment: a command line is visible to other local users)")
 	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "`file` of accepted API keys, one per line (# comments), in addition to --api-key")
 	fs.BoolVar(&f.metricsAuth, "metrics-auth", false, "require an API key on /metrics too (by default scrapers need none)")
-	fs.IntVar(&f.maxConcurrent, "max-concurrent-requests", 64, "most /v1/embeddings, /embed and /tokenize requests in flight; more get 429 with Retry-After")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent-requests", 64, "most requests in flight on the work routes (POST /v1/embeddings, /v1/rerank, /v2/rerank, /rerank, /embed, / and /tokenize, Ollama's /api/embed and /api/embeddings); more get 429 with Retry-After")
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take, waiting for a worker included; past it 504 and its work is cancelled")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block in `bytes` (larger ones get 431)")
 	fs.DurationVar(&f.headerTimeout, "header-timeout", server.DefaultHeaderTimeout, "longest a client may take to send a request's headers; past it the connection is closed")
