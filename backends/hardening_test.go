@@ -229,3 +229,28 @@ func TestEphemeralHangWatch(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the hung worker to be gone", func() bool { return processGone(pid) })
 }
+
+// TestRemoveOwnSocketDirs: a process about to exit removes the socket directories
+// it made, with their contents, and no other process's.
+func TestRemoveOwnSocketDirs(t *testing.T) {
+	parent := t.TempDir()
+	own := []string{fmt.Sprintf("embed-stack-%d-1", os.Getpid()), fmt.Sprintf("embed-stack-%d-2", os.Getpid())}
+	keep := []string{fmt.Sprintf("embed-stack-%d-1", os.Getppid()), fmt.Sprintf("embed-stack-%d1-1", os.Getpid()), "other"}
+	for _, d := range append(own, keep...) {
+		if err := os.MkdirAll(filepath.Join(parent, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(parent, own[0], "warm-1.sock"), nil, 0o600)
+	RemoveOwnSocketDirs(parent)
+	for _, d := range own {
+		if _, err := os.Stat(filepath.Join(parent, d)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", d, err)
+		}
+	}
+	for _, d := range keep {
+		if _, err := os.Stat(filepath.Join(parent, d)); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
+	}
+}

@@ -59,6 +59,24 @@ func removeStaleSocketDirs(parent string, logger *slog.Logger) {
 	}
 }
 
+// RemoveOwnSocketDirs removes every socket directory this process made under parent
+// ("" = os.TempDir()), with whatever it holds. It is for a process about to exit,
+// whose workers are gone or dying with it: a path out that skipped a Close (a second
+// signal, a start abandoned midway) would otherwise leave its directories for the
+// next process's removeStaleSocketDirs. Never call it while this process still runs
+// workers: their sockets are in those directories.
+func RemoveOwnSocketDirs(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dirs, _ := filepath.Glob(filepath.Join(parent, socketDirPrefix+strconv.Itoa(os.Getpid())+"-*"))
+	for _, dir := range dirs {
+		if st, err := os.Lstat(dir); err == nil && st.IsDir() && ownedByUs(dir) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
 // ensureSocketDir returns dir if it is still a private directory of ours, or a
 // fresh one under parent: something (a tmp cleaner) may have removed it while the
 // server ran, and a worker cannot listen in a directory that is gone. A directory

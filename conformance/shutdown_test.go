@@ -87,6 +87,21 @@ func (s *server) refusesConnections(t *testing.T, timeout time.Duration) {
 // finishes the request in flight (correctly), stops its worker, removes the socket
 // directory and exits 0.
 func TestGracefulShutdown(t *testing.T) {
+	drainsOnSignal(t, syscall.SIGTERM, `msg="shutting down" grace=1m0s signal=SIGTERM`)
+}
+
+// TestSIGHUPDrains: SIGHUP stops the server as SIGTERM does, and says so (issue 28:
+// SIGHUP killed serve at once, exit 129, the request reset, nothing logged, the
+// socket directory left behind).
+func TestSIGHUPDrains(t *testing.T) {
+	drainsOnSignal(t, syscall.SIGHUP, `msg="shutting down" grace=1m0s signal=SIGHUP`)
+}
+
+// drainsOnSignal sends sig to a server with a request in flight: new connections
+// must be refused at once, the request answered with the reference vectors, the
+// worker stopped, its socket directory removed, exit 0, and the log must hold
+// logLine.
+func drainsOnSignal(t *testing.T, sig syscall.Signal, logLine string) {
 	s, workers := launchOwn(t, "--shutdown-grace", "60s")
 	text := variedText(t, 800)
 	type answer struct {
@@ -99,17 +114,14 @@ func TestGracefulShutdown(t *testing.T) {
 		done <- answer{r, err}
 	}()
 	waitBusy(t, workers[0].pid, 5, 30*time.Second)
-	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	s.refusesConnections(t, 5*time.Second)
 
 	a := <-done
-	if a.err != nil {
-		t.Fatalf("the request in flight at SIGTERM: %v", a.err)
-	}
-	if a.r.status != http.StatusOK {
-		t.Fatalf("the request in flight at SIGTERM: %d %s", a.r.status, truncate(a.r.body))
+	if a.err != nil || a.r.status != http.StatusOK {
+		t.Fatalf("the request in flight at %v: %v %d %s", sig, a.err, a.r.status, truncate(a.r.body))
 	}
 	var got rawEmbeddings
 	a.r.decode(t, &got)
@@ -118,7 +130,7 @@ func TestGracefulShutdown(t *testing.T) {
 		requireReference(t, fmt.Sprintf("vector %d", i), d.Embedding, want)
 	}
 	if err := s.waitExit(t, stopTimeout); err != nil {
-		t.Fatalf("exit after SIGTERM: %v, want status 0\nstderr:\n%s", err, s.Out)
+		t.Fatalf("exit after %v: %v, want status 0\nstderr:\n%s", sig, err, s.Out)
 	}
 	for _, w := range workers {
 		if err := waitGone(w, orphanTimeout); err != nil {
@@ -128,8 +140,8 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Errorf("socket directory %s left behind (%v)", socketDir(t, w), err)
 		}
 	}
-	if !strings.Contains(s.Out.String(), `msg="shutting down" grace=1m0s`) {
-		t.Errorf("no shutdown line in the log:\n%s", s.Out)
+	if !strings.Contains(s.Out.String(), logLine) {
+		t.Errorf("no %s in the log:\n%s", logLine, s.Out)
 	}
 }
 
@@ -171,9 +183,50 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 		if err := waitGone(w, orphanTimeout); err != nil {
 			t.Error(err)
 		}
+		// An exit path the process survives leaves no socket directory (issue 28).
+		if _, err := os.Stat(socketDir(t, w)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket directory %s left behind (%v)", socketDir(t, w), err)
+		}
 	}
 	if !strings.Contains(s.Out.String(), "second signal: stopping now") {
 		t.Errorf("no second-signal line in the log:\n%s", s.Out)
+	}
+}
+
+// TestSecondSignalWithEphemeral: a second signal while an ephemeral worker runs
+// ends the server with status 1 and leaves no socket directory, the ephemeral
+// worker's included: every exit path the process survives removes them (issue 28).
+func TestSecondSignalWithEphemeral(t *testing.T) {
+	s, workers := launchOwn(t, "--shutdown-grace", "5m", "--warm-max-tokens", "1024")
+	long := variedText(t, 1400)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": long}, nil)
+		errc <- err
+	}()
+	eph := otherWorker(t, s, workers[0].pid, 30*time.Second)
+	t.Cleanup(func() { _ = syscall.Kill(eph.pid, syscall.SIGKILL) })
+	all := append(workers, eph)
+	for range 2 {
+		if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := s.waitExit(t, 10*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("exit %v, want status 1", err)
+	}
+	<-errc
+	for _, w := range all {
+		if err := waitGone(w, orphanTimeout); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(socketDir(t, w)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket directory %s left behind (%v)", socketDir(t, w), err)
+			_ = os.RemoveAll(socketDir(t, w))
+		}
 	}
 }
 

@@ -190,7 +190,7 @@ func (c *embedCommand) Run(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		c.logger.Warn("interrupted; run the same command again to resume", "output", c.f.output)
+		c.logger.Warn("interrupted; run the same command again to resume", "output", c.f.output, "signal", stoppedBy(ctx))
 		return exitStatus(130)
 	}
 	c.logger.Error("embed-stack embed failed", "error", err)

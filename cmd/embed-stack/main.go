@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
 )
 
@@ -119,23 +120,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runCommand(c)
 }
 
-// runCommand runs c with the signals wired to it: the first SIGINT or SIGTERM ends
-// Run's context, and any later one calls Close. They are counted from the start, so
-// that a second signal that arrives before the command reaches its shutdown still
-// cuts the shutdown short.
+// stopSignals are the signals that stop a command gracefully. SIGHUP is one: a
+// closed terminal, or a supervisor that sends it by habit, used to kill serve at once
+// (exit 129, the request in flight reset, nothing logged, the worker socket
+// directory left behind; issue 28). Reloading the configuration on SIGHUP, as some
+// daemons do, would need every flag to be changeable at run time; draining is what
+// the other two signals do, and what a process manager's restart expects.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// stopSignal is the cause of Run's context when a signal ended it.
+type stopSignal struct{ sig os.Signal }
+
+func (s stopSignal) Error() string { return "received " + signalName(s.sig) }
+
+// Is makes a stop by signal a cancellation (errors.Is(err, context.Canceled)), as
+// the plain cancel it replaces was: the commands tell an interruption by it.
+func (s stopSignal) Is(target error) bool { return target == context.Canceled }
+
+// signalName is a stop signal's conventional name, for the log.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return sig.String()
+}
+
+// stoppedBy returns the name of the signal that ended ctx, or "" when none did.
+func stoppedBy(ctx context.Context) string {
+	var s stopSignal
+	if errors.As(context.Cause(ctx), &s) {
+		return signalName(s.sig)
+	}
+	return ""
+}
+
+// runCommand runs c with the signals wired to it: the first SIGINT, SIGTERM or
+// SIGHUP ends Run's context (its cause names the signal), and any later one calls
+// Close. They are counted from the start, so that a second signal that arrives
+// before the command reaches its shutdown still cuts the shutdown short. Whatever
+// way Run ends, the worker socket directories this process made are removed last.
 func runCommand(c command) int {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
 	done := make(chan struct{})
 	go func() {
 		for first := true; ; first = false {
 			select {
-			case <-sigs:
+			case sig := <-sigs:
 				if first {
-					stop()
+					stop(stopSignal{sig})
 				} else {
 					_ = c.Close()
 				}
@@ -146,6 +187,9 @@ func runCommand(c command) int {
 	}()
 	err := c.Run(ctx)
 	close(done)
+	// The workers are gone or going (they die with this process): a directory an
+	// exit path did not remove (a second signal's, a failed start's) is garbage.
+	backends.RemoveOwnSocketDirs("")
 	var s exitStatus
 	switch {
 	case err == nil:

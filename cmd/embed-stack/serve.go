@@ -112,8 +112,8 @@ func newServeFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
 	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
 	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long requests in flight may finish")
-	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long to keep serving with GET /ready answering 503 before the listener closes, so that load balancers' health checks take the replica out first: at least their check interval times their failure count (deploy/haproxy/README.md; 0 = close at once, right for a server without a balancer)")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, SIGINT or SIGHUP, how long requests in flight may finish")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, SIGINT or SIGHUP, how long to keep serving with GET /ready answering 503 before the listener closes, so that load balancers' health checks take the replica out first: at least their check interval times their failure count (deploy/haproxy/README.md; 0 = close at once, right for a server without a balancer)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.configPath, flagconfig.ConfigFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
@@ -408,7 +408,7 @@ func (c *serveCommand) wait(ctx context.Context, r *running, start time.Time) er
 			return fmt.Errorf("http server: %w", err)
 		}
 	}
-	c.logger.Info("shutting down", "grace", c.f.shutdownGrace)
+	c.logger.Info("shutting down", "grace", c.f.shutdownGrace, "signal", stoppedBy(ctx))
 	return nil
 }
 
