@@ -241,11 +241,29 @@ func TestBatcherErrorReachesEveryCaller(t *testing.T) {
 }
 
 // TestRouterBatching runs concurrent requests through a router with a batch
-// window: they share backend calls, and each gets the vectors it gets alone.
+// window: they share backend calls, and each gets the vectors it gets alone. The
+// first call is held until the other requests wait in the batcher, so the test does
+// not depend on how the goroutines are scheduled (on a loaded machine each request
+// could otherwise find the lane idle and go alone, as idleSend allows).
 func TestRouterBatching(t *testing.T) {
 	alone, _, _ := newRouter(Config{})
 	r, warm, _ := newRouter(Config{BatchWindow: 50 * time.Millisecond, BatchMaxTokens: 1 << 20})
 	const n = 16
+	r.init() // builds the batcher that queuedCalls reads
+	release := make(chan struct{})
+	warm.hold = func(call int) {
+		if call == 0 {
+			<-release
+		}
+	}
+	go func() {
+		defer close(release)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if queuedCalls(r) == n-1 {
+				return
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -277,10 +295,27 @@ func TestRouterBatching(t *testing.T) {
 	warm.mu.Lock()
 	calls := len(warm.calls)
 	warm.mu.Unlock()
-	if calls >= n {
-		t.Errorf("%d warm calls for %d concurrent requests: nothing was batched", calls, n)
+	// The first request alone, then the other n-1 in one batch.
+	if calls != 2 {
+		t.Errorf("%d warm calls for %d concurrent requests, want 2 (the first alone, then the rest batched)", calls, n)
 	}
-	t.Logf("%d concurrent requests in %d warm calls", n, calls)
+}
+
+// queuedCalls counts the calls waiting in a router's batcher, over both lanes.
+func queuedCalls(r *Router) int {
+	b, ok := r.warm.(*batcher)
+	if !ok {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, l := range b.lanes {
+		for _, bt := range l.queue {
+			n += len(bt.calls)
+		}
+	}
+	return n
 }
 
 // shortOf is a ShortCalls for tests: at most 4 sequences of at most 8 tokens, 16 in

@@ -33,6 +33,8 @@ type fakeBackend struct {
 	calls [][][]int32
 	err   error
 	block chan struct{} // when set, Embed waits on it or ctx
+	// hold, when set, is called with each call's index (0 first) before it answers.
+	hold func(call int)
 }
 
 func vectorFor(seq []int32, dim int) []float32 {
@@ -47,7 +49,11 @@ func vectorFor(seq []int32, dim int) []float32 {
 func (f *fakeBackend) Embed(ctx context.Context, seqs [][]int32) ([][]float32, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, seqs)
+	call := len(f.calls) - 1
 	f.mu.Unlock()
+	if f.hold != nil {
+		f.hold(call)
+	}
 	if f.block != nil {
 		select {
 		case <-f.block:
