@@ -321,7 +321,7 @@ func TestParquetFinished(t *testing.T) {
 		t.Fatalf("%v %+v %v", done, st, err)
 	}
 	os.WriteFile(in, []byte(jsonlCorpus(31)), 0o644)
-	if done, _, err := finished(Merge{}); done || err == nil || !strings.Contains(err.Error(), "1 input items have no vector") || !strings.Contains(err.Error(), "--overwrite") {
+	if done, _, err := finished(Merge{}); done || err == nil || !strings.Contains(err.Error(), "1 input items have no row in it, the first on line") || !strings.Contains(err.Error(), "--overwrite") {
 		t.Fatalf("%v %v", done, err)
 	}
 	os.WriteFile(in, []byte(jsonlCorpus(29)), 0o644)

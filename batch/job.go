@@ -226,7 +226,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 	}
 	// The whole input is read: rows it does not hold, and repeated rows, can go.
 	if drop, foreign := idx.dropRows(); len(drop) > 0 && !out.stream {
-		first, err := repairOutput(j.Output, j.Format, j.Dim, drop)
+		first, err := repairOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), drop)
 		if err != nil {
 			stats.Elapsed = time.Since(start)
 			return stats, err

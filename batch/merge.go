@@ -211,9 +211,19 @@ func (m *Merge) walk(ctx context.Context, parts []*partReader, st *MergeStats, s
 		line = r.Line() + 1
 	}
 	if st.Missing > 0 && !m.AllowMissing {
-		return fmt.Errorf("%d input items have no vector in the parts, the first on %s: rerun the shards to complete them, or pass --allow-missing if the job skipped them (--skip-invalid)", st.Missing, firstMissing)
+		return &missingError{n: st.Missing, first: firstMissing}
 	}
 	return nil
+}
+
+// missingError is input items without a vector, first naming the first of them.
+type missingError struct {
+	n     int64
+	first string
+}
+
+func (e *missingError) Error() string {
+	return fmt.Sprintf("%d input items have no vector in the parts, the first on %s: rerun the shards to complete them, or pass --allow-missing if the job skipped them (--skip-invalid)", e.n, e.first)
 }
 
 // Verify checks, writing nothing, that Output is a Parquet file holding what a merge
@@ -245,8 +255,14 @@ func (m *Merge) Finished(ctx context.Context) (bool, MergeStats, error) {
 		return false, MergeStats{}, nil
 	}
 	st, err := m.Verify(ctx)
+	var me *missingError
+	if errors.As(err, &me) {
+		// In a run's own words: the input gained items since, or the run skipped
+		// them as invalid (--skip-invalid, which AllowMissing mirrors).
+		err = fmt.Errorf("%d input items have no row in it, the first on %s (items added to the input since, or skipped as invalid by a run with --skip-invalid, which accepts that when given again)", me.n, me.first)
+	}
 	if err != nil {
-		return false, st, fmt.Errorf("%s exists but does not hold this input's vectors (%w); a Parquet file cannot be resumed: pass --overwrite to embed the input again, or choose another --output", m.Output, err)
+		return false, st, fmt.Errorf("%s exists but does not hold this input's vectors: %w; a Parquet file cannot be resumed: pass --overwrite to embed the input again, or choose another --output", m.Output, err)
 	}
 	return true, st, nil
 }

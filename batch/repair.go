@@ -51,15 +51,16 @@ func finishRepair(path string, format Format) error {
 }
 
 // repairOutput rewrites the output at path without the rows in drop (sorted, all
-// below the output's row count) and returns the id of the first row dropped.
-func repairOutput(path string, format Format, dim int, drop []int64) (json.RawMessage, error) {
+// below the output's row count) and returns the id of the first row dropped. Its ids
+// are at most maxID bytes: no longer line is read.
+func repairOutput(path string, format Format, dim, maxID int, drop []int64) (json.RawMessage, error) {
 	if format == FormatNPY {
-		return repairNPY(path, dim, drop)
+		return repairNPY(path, dim, maxID+2, drop)
 	}
-	return repairJSONL(path, drop)
+	return repairJSONL(path, maxRecordBytes(dim, maxID), drop)
 }
 
-func repairJSONL(path string, drop []int64) (json.RawMessage, error) {
+func repairJSONL(path string, maxLine int, drop []int64) (json.RawMessage, error) {
 	in, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("repair: %w", err)
@@ -74,7 +75,7 @@ func repairJSONL(path string, drop []int64) (json.RawMessage, error) {
 	r, w := bufio.NewReaderSize(in, 1<<20), bufio.NewWriterSize(out, 1<<20)
 	var first json.RawMessage
 	for row := int64(0); ; row++ {
-		line, err := r.ReadBytes('\n')
+		line, err := readLine(r, maxLine)
 		if errors.Is(err, io.EOF) && len(line) == 0 {
 			break
 		}
@@ -100,7 +101,7 @@ func repairJSONL(path string, drop []int64) (json.RawMessage, error) {
 	return first, nil
 }
 
-func repairNPY(path string, dim int, drop []int64) (json.RawMessage, error) {
+func repairNPY(path string, dim, maxLine int, drop []int64) (json.RawMessage, error) {
 	idsPath := IDsPath(path)
 	f, err := os.Open(path)
 	if err != nil {
@@ -143,7 +144,7 @@ func repairNPY(path string, dim int, drop []int64) (json.RawMessage, error) {
 			err = fmt.Errorf("repair: read %s row %d: %w", path, row, err)
 			return nil, errors.Join(err, out.Close(), outIDs.Close())
 		}
-		id, err := ir.ReadBytes('\n')
+		id, err := readLine(ir, maxLine)
 		if err != nil {
 			err = fmt.Errorf("repair: read %s line %d: %w", idsPath, row+1, err)
 			return nil, errors.Join(err, out.Close(), outIDs.Close())

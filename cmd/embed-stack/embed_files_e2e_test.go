@@ -341,7 +341,7 @@ func TestEmbedParquetRerunDoesNothing(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("grown input: exit status %d\n%s", r.code, r.output)
 	}
-	if got := lastError(t, r.output); !strings.Contains(got, `1 input items have no vector in the parts, the first on line 11 (id "new")`) || !strings.HasSuffix(got, "pass --overwrite to embed the input again, or choose another --output") {
+	if got := lastError(t, r.output); !strings.Contains(got, `1 input items have no row in it, the first on line 11 (id "new") (items added to the input since`) || !strings.HasSuffix(got, "pass --overwrite to embed the input again, or choose another --output") {
 		t.Errorf("grown input: error %q", got)
 	}
 }
