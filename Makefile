@@ -237,6 +237,8 @@ test-pure:
 # outside it.
 PYARROW_VENV ?= .cache/venv-pyarrow
 PYARROW_REQS := batch/testdata/requirements.txt
+INTEG_VENV   ?= .cache/venv-integrations
+INTEG_REQS   := conformance/integrations/requirements.txt
 
 $(PYARROW_VENV)/installed: $(PYARROW_REQS)
 	rm -rf $(PYARROW_VENV)
@@ -244,9 +246,13 @@ $(PYARROW_VENV)/installed: $(PYARROW_REQS)
 	$(PYARROW_VENV)/bin/pip install -q --disable-pip-version-check -r $(PYARROW_REQS)
 	touch $@
 
-test-go: build models $(ENCODERS) $(PYARROW_VENV)/installed
+# The batch job's chroma:// output is tested against `chroma run` from the
+# integrations suite's virtual environment (its pinned chromadb), which also reads
+# the collections back: test-go creates it when test-integrations has not yet.
+test-go: build models $(ENCODERS) $(PYARROW_VENV)/installed $(INTEG_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
-	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python $(GO) test -count=1 -timeout 40m $(E2E_PKGS)
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python EMBED_STACK_CHROMA_VENV=$(CURDIR)/$(INTEG_VENV) \
+		$(GO) test -count=1 -timeout 40m $(E2E_PKGS)
 
 # Three replicas behind HAProxy under a minute of load, with a graceful restart and a
 # crash (deploy/haproxy/README.md); part of test-go, here alone and verbose, with the
@@ -327,9 +333,8 @@ test-cohere: build models $(COHERE_VENV)/installed
 # functions) and TEI's (huggingface_hub, Haystack), with the Python blocks of
 # docs/clients.md that use them, against the real binary. Its own virtual environment
 # of the pinned packages of its requirements.txt, created on first use and again when
-# that file changes: chromadb's dependencies conflict with $(VENV)'s.
-INTEG_VENV ?= .cache/venv-integrations
-INTEG_REQS := conformance/integrations/requirements.txt
+# that file changes: chromadb's dependencies conflict with $(VENV)'s. (INTEG_VENV and
+# INTEG_REQS are set above test-go, which needs it too.)
 
 $(INTEG_VENV)/installed: $(INTEG_REQS)
 	rm -rf $(INTEG_VENV)

@@ -47,6 +47,11 @@ type Job struct {
 	// Output is the output file ("-": standard output, JSONL only); Format its format.
 	Output string
 	Format Format
+	// Store, when set, is the output instead of Output: a database, already opened
+	// (Store.Open). Each batch's items are looked up in it before they are embedded,
+	// and those it holds are skipped; nothing is read back or repaired at the start.
+	// Its ids are text, so TextIDs applies.
+	Store Store
 	// Overwrite starts the output over instead of resuming it.
 	Overwrite bool
 	// TextIDs compares ids by their text rather than their JSON, as a Parquet id
@@ -109,6 +114,9 @@ type batchWork struct {
 }
 
 type batchResult struct {
+	// items are the batch's items that were embedded (SkipInvalid leaves some out),
+	// ids their ids and vecs their vectors.
+	items   []Item
 	ids     []json.RawMessage
 	vecs    [][]float32
 	invalid int64
@@ -128,10 +136,13 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		return Stats{}, errors.New("batch: Job.Dim must be set")
 	}
 	idx := newIDIndex()
-	idx.text = j.TextIDs
-	out, err := openOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), j.Overwrite, idx)
-	if err != nil {
-		return Stats{}, err
+	idx.text = j.TextIDs || j.Store != nil
+	out := &output{stream: true}
+	if j.Store == nil {
+		var err error
+		if out, err = openOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), j.Overwrite, idx); err != nil {
+			return Stats{}, err
+		}
 	}
 	if out.rows > 0 {
 		log.Info("resuming: the output already holds vectors; their items are skipped", "output", j.Output, "records", out.rows)
@@ -191,7 +202,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 			cancel(res.err)
 			break
 		}
-		if err := out.sink.write(res.ids, res.vecs); err != nil {
+		if err := j.write(ctx, out, res); err != nil {
 			cancel(err)
 			break
 		}
@@ -220,7 +231,11 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 
 	stats.Resumed, stats.Invalid = readStats.Resumed, stats.Invalid+readStats.Invalid
 	stats.Blank = reader.Blank()
-	if err := out.sink.close(); err != nil || runErr != nil {
+	var closeErr error
+	if out.sink != nil {
+		closeErr = out.sink.close()
+	}
+	if err := closeErr; err != nil || runErr != nil {
 		stats.Elapsed = time.Since(start)
 		return stats, errors.Join(runErr, err)
 	}
@@ -245,6 +260,15 @@ func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats
 	send := func() error {
 		if len(items) == 0 {
 			return nil
+		}
+		if j.Store != nil && !j.Overwrite {
+			var err error
+			if items, err = j.notStored(ctx, items, stats); err != nil {
+				return err
+			}
+			if len(items) == 0 {
+				return nil
+			}
 		}
 		b := &batchWork{items: items, resumed: stats.Resumed, done: make(chan batchResult, 1)}
 		items = nil
@@ -318,7 +342,7 @@ func (j *Job) embed(ctx context.Context, items []Item, log *slog.Logger) batchRe
 			for i, it := range items {
 				res.ids[i] = it.ID
 			}
-			res.vecs = vecs
+			res.items, res.vecs = items, vecs
 			return res
 		}
 		if ctx.Err() != nil {
@@ -352,6 +376,53 @@ func (j *Job) embed(ctx context.Context, items []Item, log *slog.Logger) batchRe
 		return res
 	}
 	return res
+}
+
+// notStored returns the items of a batch that the Store does not hold yet, counting
+// the others as resumed.
+func (j *Job) notStored(ctx context.Context, items []Item, stats *Stats) ([]Item, error) {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = IDText(it.ID)
+	}
+	held, err := j.Store.Has(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("resume: look up input lines %d-%d: %w", items[0].Line, items[len(items)-1].Line, err)
+	}
+	if len(held) != len(items) {
+		return nil, fmt.Errorf("resume: %s answered %d lookups for %d ids", j.Store, len(held), len(items))
+	}
+	kept := items[:0]
+	for i, it := range items {
+		if held[i] {
+			stats.Resumed++
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept, nil
+}
+
+// write hands one embedded batch to the output: the file's sink, or the Store.
+func (j *Job) write(ctx context.Context, out *output, res batchResult) error {
+	if j.Store == nil {
+		return out.sink.write(res.ids, res.vecs)
+	}
+	if len(res.items) == 0 {
+		return nil
+	}
+	recs := make([]Record, len(res.items))
+	for i, it := range res.items {
+		if len(res.vecs[i]) != j.Dim {
+			return fmt.Errorf("vector for id %s has %d dimensions, want %d", it.ID, len(res.vecs[i]), j.Dim)
+		}
+		recs[i] = Record{ID: IDText(it.ID), Item: it, Vector: res.vecs[i]}
+	}
+	if err := j.Store.Write(ctx, recs); err != nil {
+		first, last := res.items[0].Line, res.items[len(res.items)-1].Line
+		return fmt.Errorf("write input lines %d-%d: %w; what was written before is kept, and the same command resumes after it", first, last, err)
+	}
+	return nil
 }
 
 func (j *Job) retryable(err error) (time.Duration, bool) {

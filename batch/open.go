@@ -24,6 +24,9 @@ type Files struct {
 	Input, Output string
 	// Shard is the slice of the input this run embeds (Count 0: all of it).
 	Shard Shard
+	// Remote says Output names a Store (a database's URL), not a file: no output
+	// file is checked or named, and every shard writes to the one Store.
+	Remote bool
 	// Overwrite starts the output over instead of resuming it.
 	Overwrite bool
 	// Reader says how the input is read; Open sets its FirstLine for a shard.
@@ -88,6 +91,10 @@ func (f Files) Open() (*OpenFiles, error) {
 			f.Logger.Info("shard", "shard", f.Shard.String(), "first_line", si.FirstLine, "bytes", o.Size, "input_offset", si.Start)
 		}
 	}
+	if f.Remote {
+		o.Output, o.Work = f.Output, f.Output
+		return o, nil
+	}
 	if err := CheckFiles(inInfo, inName, f.Output, f.Shard, f.Overwrite); err != nil {
 		o.Close()
 		return nil, err
@@ -118,7 +125,8 @@ func (o *OpenFiles) Finished(ctx context.Context) (bool, error) {
 }
 
 // Finish completes the output once the job is done: a .parquet output is written
-// from the work file, which is then removed; a shard's part waits for Merge.
+// from the work file, which is then removed; a shard's part waits for Merge; a
+// Store is complete already.
 func (o *OpenFiles) Finish(ctx context.Context) error {
 	switch {
 	case o.Work == o.Output:

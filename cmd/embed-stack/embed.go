@@ -13,6 +13,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/batch"
+	"github.com/embed-stack/embed-stack/batch/chroma"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
@@ -47,11 +48,14 @@ type embedFlags struct {
 	shardSpec      string
 	shards         int
 	passthrough    string
+	storeText      bool
 
 	// shard is the slice of the input this run embeds (Count 0: all of it), from
 	// --shard, or --shards with JOB_COMPLETION_INDEX.
 	shard  batch.Shard
 	device backends.DeviceArgs
+	// store is the vector database --output names (chroma://…), nil for a file.
+	store *chroma.Store
 }
 
 // newEmbedFlagSet defines embed's flags. The model and worker flags are named and
@@ -60,8 +64,9 @@ func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("embed-stack embed", flag.ContinueOnError)
 	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path` or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve")
 	fs.StringVar(&f.input, "input", "-", "input `file`: one text per line, or JSONL objects with an id and a text field (by extension .jsonl/.ndjson, or --input-format); - is standard input")
-	fs.StringVar(&f.output, "output", "", "output `file` (required): .npy writes a float32 [N, dim] array plus FILE.npy.ids; anything else JSONL {\"id\":…,\"embedding\":[…]}; - is standard output (JSONL). An existing output is resumed")
+	fs.StringVar(&f.output, "output", "", "output `file` (required): .npy writes a float32 [N, dim] array plus FILE.npy.ids; .parquet a Parquet file; anything else JSONL {\"id\":…,\"embedding\":[…]}; - is standard output (JSONL); chroma://HOST[:PORT]/COLLECTION[?tenant=T&database=D] upserts into a running Chroma server's collection. An existing output is resumed")
 	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
+	fs.BoolVar(&f.storeText, "store-text", false, "with a chroma:// --output, store each item's text as its record's document")
 	fs.StringVar(&f.inputType, "input-type", "document", "embed the texts as `query` (with the instruction) or document")
 	fs.StringVar(&f.instruction, "instruction", routing.DefaultInstruction, "query `task` (with --input-type query)")
 	fs.IntVar(&f.dimensions, "dimensions", 0, "output dimensions, 32 up to the model's (Matryoshka truncation, then L2 normalisation); 0 = the model's")
@@ -134,11 +139,24 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if f.shard.Count > 0 && (f.input == "-" || f.output == "-") {
 		return nil, errors.New("a sharded run needs --input and --output files: each shard reads its slice of the file and writes its own part")
 	}
+	if chroma.IsURL(f.output) {
+		if f.store, err = chroma.ParseURL(f.output); err != nil {
+			return nil, err
+		}
+		f.store.Documents = f.storeText
+		if f.passthrough != "" && format != batch.JSONL {
+			return nil, errors.New("--passthrough needs JSONL input: its fields become each record's metadata")
+		}
+		return f, nil
+	}
+	if f.storeText {
+		return nil, errors.New("--store-text needs a chroma:// --output (a file output holds ids and vectors)")
+	}
 	if batch.FormatFor(f.output) == batch.FormatParquet && f.input == "-" {
 		return nil, errors.New("a .parquet --output needs an --input file: it is written from the input once every vector exists")
 	}
 	if f.passthrough != "" && (batch.FormatFor(f.output) != batch.FormatParquet || format != batch.JSONL) {
-		return nil, errors.New("--passthrough needs JSONL input and a .parquet --output")
+		return nil, errors.New("--passthrough needs JSONL input and a .parquet or chroma:// --output")
 	}
 	return f, nil
 }
@@ -160,7 +178,7 @@ func defineReaderFlags(fs *flag.FlagSet, format, idField, textField, passthrough
 	fs.StringVar(format, "input-format", "auto", "`format` of the input: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
 	fs.StringVar(idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
 	fs.StringVar(textField, "text-field", "text", "JSONL field holding each item's text")
-	fs.StringVar(passthrough, "passthrough", "", "comma-separated JSONL `fields` copied into each row of a .parquet output")
+	fs.StringVar(passthrough, "passthrough", "", "comma-separated JSONL `fields` copied into each row of a .parquet output (or each record's metadata in a chroma:// one)")
 }
 
 // embedCommand is `embed-stack embed`.
@@ -202,8 +220,15 @@ func (c *embedCommand) Close() error { return nil }
 
 func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	format, _ := batch.ParseInputFormat(f.inputFormat, f.input)
-	files, err := batch.Files{Input: f.input, Output: f.output, Shard: f.shard, Overwrite: f.overwrite,
-		Reader:      batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
+	reader := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
+	if f.store != nil {
+		// A store takes the passthrough fields with each batch; a .parquet output
+		// reads them from the input again at the end.
+		reader.Fields = splitList(f.passthrough)
+		f.store.Logger = logger
+	}
+	files, err := batch.Files{Input: f.input, Output: f.output, Shard: f.shard, Overwrite: f.overwrite, Remote: f.store != nil,
+		Reader:      reader,
 		Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Logger: logger}.Open()
 	if err != nil {
 		return err
@@ -234,6 +259,16 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 			return fmt.Errorf("--dimensions %d: this model gives 32 to %d", f.dimensions, dim)
 		}
 		dim = f.dimensions
+	}
+	// A store is checked before the warm worker loads the model (only the file's
+	// metadata has been read): unreachable, or holding vectors of another
+	// dimension, the job fails in seconds.
+	var store batch.Store
+	if f.store != nil {
+		if err := f.store.Open(ctx, dim); err != nil {
+			return err
+		}
+		store = f.store
 	}
 	typ, _ := routing.ParseInputType(f.inputType)
 	lim, err := eng.capacity(f.maxEphemeral, f.maxEphTokens, f.maxInputTokens, f.warmMaxTokens, nil)
@@ -273,6 +308,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		Reader:           files.Reader,
 		Output:           files.Work,
 		Format:           batch.FormatFor(files.Work),
+		Store:            store,
 		Overwrite:        f.overwrite,
 		TextIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		Dim:              dim,

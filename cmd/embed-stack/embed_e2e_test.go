@@ -388,7 +388,11 @@ func TestEmbedFlagErrors(t *testing.T) {
 		{[]string{"--model", "m.gguf", "--output", "o", "--input", "i"}, map[string]string{"EMBED_STACK_SHARDS": "4", "JOB_COMPLETION_INDEX": "4"}, `JOB_COMPLETION_INDEX="4" with --shards 4: shard "4/4"`},
 		{[]string{"--model", "m.gguf", "--output", "o", "--shard", "0/2"}, nil, "a sharded run needs --input and --output files"},
 		{[]string{"--model", "m.gguf", "--output", "o.parquet"}, nil, "a .parquet --output needs an --input file"},
-		{[]string{"--model", "m.gguf", "--output", "o.npy", "--input", "i.jsonl", "--passthrough", "title"}, nil, "--passthrough needs JSONL input and a .parquet --output"},
+		{[]string{"--model", "m.gguf", "--output", "o.npy", "--input", "i.jsonl", "--passthrough", "title"}, nil, "--passthrough needs JSONL input and a .parquet or chroma:// --output"},
+		{[]string{"--model", "m.gguf", "--output", "o.jsonl", "--store-text"}, nil, "--store-text needs a chroma:// --output"},
+		{[]string{"--model", "m.gguf", "--output", "chroma://localhost/x"}, nil, `--output chroma://localhost/x: Chroma refuses the collection name "x"`},
+		{[]string{"--model", "m.gguf", "--output", "chroma://localhost/docs?space=l2"}, nil, `unknown parameter "space" (tenant or database)`},
+		{[]string{"--model", "m.gguf", "--output", "chroma://localhost/docs", "--input", "i.txt", "--passthrough", "title"}, nil, "--passthrough needs JSONL input: its fields become each record's metadata"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
