@@ -10,6 +10,7 @@ var vars = []Var{
 	{"EMBED_STACK_MODEL", "you", "the GGUF they serve (default models/tiny.gguf, from make models)", "internal/e2e, backends"},
 	{"EMBED_STACK_PYTHON", "make test-go", "a Python with pyarrow, which reads the batch job's Parquet output; unset, that test skips", "cmd/embed-stack"},
 	{"EMBED_STACK_CHROMA_VENV", "make test-go", "a virtual environment with chromadb (.cache/venv-integrations): its chroma serves the batch job's chroma:// output, its Python reads the collection back; unset, those tests skip", "cmd/embed-stack"},
+	{"EMBED_STACK_CACHE_SOAK_N", "you", "the distinct inputs TestCacheBoundedDistinct sends through its 1 MiB cache (default 2600); a soak by hand sets millions", "conformance"},
 	{"EMBED_STACK_COHERE_PYTHON", "make test-cohere", "the Python of the Cohere SDK's virtual environment; unset, TestCohereClient skips", "conformance"},
 	{"EMBED_STACK_SCHEMATHESIS", "make test-openapi", "the schemathesis executable; unset, TestOpenAPIFuzz skips", "conformance"},
 	{"EMBED_STACK_CHROMIUM", "you", "the browser for the /docs page test (default chromium on the PATH)", "conformance"},
