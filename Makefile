@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build dist test-dist cuda cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build dist test-dist cuda cpu-variants cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -87,7 +87,8 @@ all: build
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS     := -X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$(VERSION) \
-               -X github.com/embed-stack/embed-stack/internal/buildinfo.Commit=$(COMMIT)
+               -X github.com/embed-stack/embed-stack/internal/buildinfo.Commit=$(COMMIT) \
+               -X github.com/embed-stack/embed-stack/internal/buildinfo.CPUBaseline=$(MARCH)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/embed-stack ./cmd/embed-stack
@@ -407,6 +408,29 @@ test-dist: build models
 	$(MAKE) dist DIST_PLATFORMS=linux/$(GOARCH_T)
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_DIST=$(CURDIR)/dist/embed-stack-$(VERSION)-linux-$(GOARCH_T).tar.gz \
 		$(GO) test -count=1 -run '^TestDistArchive$$' -v ./deploy/
+
+# ggml's CPU kernels as variant libraries, built with CMake from the pinned module's
+# sources into $(BACKEND_DIR), where workers load the best one for their CPU
+# (docs/building.md, "CPU kernel variants"): libggml-cpu-NAME.so for each variant of
+# cmake/cpu/variants.cmake (AVX, AVX2, AVX-VNNI, AVX-512, +VNNI, +VBMI, +BF16, AMX;
+# arm64 dotprod, FP16, SVE/i8mm), and the libggml-base.so they link against.
+# CPU_VARIANTS="haswell zen4" builds some only; CPU_CROSS=aarch64-linux-gnu builds
+# the arm64 ones with that cross compiler (g++-aarch64-linux-gnu), in their own build
+# folder (give them their own BACKEND_DIR too).
+CPU_VARIANTS   ?=
+CPU_CROSS      ?=
+CPU_BUILD_DIR  ?= .cache/cpu-build$(if $(CPU_CROSS),-$(CPU_CROSS))
+CPU_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CPU_CMAKE_FLAGS ?=
+CPU_CROSS_FLAGS = $(if $(CPU_CROSS),-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=$(firstword $(subst -, ,$(CPU_CROSS))) \
+                  -DCMAKE_C_COMPILER=$(CPU_CROSS)-gcc -DCMAKE_CXX_COMPILER=$(CPU_CROSS)-g++)
+
+cpu-variants:
+	@command -v cmake >/dev/null || { echo "make cpu-variants needs cmake (apt-get install cmake)"; exit 1; }
+	cmake -S cmake/cpu -B $(CPU_BUILD_DIR) -DOLLAMA_DIR=$(OLLAMA_DIR) \
+		-DEMBED_STACK_BACKEND_DIR=$(abspath $(BACKEND_DIR)) $(CPU_CROSS_FLAGS) $(CPU_CMAKE_FLAGS)
+	cmake --build $(CPU_BUILD_DIR) -j $(CPU_JOBS) --target $(or $(addprefix ggml-cpu-,$(CPU_VARIANTS)),cpu-variants)
+	@ls -l $(BACKEND_DIR)
 
 clean:
 	rm -rf bin dist
