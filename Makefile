@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build dist test-dist cuda cpu-variants cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -102,6 +102,8 @@ deps:
 	@command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm
 	@python3 -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3 python3-venv
 	@command -v haproxy >/dev/null || apt-get install -y -qq --no-install-recommends haproxy
+	@command -v cmake >/dev/null || apt-get install -y -qq --no-install-recommends cmake
+	@[ "$$(dpkg --print-architecture)" != amd64 ] || command -v aarch64-linux-gnu-g++ >/dev/null || apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu
 	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium
 	@command -v unzip >/dev/null || apt-get install -y -qq --no-install-recommends unzip
 
@@ -250,7 +252,7 @@ $(PYARROW_VENV)/installed: $(PYARROW_REQS)
 # The batch job's chroma:// output is tested against `chroma run` from the
 # integrations suite's virtual environment (its pinned chromadb), which also reads
 # the collections back: test-go creates it when test-integrations has not yet.
-test-go: build models $(ENCODERS) $(PYARROW_VENV)/installed $(INTEG_VENV)/installed
+test-go: build models cpu-variant-test $(ENCODERS) $(PYARROW_VENV)/installed $(INTEG_VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_PYTHON=$(CURDIR)/$(PYARROW_VENV)/bin/python EMBED_STACK_CHROMA_VENV=$(CURDIR)/$(INTEG_VENV) \
 		$(GO) test -count=1 -timeout 40m $(E2E_PKGS)
@@ -424,6 +426,25 @@ CPU_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CPU_CMAKE_FLAGS ?=
 CPU_CROSS_FLAGS = $(if $(CPU_CROSS),-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=$(firstword $(subst -, ,$(CPU_CROSS))) \
                   -DCMAKE_C_COMPILER=$(CPU_CROSS)-gcc -DCMAKE_CXX_COMPILER=$(CPU_CROSS)-g++)
+
+# A build for any CPU of its architecture (the container image, release archives): the
+# compiled-in kernels for a conservative baseline, PORTABLE_MARCH (x86-64-v2: SSE4.2
+# and POPCNT, every x86-64 server CPU since about 2009; armv8-a on arm64), and every CPU
+# kernel variant in $(BACKEND_DIR), of which each worker loads the best for its CPU
+# (docs/building.md, "CPU kernel variants"). The binary records its baseline, and a
+# worker of a portable build that finds no variant for its CPU says so in a warning.
+PORTABLE_MARCH ?= $(if $(filter arm64,$(GOARCH_T)),armv8-a,x86-64-v2)
+portable:
+	$(MAKE) build MARCH=$(PORTABLE_MARCH)
+	$(MAKE) cpu-variants
+
+# The CPU kernel variant the end-to-end tests load (cmd/embed-stack,
+# cpuvariant_e2e_test.go), built by `make test` into $(BACKEND_DIR) like any other: the
+# AVX2 one on x86 CPUs with AVX2, the dotprod one on arm64 CPUs with dotprod. The
+# others are compiled (at -O0) by deploy's TestCPUVariantsCompile.
+TEST_CPU_VARIANT ?= $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo haswell || { grep -qw asimddp /proc/cpuinfo 2>/dev/null && echo armv8.2_1; })
+cpu-variant-test:
+	$(if $(TEST_CPU_VARIANT),$(MAKE) cpu-variants CPU_VARIANTS=$(TEST_CPU_VARIANT),@echo "this CPU runs no CPU kernel variant: none to build for the tests")
 
 cpu-variants:
 	@command -v cmake >/dev/null || { echo "make cpu-variants needs cmake (apt-get install cmake)"; exit 1; }

@@ -107,6 +107,16 @@ type Device struct {
 	// Note says why a worker that could have used a GPU runs on the CPU: no
 	// backend library in the backend folder, or no device found by those loaded.
 	Note string `json:"note,omitempty"`
+	// CPUVariant is the build of ggml's CPU kernels the worker runs: a variant
+	// library's name ("haswell", "zen4", "sapphirerapids", ...) or "builtin"
+	// (backends/cpuvariant). Absent for workers that do not say.
+	CPUVariant string `json:"cpu_variant,omitempty"`
+	// CPUVariantNote says why those kernels: "the best variant for this CPU",
+	// "they use every instruction set of haswell", "as asked (--cpu-variant)".
+	CPUVariantNote string `json:"cpu_variant_note,omitempty"`
+	// Warning says the worker computes more slowly than its CPU allows: the best
+	// CPU variant's library was missing or did not load.
+	Warning string `json:"warning,omitempty"`
 }
 
 // MemoryUsed is the device memory in use, by every process: total less free.

@@ -149,8 +149,14 @@ func (w *Warm) Start(ctx context.Context) error {
 		if d.Note != "" {
 			attrs = append(attrs, "device_note", d.Note)
 		}
+		if d.CPUVariant != "" {
+			attrs = append(attrs, "cpu_variant", d.CPUVariant)
+		}
 	}
 	w.logger().Info("warm worker ready", attrs...)
+	if d := h.Device; d != nil && d.Warning != "" {
+		w.logger().Warn("slower CPU kernels than this CPU allows", "pid", p.pid, "cpu_variant", d.CPUVariant, "warning", d.Warning)
+	}
 
 	w.wg.Add(1)
 	go w.supervise(runCtx, p)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 )
 
 // Values of WorkerArgs.Task: what a worker returns per sequence.
@@ -42,16 +44,20 @@ type DeviceArgs struct {
 	// GPULayers is how many layers' weights go to the GPU, the output layer
 	// counting as one; 0 means all.
 	GPULayers int
-	// BackendDir is the folder of loadable ggml GPU backends; "" means
-	// BackendDirName beside the executable's folder.
+	// BackendDir is the folder of loadable ggml backends (GPU ones and the CPU
+	// kernel variants); "" means BackendDirName beside the executable's folder.
 	BackendDir string
+	// CPUVariant is the build of ggml's CPU kernels: auto ("" writes no flag),
+	// builtin or a variant's name (backends/cpuvariant).
+	CPUVariant string
 }
 
 // AddFlags defines the device flags on fs, bound to d.
 func (d *DeviceArgs) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&d.Device, "device", DefaultDevice, "where the model runs: `auto` (the first GPU of a loaded backend, else the CPU), cpu (loads no GPU backend), cuda, cuda:N or metal; a GPU asked for by name that is missing is an error, never a fallback to the CPU")
 	fs.IntVar(&d.GPULayers, "gpu-layers", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU")
-	fs.StringVar(&d.BackendDir, "backend-dir", "", "`folder` of loadable ggml GPU backends such as libggml-cuda.so, which `make cuda` builds (default: "+BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+BackendDirName+"/); every backend library in it must load")
+	fs.StringVar(&d.BackendDir, "backend-dir", "", "`folder` of loadable ggml backends: GPU ones such as libggml-cuda.so (`make cuda`) and the CPU kernel variants libggml-cpu-NAME.so (`make cpu-variants`) (default: "+BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+BackendDirName+"/); every GPU backend library in it must load")
+	fs.StringVar(&d.CPUVariant, "cpu-variant", "", "`build` of ggml's CPU kernels: auto, the default (the best variant library of the backend folder for this CPU, or the compiled-in kernels when none is better), builtin (the compiled-in kernels), or a variant such as haswell, zen4, sapphirerapids or armv8.6_1 (docs/building.md lists them); one this CPU lacks an instruction set of is refused at start, a missing or damaged library falls back to the compiled-in kernels with a warning")
 }
 
 // Args are the worker flags that carry d: none when d.Device is "".
@@ -62,6 +68,9 @@ func (d DeviceArgs) Args() []string {
 	out := []string{"--device", d.Device, "--gpu-layers", strconv.Itoa(d.GPULayers)}
 	if d.BackendDir != "" {
 		out = append(out, "--backend-dir", d.BackendDir)
+	}
+	if d.CPUVariant != "" && d.CPUVariant != cpuvariant.Auto {
+		out = append(out, "--cpu-variant", d.CPUVariant)
 	}
 	return out
 }

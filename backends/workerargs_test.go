@@ -18,9 +18,9 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 		want []string
 	}{
 		{"warm", WorkerArgs{Model: "/m/q.gguf", Socket: "/s/w.sock", Ctx: 8192, Batch: 512, Threads: 8, Buckets: []int{256, 1024, 8192},
-			Task: TaskRerank, LogFormat: "json", LogLevel: "debug", DeviceArgs: DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/lib"}},
+			Task: TaskRerank, LogFormat: "json", LogLevel: "debug", DeviceArgs: DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/lib", CPUVariant: "zen4"}},
 			[]string{"--model", "/m/q.gguf", "--threads", "8", "--log-format", "json", "--log-level", "debug",
-				"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/lib", "--task", "rerank",
+				"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/lib", "--cpu-variant", "zen4", "--task", "rerank",
 				"--ctx", "8192", "--batch", "512", "--buckets", "256,1024,8192", "--socket", "/s/w.sock"}},
 		{"ephemeral", WorkerArgs{Model: "m.gguf", Socket: "w.sock", Ctx: 33024, Seqs: 4, Nice: 10, IgnoreStdin: true, Task: TaskEmbed,
 			LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: "auto"}},

@@ -45,11 +45,15 @@ type Host struct {
 	// extensions the kernel exposes that ggml's CPU kernels use (/proc/cpuinfo
 	// flags): the same CPU name can come with or without AVX-512, and which weight
 	// type is fastest depends on it (docs/performance.md, "Weight type and kernel").
-	CPUID     string   `json:"cpu_id,omitempty"`
-	SIMD      []string `json:"simd,omitempty"`
-	OS        string   `json:"os"`
-	Arch      string   `json:"arch"`
-	GoVersion string   `json:"go_version"`
+	CPUID string   `json:"cpu_id,omitempty"`
+	SIMD  []string `json:"simd,omitempty"`
+	// CPUKernels is the build of ggml's CPU kernels the floor ran: a variant
+	// library ("haswell", "zen4", ...) or "builtin", the kernels compiled into the
+	// binary (backends/cpuvariant); "" without a floor.
+	CPUKernels string `json:"cpu_kernels,omitempty"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	GoVersion  string `json:"go_version"`
 	// Load averages (1, 5, 15 minutes) at the start and end, and the highest
 	// 1-minute figure seen at the start of a shape: other work on the machine.
 	LoadStart [3]float64 `json:"load_start"`
@@ -188,6 +192,9 @@ func (h Host) cpuLabel() string {
 			s += ", no AVX-512"
 		}
 		parts = append(parts, s)
+	}
+	if h.CPUKernels != "" {
+		parts = append(parts, "CPU kernels "+h.CPUKernels)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -8,12 +8,13 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 )
 
 // Role says what a contender is to the report.
@@ -75,6 +76,9 @@ type Runner struct {
 	SampleEvery time.Duration
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
+	// CPUKernels names the CPU kernels the floor runs, for the report's host line
+	// (Host.CPUKernels).
+	CPUKernels string
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -100,6 +104,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		r.SampleEvery = 200 * time.Millisecond
 	}
 	rep := &Report{Started: time.Now().UTC(), Host: readHost(), Model: r.Model}
+	rep.Host.CPUKernels = r.CPUKernels
 	rep.Host.LoadStart = loadAvg()
 	for _, s := range r.Shapes {
 		rep.Shapes = append(rep.Shapes, ShapeInfo{ID: s.ID, Kind: s.Kind, About: s.About, Tokens: s.Tokens(), Warmup: s.Warmup, Reps: s.Reps, Expect: s.Expect})
@@ -634,37 +639,14 @@ var simdFlags = []string{"avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_v
 // parseCPUInfo reads the first processor's name, x86 family and model, and those
 // of simdFlags it has, from the text of /proc/cpuinfo.
 func parseCPUInfo(text string) (name, id string, simd []string) {
-	var family, model string
-	processors := 0
-	for line := range strings.Lines(text) {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if k == "processor" {
-			if processors++; processors > 1 {
-				break // the second processor's block: the first one is read
-			}
-		}
-		switch k {
-		case "model name":
-			name = v
-		case "cpu family":
-			family = v
-		case "model":
-			model = v
-		case "flags":
-			have := strings.Fields(v)
-			for _, f := range simdFlags {
-				if slices.Contains(have, f) {
-					simd = append(simd, f)
-				}
-			}
+	h := cpuvariant.ParseCPUInfo(runtime.GOARCH, text)
+	for _, f := range simdFlags {
+		if h.Flags[f] {
+			simd = append(simd, f)
 		}
 	}
-	if family != "" && model != "" {
-		id = "family " + family + " model " + model
+	if h.Family != "" && h.ModelNumber != "" {
+		id = "family " + h.Family + " model " + h.ModelNumber
 	}
-	return name, id, simd
+	return h.Model, id, simd
 }

@@ -41,6 +41,10 @@ type Session struct {
 	// its context's memory (docs/performance.md, "Cold start"). about describes it
 	// for the report; close releases it.
 	Floor func(ctxTokens int) (e Embedder, about string, close func(), err error)
+	// CPUKernels names the build of ggml's CPU kernels the floor runs ("haswell",
+	// "builtin"; backends/cpuvariant), for the report's host line; Floor sets it
+	// when it opens the engine.
+	CPUKernels string
 
 	// MinCosine is the vector check's threshold (0: DefaultMinCosine); Goals
 	// configures the report's goals.
@@ -206,7 +210,7 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		contenders = append([]*Contender{{Name: "floor", Role: RoleFloor, Target: &Floor{Engine: eng}, About: about}}, contenders...)
 	}
 
-	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, Model: &model, Log: s.Log}
+	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, Model: &model, Log: s.Log, CPUKernels: s.CPUKernels}
 	rep, err := r.Run(ctx)
 	if err != nil {
 		return nil, err

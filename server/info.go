@@ -128,9 +128,10 @@ type Info struct {
 // infoBody is GET /info's answer: embed-stack's keys, TEI's beside them (of the
 // first embedding model; none without one), and the build.
 type infoBody struct {
-	Models []modelBody  `json:"models"`
-	Device string       `json:"device"`
-	Limits serverLimits `json:"limits"`
+	Models     []modelBody  `json:"models"`
+	Device     string       `json:"device"`
+	CPUVariant string       `json:"cpu_variant,omitempty"`
+	Limits     serverLimits `json:"limits"`
 	*teiInfo
 	buildinfo.Info
 }
@@ -153,9 +154,14 @@ func (s *Server) info(c *gin.Context) {
 	for i, m := range s.Info.Models {
 		models[i] = m.body()
 	}
+	var cpuVariant string
+	if s.CPUVariant != nil {
+		cpuVariant = s.CPUVariant()
+	}
 	c.JSON(http.StatusOK, infoBody{
-		Models: models,
-		Device: s.Info.Device,
+		Models:     models,
+		Device:     s.Info.Device,
+		CPUVariant: cpuVariant,
 		Limits: serverLimits{
 			MaxBodyBytes:          s.Config.MaxBodyBytes,
 			MaxConcurrentRequests: s.Config.MaxConcurrentRequests,

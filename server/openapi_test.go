@@ -126,8 +126,9 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 	onGPU := documentedServer(&fakeEmbedder{}, true, Config{})
 	onGPU.Device = func() any {
 		return map[string]any{"name": "CUDA0", "description": "NVIDIA H200", "backend": "CUDA", "gpu": true, "gpu_layers": 29,
-			"memory_total_bytes": 150 << 30, "memory_free_bytes": 140 << 30, "note": "n"}
+			"memory_total_bytes": 150 << 30, "memory_free_bytes": 140 << 30, "note": "n", "cpu_variant": "zen4", "cpu_variant_note": "n", "warning": "w"}
 	}
+	onGPU.CPUVariant = func() string { return "zen4" }
 	unhealthy := documentedServer(&fakeEmbedder{}, true, Config{})
 	unhealthy.Healthy = func() bool { return false }
 	calls := []call{
@@ -185,6 +186,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/api/show", "", `{}`, 400, ready, nil},
 		{"GET", "/health", "", "", 200, ready, nil},
 		{"GET", "/health", "", "", 200, onGPU, nil},
+		{"GET", "/info", "", "", 200, onGPU, nil},
 		{"GET", "/health", "", "", 503, unhealthy, nil},
 		{"GET", "/ready", "", "", 200, ready, nil},
 		{"GET", "/ready", "", "", 503, loading, nil},

@@ -109,6 +109,10 @@ type Server struct {
 	// "device" when it returns non-nil. It must not block: /health is a liveness
 	// probe.
 	Device func() any
+	// CPUVariant, when set, names the build of ggml's CPU kernels the warm worker
+	// runs ("haswell", "zen4", "builtin", ...); GET /info reports it as
+	// "cpu_variant" once it is known (the worker is ready). It must not block.
+	CPUVariant func() string
 
 	limits   *limiter    // built by Handler from Config.MaxConcurrentRequests
 	bodies   *bodyBudget // built by Handler: MaxConcurrentRequests × MaxBodyBytes

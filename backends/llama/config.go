@@ -91,6 +91,14 @@ type Config struct {
 	// load (a *BackendError otherwise).
 	BackendDir string
 
+	// CPUVariant chooses the build of ggml's CPU kernels: "auto" (or "") loads the
+	// best variant library (libggml-cpu-NAME.so) of BackendDir for this CPU,
+	// "builtin" keeps the kernels compiled into the binary, a variant's name
+	// loads that one (see backends/cpuvariant, which refuses a variant the CPU
+	// lacks an instruction set of). A missing or damaged library falls back to
+	// the compiled-in kernels with Info().Device.Warning. Chosen once per process.
+	CPUVariant string
+
 	// AttentionBytes bounds the attention scores of one decode call of a long
 	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
 	// of cells x tokens x heads per layer, 4 x ContextTokens x calls x heads bytes at

@@ -184,6 +184,10 @@ func readBackendDir(dir string) ([]string, error) {
 			continue
 		}
 		path := filepath.Join(dir, ent.Name())
+		// A file that is no ELF at all is left to dlopen, whose message ggml logs.
+		if err := checkLibrary(path); err != nil && !errors.Is(err, errNotELF) {
+			return libs, &BackendError{Path: path, Reason: err.Error()}
+		}
 		cpath := C.CString(path)
 		takeLastError()
 		reg := C.ggml_backend_load(cpath)
@@ -194,6 +198,9 @@ func readBackendDir(dir string) ([]string, error) {
 		libs = append(libs, ent.Name())
 		slog.Debug("llama: loaded ggml backend", "path", path, "backend", C.GoString(C.ggml_backend_reg_name(reg)),
 			"devices", int(C.ggml_backend_reg_dev_count(reg)))
+	}
+	if len(libs) > 0 {
+		routeBaseLog()
 	}
 	return libs, nil
 }
@@ -219,9 +226,10 @@ func ggmlDevices() []ggmlDevice {
 	return out
 }
 
-// selectDevice loads the backends the device name needs and returns the ggml
-// device to offload to (nil for the CPU) with its description.
-func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, backends.Device, error) {
+// selectDevice loads the CPU kernel variant cpuVariant asks for (Config.CPUVariant)
+// and the backends the device name needs, and returns the ggml device to offload
+// to (nil for the CPU) with its description.
+func selectDevice(name, dir string, explicitDir bool, cpuVariant string) (C.ggml_backend_dev_t, backends.Device, error) {
 	kind, index, err := ParseDevice(name)
 	if err != nil {
 		return nil, backends.Device{}, fmt.Errorf("llama: Config.Device: %w", err)
@@ -229,6 +237,19 @@ func selectDevice(name, dir string, explicitDir bool) (C.ggml_backend_dev_t, bac
 	if dir == "" {
 		dir = DefaultBackendDir()
 	}
+	cpu, err := selectCPUVariant(cpuVariant, dir)
+	if err != nil {
+		return nil, backends.Device{}, fmt.Errorf("llama: Config.CPUVariant: %w", err)
+	}
+	dev, info, err := selectGPU(kind, index, name, dir, explicitDir)
+	info.CPUVariant, info.CPUVariantNote, info.Warning = cpu.Name(), cpu.Note, cpu.Warning
+	return dev, info, err
+}
+
+// selectGPU loads the GPU backends of dir the device kind needs (none for cpu)
+// and returns the device to offload to, nil for the CPU.
+func selectGPU(kind string, index int, name, dir string, explicitDir bool) (C.ggml_backend_dev_t, backends.Device, error) {
+	var err error
 	var libs []string
 	if kind != DeviceCPU {
 		// Metal is compiled in; a backend folder may still hold others.
@@ -339,7 +360,7 @@ func Probe(c Config) (backends.Device, error) {
 	if err := backendInit(); err != nil {
 		return backends.Device{}, err
 	}
-	_, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "")
+	_, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "", c.CPUVariant)
 	return info, err
 }
 

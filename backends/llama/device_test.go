@@ -71,7 +71,7 @@ func TestNoBackendLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty := t.TempDir()
-	dev, info, err := selectDevice("auto", empty, true)
+	dev, info, err := selectDevice("auto", empty, true, "")
 	if err != nil || dev != nil {
 		t.Fatalf("selectDevice(auto, empty folder) = %v, %+v, %v; want the CPU", dev, info, err)
 	}
@@ -83,15 +83,15 @@ func TestNoBackendLibrary(t *testing.T) {
 	}
 
 	missing := filepath.Join(empty, "absent")
-	if _, info, err := selectDevice("auto", missing, false); err != nil || info.Backend != "CPU" {
+	if _, info, err := selectDevice("auto", missing, false, ""); err != nil || info.Backend != "CPU" {
 		t.Errorf("default folder missing: %+v, %v; want the CPU and no error", info, err)
 	}
-	if _, _, err := selectDevice("auto", missing, true); !errors.Is(err, ErrBackendFolder) || !errors.Is(err, os.ErrNotExist) {
+	if _, _, err := selectDevice("auto", missing, true, ""); !errors.Is(err, ErrBackendFolder) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("explicit folder missing: err = %v, want one naming the missing folder", err)
 	}
 
 	for _, name := range []string{"cuda", "cuda:1"} {
-		_, _, err := selectDevice(name, empty, true)
+		_, _, err := selectDevice(name, empty, true, "")
 		var de *DeviceError
 		if !errors.As(err, &de) || !errors.Is(err, ErrNoDevice) || de.Device != name {
 			t.Fatalf("selectDevice(%s) err = %v, want a *DeviceError", name, err)
@@ -102,7 +102,7 @@ func TestNoBackendLibrary(t *testing.T) {
 			t.Errorf("err = %q\nwant  %q", err, want)
 		}
 	}
-	if _, _, err := selectDevice("metal", empty, true); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "darwin/arm64 only") {
+	if _, _, err := selectDevice("metal", empty, true, ""); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "darwin/arm64 only") {
 		t.Errorf("selectDevice(metal) err = %v, want a *DeviceError naming darwin/arm64", err)
 	}
 }
@@ -119,7 +119,7 @@ func TestCorruptBackendLibrary(t *testing.T) {
 	if err := os.WriteFile(lib, []byte("this is not a shared library\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := selectDevice("auto", dir, true)
+	_, _, err := selectDevice("auto", dir, true, "")
 	var be *BackendError
 	if !errors.As(err, &be) || be.Path != lib {
 		t.Fatalf("err = %v, want a *BackendError for %s", err, lib)
@@ -132,10 +132,10 @@ func TestCorruptBackendLibrary(t *testing.T) {
 		t.Errorf("message = %q, want the path and `make cuda`", err)
 	}
 	// The result is kept: the folder is not read again.
-	if _, _, again := selectDevice("cuda", dir, true); again == nil || again.Error() != err.Error() {
+	if _, _, again := selectDevice("cuda", dir, true, ""); again == nil || again.Error() != err.Error() {
 		t.Errorf("second selection: %v, want the same error %v", again, err)
 	}
-	if dev, info, err := selectDevice("cpu", dir, true); err != nil || dev != nil || info.Backend != "CPU" || info.Note != "" {
+	if dev, info, err := selectDevice("cpu", dir, true, ""); err != nil || dev != nil || info.Backend != "CPU" || info.Note != "" {
 		t.Errorf("selectDevice(cpu) = %v, %+v, %v; want the CPU, no note, no error", dev, info, err)
 	}
 }

@@ -156,7 +156,7 @@ func Open(cfg Config) (*Engine, error) {
 	if err := backendInit(); err != nil {
 		return nil, err
 	}
-	dev, device, err := selectDevice(cfg.Device, cfg.BackendDir, cfg.BackendDir != "")
+	dev, device, err := selectDevice(cfg.Device, cfg.BackendDir, cfg.BackendDir != "", cfg.CPUVariant)
 	if err != nil {
 		return nil, err
 	}

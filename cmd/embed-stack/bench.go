@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ type benchFlags struct {
 	batches, lengths, jobs string
 	skip, only             string
 	logLevel               string
+	cpuVariant             string
 }
 
 func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
@@ -63,6 +65,7 @@ func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&f.minCosine, "min-cosine", bench.DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
 	fs.IntVar(&f.warmContext, "warm-context", 8192, "the warm worker's context in `tokens`, for the memory goal (serve's --warm-max-tokens)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
+	fs.StringVar(&f.cpuVariant, "cpu-variant", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
 	fs.BoolVar(&f.quick, "quick", false, "a run of seconds on a tiny model (what CI runs): 1 repetition, small grid, 1s per concurrency level; explicit flags still apply")
 
 	p := &f.plan
@@ -273,18 +276,26 @@ func (f *benchFlags) session(args []string, stderr io.Writer) (*bench.Session, e
 		if err != nil {
 			return nil, fmt.Errorf("find this executable to start serve: %w", err)
 		}
-		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.model, Threads: f.threads, Args: f.serveArgs}
+		args := f.serveArgs
+		if f.cpuVariant != "" {
+			args = append(slices.Clone(args), "--cpu-variant="+f.cpuVariant)
+		}
+		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.model, Threads: f.threads, Args: args}
 	}
 	if f.ollama != "" {
 		s.Ollama = &peers.Ollama{Bin: f.ollama, Model: f.model, Home: f.ollamaHome, Threads: f.threads, NumCtx: f.ollamaNumCtx}
 	}
 	if f.floor {
 		s.Floor = func(ctxTokens int) (bench.Embedder, string, func(), error) {
-			eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads})
+			eng, err := llama.Open(llama.Config{ModelPath: f.model, ContextTokens: ctxTokens, Threads: f.threads, CPUVariant: f.cpuVariant})
 			if err != nil {
 				return nil, "", nil, err
 			}
 			info := eng.Info()
+			s.CPUKernels = info.Device.CPUVariant
+			if w := info.Device.Warning; w != "" {
+				fmt.Fprintln(stderr, "bench: warning:", w)
+			}
 			about := fmt.Sprintf("backends/llama in-process, %d threads, context %d, %d tokens per decode call", f.threads, info.ContextTokens, info.BatchTokens)
 			return eng, about, func() { eng.Close() }, nil
 		}

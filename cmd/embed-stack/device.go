@@ -13,10 +13,12 @@ import (
 	"strings"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/backends/llama"
 )
 
-// checkDevice refuses a malformed device name or a negative layer count.
+// checkDevice refuses a malformed device name, a negative layer count, and a CPU
+// variant that names none or that this CPU lacks an instruction set of.
 func checkDevice(d backends.DeviceArgs) error {
 	if _, _, err := llama.ParseDevice(d.Device); err != nil {
 		return fmt.Errorf("--device: %w", err)
@@ -24,12 +26,15 @@ func checkDevice(d backends.DeviceArgs) error {
 	if d.GPULayers < 0 {
 		return fmt.Errorf("--gpu-layers must not be negative (0 = all layers); got %d", d.GPULayers)
 	}
+	if err := cpuvariant.Check(cpuvariant.ReadHost(), d.CPUVariant); err != nil {
+		return fmt.Errorf("--cpu-variant: %w", err)
+	}
 	return nil
 }
 
 // deviceConfig fills the device fields of an engine configuration.
 func deviceConfig(d backends.DeviceArgs, c *llama.Config) {
-	c.Device, c.GPULayers, c.BackendDir = d.Device, d.GPULayers, d.BackendDir
+	c.Device, c.GPULayers, c.BackendDir, c.CPUVariant = d.Device, d.GPULayers, d.BackendDir, d.CPUVariant
 }
 
 // explainDeviceError adds to an engine's device or backend error the flags that
@@ -99,6 +104,10 @@ func (c *devicesCommand) Run(context.Context) error {
 		d.Name, d.Description, d.Backend, d.GPU, d.MemoryTotal>>20, d.MemoryFree>>20)
 	if d.Note != "" {
 		fmt.Fprintln(c.stdout, "note:", d.Note)
+	}
+	fmt.Fprintf(c.stdout, "cpu kernels: %s: %s\n", d.CPUVariant, d.CPUVariantNote)
+	if d.Warning != "" {
+		fmt.Fprintln(c.stdout, "warning:", d.Warning)
 	}
 	return nil
 }

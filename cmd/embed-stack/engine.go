@@ -118,7 +118,8 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 			return nil, err
 		}
 		logger.Info("device", "device", device.Name, "description", device.Description, "backend", device.Backend,
-			"memory_total_mib", device.MemoryTotal>>20, "memory_free_mib", device.MemoryFree>>20, "note", device.Note)
+			"memory_total_mib", device.MemoryTotal>>20, "memory_free_mib", device.MemoryFree>>20, "note", device.Note,
+			"cpu_variant", device.CPUVariant)
 	}
 	// --threads only when set: a worker's default depends on its device (every
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).

@@ -372,6 +372,12 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 			}
 			return nil
 		},
+		CPUVariant: func() string {
+			if d := first.warm.Info().Device; d != nil {
+				return d.CPUVariant
+			}
+			return ""
+		},
 		Vars: models.fleet.Vars,
 	}
 }

@@ -71,7 +71,11 @@ func (c *workerCommand) Run(ctx context.Context) error {
 		}
 		d := e.Info().Device
 		logger.Info("device", "device", d.Name, "description", d.Description, "backend", d.Backend,
-			"gpu_layers", d.GPULayers, "memory_total_mib", d.MemoryTotal>>20, "memory_free_mib", d.MemoryFree>>20, "note", d.Note)
+			"gpu_layers", d.GPULayers, "memory_total_mib", d.MemoryTotal>>20, "memory_free_mib", d.MemoryFree>>20, "note", d.Note,
+			"cpu_variant", d.CPUVariant, "cpu_variant_note", d.CPUVariantNote)
+		if d.Warning != "" {
+			logger.Warn("slower CPU kernels than this CPU allows", "cpu_variant", d.CPUVariant, "warning", d.Warning)
+		}
 		// Log before and after warming: the serve side's ready timer is a stall
 		// timer that any worker output resets, so a slow warm-up on a loaded
 		// machine is not mistaken for a hang.

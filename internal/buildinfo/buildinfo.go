@@ -19,6 +19,13 @@ var (
 	Commit  = ""
 )
 
+// CPUBaseline is the -march the compiled-in CPU kernels were built for, stamped by
+// `make build` (MARCH: "native" by default, "x86-64-v2" for the portable build of
+// the image and the release archives); "" for a plain `go build`. A build for
+// anything but native relies on the CPU kernel variant libraries for speed, so a
+// worker warns when it finds none (backends/cpuvariant).
+var CPUBaseline = ""
+
 // Info is what a build knows about itself. Safe for concurrent use (it is a value).
 type Info struct {
 	Version   string `json:"version"`
