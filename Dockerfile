@@ -8,23 +8,26 @@
 # first start into the Hugging Face cache under /data/huggingface: mount a volume there
 # to keep it. Set EMBED_STACK_MODEL to another Hub reference or to a mounted .gguf.
 
-# --- build: the same steps as `make build` in CI ------------------------------------
+# --- build: `make portable`, the steps of `make build` in CI plus the CPU variants ---
 FROM golang:1.26-trixie AS build
 RUN apt-get update \
-	&& apt-get install -y --no-install-recommends g++ make nlohmann-json3-dev libstb-dev \
+	&& apt-get install -y --no-install-recommends g++ make cmake nlohmann-json3-dev libstb-dev \
 	&& rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# ggml's CPU kernels are compiled for MARCH: x86-64-v3 (AVX2) runs on any x86 server of
-# the last decade; use e.g. --build-arg MARCH=armv8.2-a on arm64.
-ARG MARCH=x86-64-v3
+# One image, fastest on every CPU (`make portable`): the binary's own CPU kernels
+# target a conservative baseline (x86-64-v2; armv8-a on arm64), and lib/embed-stack
+# carries ggml's CPU kernels built for each CPU class (AVX2, AVX-512, AVX-512 with
+# VNNI and BF16, AMX; arm64 dotprod, i8mm), of which each worker loads the best for
+# the CPU it runs on (docs/building.md). PORTABLE_MARCH overrides the baseline.
+ARG PORTABLE_MARCH=
 # The context has no .git (.dockerignore): the version and commit come as build
 # arguments (see the top); without them --version says dev.
 ARG VERSION=dev
 ARG COMMIT=
-RUN make build MARCH=${MARCH} VERSION=${VERSION} COMMIT=${COMMIT}
+RUN make portable VERSION=${VERSION} COMMIT=${COMMIT} ${PORTABLE_MARCH:+PORTABLE_MARCH=${PORTABLE_MARCH}}
 
 # --- run ------------------------------------------------------------------------------
 FROM debian:trixie-slim
@@ -36,6 +39,7 @@ RUN apt-get update \
 	&& mkdir -p /data/huggingface \
 	&& chown -R embed:embed /data
 COPY --from=build /src/bin/embed-stack /usr/local/bin/embed-stack
+COPY --from=build /src/lib/embed-stack /usr/local/lib/embed-stack
 
 ENV HF_HOME=/data/huggingface \
 	EMBED_STACK_MODEL=Qwen/Qwen3-Embedding-0.6B-GGUF:f16

@@ -261,11 +261,16 @@ func TestDockerfile(t *testing.T) {
 			runs = append(runs, in.args)
 		}
 	}
-	if !slices.ContainsFunc(runs, func(r string) bool { return strings.HasPrefix(r, "make build") }) {
-		t.Errorf("the build stage does not run make build (the step CI runs): %v", runs)
+	// make portable is make build (the step CI runs) for a baseline CPU, plus the CPU
+	// kernel variants.
+	if !slices.ContainsFunc(runs, func(r string) bool { return strings.HasPrefix(r, "make portable") }) {
+		t.Errorf("the build stage does not run make portable: %v", runs)
+	}
+	if recipe := makeTarget(t, "portable"); !strings.Contains(recipe, "$(MAKE) build MARCH=$(PORTABLE_MARCH)") || !strings.Contains(recipe, "$(MAKE) cpu-variants") {
+		t.Errorf("make portable is not make build plus make cpu-variants:\n%s", recipe)
 	}
 	for _, p := range aptPackages(makeTarget(t, "deps")) {
-		if p == "nodejs" || p == "npm" || p == "python3" || p == "python3-venv" || p == "haproxy" || p == "chromium" || p == "unzip" { // test tools, not build ones
+		if p == "nodejs" || p == "npm" || p == "python3" || p == "python3-venv" || p == "haproxy" || p == "chromium" || p == "unzip" || p == "g++-aarch64-linux-gnu" { // test tools, not build ones
 			continue
 		}
 		if !slices.Contains(aptPackages(text), p) {
@@ -275,15 +280,25 @@ func TestDockerfile(t *testing.T) {
 
 	final := stages[1]
 	got := map[string]string{}
+	var copies []string
 	for _, in := range final.instr {
 		got[in.cmd] = in.args
+		if in.cmd == "COPY" {
+			copies = append(copies, in.args)
+		}
+	}
+	// The binary, and beside it (../lib/embed-stack, where workers look) the backend
+	// folder with the CPU kernel variants.
+	for _, want := range []string{"--from=build /src/bin/embed-stack /usr/local/bin/embed-stack", "--from=build /src/lib/embed-stack /usr/local/lib/embed-stack"} {
+		if !slices.Contains(copies, want) {
+			t.Errorf("COPY %q missing from %q", want, copies)
+		}
 	}
 	checks := []struct{ cmd, want string }{
 		{"USER", "embed"},
 		{"ENTRYPOINT", `["embed-stack"]`},
 		{"CMD", `["serve", "--addr", "0.0.0.0:8080"]`},
 		{"EXPOSE", "8080"},
-		{"COPY", "--from=build /src/bin/embed-stack /usr/local/bin/embed-stack"},
 	}
 	for _, c := range checks {
 		if got[c.cmd] != c.want {
@@ -327,12 +342,14 @@ func TestDockerignore(t *testing.T) {
 		}
 		return false
 	}
-	for _, keep := range []string{"go.mod", "go.sum", "Makefile", "cmd/embed-stack/main.go", "backends/llama/include/miniaudio/miniaudio.h", "scripts/fetch-tokenizer.sh"} {
+	for _, keep := range []string{"go.mod", "go.sum", "Makefile", "cmd/embed-stack/main.go", "backends/llama/include/miniaudio/miniaudio.h", "scripts/fetch-tokenizer.sh", "cmake/cpu/variants.cmake", "cmake/ggml.cmake"} {
 		if ignored(keep) {
 			t.Errorf(".dockerignore drops %s, which the build needs", keep)
 		}
 	}
-	for _, drop := range []string{"bin/embed-stack", "models/tiny.gguf", ".git", "conformance/node/node_modules"} {
+	// lib/: the host's backend libraries (its CPU variants, a CUDA backend) must not
+	// reach the image, which builds its own.
+	for _, drop := range []string{"bin/embed-stack", "lib/embed-stack/libggml-cpu-haswell.so", "models/tiny.gguf", ".git", "conformance/node/node_modules"} {
 		if !ignored(drop) {
 			t.Errorf(".dockerignore keeps %s in the build context", drop)
 		}
