@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/e2e"
 )
@@ -162,5 +163,55 @@ func TestQuotedPoolingRefusal(t *testing.T) {
 	out, err := exec.Command(bin, "serve", "--model", path, "--addr", e2e.FreeAddr(t)).CombinedOutput()
 	if e2e.ExitCode(err) != 1 || !strings.Contains(string(out), quote) || !regexp.MustCompile(`Pass --allow-pooling-mismatch`).Match(out) {
 		t.Fatalf("exit %v, output:\n%s\nwant exit 1 with %q and the override", err, out, quote)
+	}
+}
+
+// TestQuotedCPUVariantErrors: a CPU variant this CPU lacks is refused with the
+// page's words, and a missing one gives the page's warning.
+func TestQuotedCPUVariantErrors(t *testing.T) {
+	doc := page(t)
+	for _, quote := range []string{
+		"which this CPU lacks (not among the flags of /proc/cpuinfo); it would die with SIGILL. This CPU can run:",
+		`msg="slower CPU kernels than this CPU allows"`,
+		"instead (rebuild it with `make cpu-variants`, or remove it)",
+	} {
+		if !strings.Contains(doc, quote) {
+			t.Errorf("troubleshooting.md does not quote %q", quote)
+		}
+	}
+	bin, model := e2e.Paths(t)
+	host := cpuvariant.ReadHost()
+	for _, v := range cpuvariant.ForArch(host.Arch) {
+		if len(host.Missing(v)) == 0 {
+			continue
+		}
+		out, err := exec.Command(bin, "serve", "--model", model, "--addr", e2e.FreeAddr(t), "--cpu-variant", v.Name).CombinedOutput()
+		want := "embed-stack serve: --cpu-variant: CPU variant " + v.Name + " needs "
+		if e2e.ExitCode(err) != 2 || !strings.Contains(string(out), want) || !strings.Contains(string(out), "which this CPU lacks (not among the flags of /proc/cpuinfo); it would die with SIGILL. This CPU can run:") {
+			t.Errorf("--cpu-variant %s: exit %v, output:\n%s", v.Name, err, out)
+		}
+		break
+	}
+	// A truncated library: the warning, and the server still answers.
+	dir := t.TempDir()
+	usable := ""
+	for _, v := range cpuvariant.ForArch(host.Arch) {
+		if len(host.Missing(v)) == 0 {
+			usable = v.Name
+		}
+	}
+	if usable == "" {
+		t.Skip("this CPU runs no CPU variant")
+	}
+	lib := filepath.Join(dir, cpuvariant.LibraryPrefix+usable+".so")
+	if err := os.WriteFile(lib, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := e2e.Serve(t, "--backend-dir", dir, "--cpu-variant", usable)
+	log := strings.Join(strings.Fields(s.Out.String()), " ")
+	for _, want := range []string{`level=WARN msg="slower CPU kernels than this CPU allows" worker=warm pid=`, `cpu_variant=builtin warning="CPU variant ` + usable + " did not load from " + lib + " (a damaged ELF file, truncated or overwritten (4 bytes): EOF); running the compiled-in kernels (", "instead (rebuild it with `make cpu-variants`, or remove it)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %q:\n%s", want, s.Out.String())
+		}
 	}
 }
