@@ -68,6 +68,12 @@ func (v *Variant) Library() string { return LibraryPrefix + v.Name + ".so" }
 // LibraryPrefix begins the file name of every CPU variant library.
 const LibraryPrefix = "libggml-cpu-"
 
+// Uses says whether the variant's kernels need the CPU flag (a /proc/cpuinfo
+// name: "amx_int8", "avx512_bf16", ...).
+func (v *Variant) Uses(flag string) bool {
+	return slices.ContainsFunc(v.ISAs, func(i ISA) bool { return slices.Contains(i.Flags, flag) })
+}
+
 // Describe is the variant with its instruction sets: "haswell (AVX,
 // AVX2+FMA+F16C+BMI2)".
 func (v *Variant) Describe() string {

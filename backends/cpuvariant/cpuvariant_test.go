@@ -324,3 +324,10 @@ func TestReadHost(t *testing.T) {
 		t.Fatalf("AMX refused on a CPU without AMX: %s", h.AMXDenied)
 	}
 }
+
+func TestUses(t *testing.T) {
+	spr, zen4 := Find("amd64", "sapphirerapids"), Find("amd64", "zen4")
+	if !spr.Uses("amx_int8") || zen4.Uses("amx_int8") || !zen4.Uses("avx512_bf16") || Find("amd64", "haswell").Uses("avx512f") {
+		t.Error("Uses does not follow the variants' instruction sets")
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
 )
 
@@ -178,4 +179,40 @@ func regFeatures(reg C.ggml_backend_reg_t) []string {
 		}
 	}
 	return out
+}
+
+// extraBuffers says whether llama.cpp may put the model's weights in the CPU
+// backend's extra buffer types (llama_model_params.use_extra_bufts). The variants
+// are built as the binary's ggml is, without weight repacking, so the one extra
+// buffer type there can be is ggml's AMX one (the sapphirerapids variant). It takes
+// every matrix whose rows are a multiple of 2048 values long, quantized or F16
+// alike, but it has AMX kernels for quantized types only: F16 matrices (those of
+// Qwen3-Embedding-8B, not of 0.6B or 4B) would go to its plain AVX-512 loop, one
+// horizontal sum per output, instead of llamafile's sgemm (ggml-cpu/amx/mmq.cpp:
+// "f16 only has avx512 kernels for now"). So float weights (F32, F16, BF16) stay in
+// ordinary buffers; quantized ones get AMX. Unmeasured: no AMX host has run it.
+func extraBuffers(modelPath string) bool {
+	cpuKernels.mu.Lock()
+	v := cpuKernels.choice.Variant
+	cpuKernels.mu.Unlock()
+	if v == nil || !v.Uses("amx_int8") {
+		return true
+	}
+	return !floatWeights(modelPath)
+}
+
+// floatWeights says whether the model's layer matrices are stored as floats (F32,
+// F16, BF16), judged by the first two-dimensional blk.* weight of the GGUF.
+func floatWeights(path string) bool {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return false // Open reports the error itself
+	}
+	defer f.Close()
+	for _, t := range f.Tensors() {
+		if strings.HasPrefix(t.Name, "blk.") && strings.HasSuffix(t.Name, ".weight") && len(t.Dims) == 2 {
+			return t.Type == gguf.TypeF32 || t.Type == gguf.TypeF16 || t.Type == gguf.TypeBF16
+		}
+	}
+	return false
 }

@@ -2,8 +2,12 @@ package llama
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/embed-stack/embed-stack/gguf"
 )
 
 // TestMain runs every test of the package on the CPU kernels that
@@ -54,5 +58,36 @@ func TestCPUVariantOncePerProcess(t *testing.T) {
 	want := fmt.Sprintf("CPU variant %q: this process already runs the CPU kernels chosen for %q (%s); the choice is made once per process", other, asked, first.Name())
 	if err == nil || err.Error() != want {
 		t.Fatalf("%s after %s: %v, want %s", other, asked, err, want)
+	}
+}
+
+// TestFloatWeights: the AMX guard tells float layer matrices from quantized ones.
+func TestFloatWeights(t *testing.T) {
+	if !floatWeights(modelFile(t, tinyModel)) {
+		t.Error("the tiny model's matrices are floats")
+	}
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen3")
+	data, err := gguf.AppendEncoded(nil, gguf.TypeQ8_0, make([]float32, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AddTensor("blk.0.attn_q.weight", gguf.TypeQ8_0, []uint64{32, 2}, func(out io.Writer) error {
+		_, err := out.Write(data)
+		return err
+	})
+	path := filepath.Join(t.TempDir(), "q8.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if floatWeights(path) {
+		t.Error("Q8_0 matrices taken for floats")
+	}
+	if floatWeights(filepath.Join(t.TempDir(), "absent.gguf")) {
+		t.Error("a missing file taken for floats")
+	}
+	// Without an AMX variant, the extra buffer types stay as ggml has them.
+	if c := cpuKernels.choice.Variant; (c == nil || !c.Uses("amx_int8")) && !extraBuffers(path) {
+		t.Error("extra buffers turned off without AMX")
 	}
 }

@@ -48,6 +48,7 @@ func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers in
 	}
 	mp.use_mmap = true
 	mp.use_mlock = false
+	mp.use_extra_bufts = C.bool(extraBuffers(path))
 	// Load the model without its tokenizer: the engine takes token ids, and building
 	// llama.cpp's BPE tables (151k tokens, 151k merges) was two thirds of a worker's
 	// start, which every ephemeral worker pays. The vocabulary size, which the
