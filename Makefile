@@ -398,7 +398,9 @@ cuda:
 # and dist/SHA256SUMS (scripts/dist.sh says what an archive holds). linux/amd64, plus
 # linux/arm64 where Debian's cross compiler is installed (apt-get install
 # g++-aarch64-linux-gnu); DIST_PLATFORMS picks others. A cold llama.cpp build per
-# platform takes about five minutes on 2 cores.
+# platform takes about five minutes on 2 cores, and its CPU kernel variants (every one
+# of the architecture; DIST_CPU_VARIANTS="haswell zen4" some, "none" none) about 1.5
+# CPU-minutes each. make test's archive carries only the variant it tests.
 DIST_PLATFORMS ?= linux/$(GOARCH_T) $(if $(and $(filter amd64,$(GOARCH_T)),$(shell command -v aarch64-linux-gnu-g++)),linux/arm64)
 
 dist:
@@ -407,7 +409,7 @@ dist:
 # The archive of this host's platform, unpacked and serving the tiny model
 # (deploy/dist_test.go); part of make test.
 test-dist: build models
-	$(MAKE) dist DIST_PLATFORMS=linux/$(GOARCH_T)
+	$(MAKE) dist DIST_PLATFORMS=linux/$(GOARCH_T) DIST_CPU_VARIANTS="$(or $(TEST_CPU_VARIANT),none)"
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_DIST=$(CURDIR)/dist/embed-stack-$(VERSION)-linux-$(GOARCH_T).tar.gz \
 		$(GO) test -count=1 -run '^TestDistArchive$$' -v ./deploy/
 

@@ -55,3 +55,6 @@ set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${EMBED_STACK_BACKEND_DIR})
 
 include_directories(${GGML_DIR}/include ${GGML_DIR}/src ${GGML_DIR}/src/ggml-cpu ${GGML_DIR}/src/ggml-cpu/amx)
 add_compile_definitions(NDEBUG GGML_VERSION=0x0 GGML_COMMIT=0x0)
+# Source paths (ggml's asserts quote __FILE__) relative to the module and the build
+# folder, so that a library does not depend on where it was built.
+add_compile_options(-ffile-prefix-map=${GGML_DIR}=ggml -ffile-prefix-map=${CMAKE_BINARY_DIR}=build)

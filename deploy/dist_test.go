@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/internal/e2e"
 	"github.com/embed-stack/embed-stack/internal/testenv"
 )
@@ -32,8 +35,9 @@ var maxGlibc = [2]int{2, 36}
 // SHA256SUMS beside it; it unpacks into one folder named after it, root-owned, holding
 // bin/embed-stack, lib/embed-stack/ and a README naming the version; the binary needs
 // no libstdc++ and no glibc newer than 2.36, reports the archive's version, and serves
-// the tiny model from where it was unpacked, with vectors equal (cosine ≥ 0.9999, the
-// kernels are compiled for another -march) to those of the development build.
+// the tiny model from where it was unpacked, on the best CPU kernel variant of the
+// archive this CPU runs, with vectors equal (cosine ≥ 0.9999, the kernels are compiled
+// for another -march) to those of the development build.
 func TestDistArchive(t *testing.T) {
 	archive := testenv.Get("EMBED_STACK_DIST")
 	if archive == "" {
@@ -91,6 +95,35 @@ func TestDistArchive(t *testing.T) {
 	addr := e2e.FreeAddr(t)
 	p := e2e.Start(t, exec.Command(bin, "serve", "--model", model, "--addr", addr, "--threads", "1"))
 	p.WaitReady(t, "http://"+addr, e2e.ReadyTimeout)
+	// The best CPU variant of the archive this CPU runs is the one in use: the
+	// compiled-in baseline never covers it.
+	var best string
+	host := cpuvariant.ReadHost()
+	for _, v := range cpuvariant.ForArch(host.Arch) {
+		if _, ok := files["lib/embed-stack/"+v.Library()]; ok && len(host.Missing(v)) == 0 {
+			best = v.Name
+		}
+	}
+	if best != "" {
+		if _, ok := files["lib/embed-stack/libggml-base.so.0"]; !ok {
+			t.Errorf("lib/embed-stack has CPU variants but no libggml-base.so.0, which they link")
+		}
+		var h struct {
+			Device struct {
+				CPUVariant string `json:"cpu_variant"`
+				Warning    string `json:"warning"`
+			} `json:"device"`
+		}
+		resp, err := http.Get("http://" + addr + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil || h.Device.CPUVariant != best || h.Device.Warning != "" {
+			t.Errorf("/health device: cpu_variant %q, warning %q (%v); want %s, the archive's best for this CPU", h.Device.CPUVariant, h.Device.Warning, err, best)
+		}
+	}
 	body := map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 64}
 	got := e2e.Embeddings(t, "http://"+addr, body)
 	want := e2e.Embeddings(t, dev.URL, body)

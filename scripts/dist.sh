@@ -8,13 +8,18 @@
 # binary expects to find its loadable libraries (backends/llama's BackendDirName):
 #
 #   bin/embed-stack       the binary (cgo, llama.cpp compiled in)
-#   lib/embed-stack/      loadable ggml libraries: the CPU kernel variants and GPU
-#                         backends, when they were built (`make cpu-variants`, `make cuda`)
+#   lib/embed-stack/      loadable ggml libraries: the CPU kernel variants
+#                         (libggml-cpu-NAME.so, built here with `make cpu-variants`) and
+#                         the ggml core they link against (libggml-base.so.0, a plain
+#                         file under the name the libraries ask for), and the GPU
+#                         backends of the host's lib/embed-stack when built (`make cuda`)
 #   README.md             what it is, what the host needs, how to run it
 #
-# The compiled-in CPU kernels target a portable baseline (DIST_MARCH_amd64, default
-# x86-64-v3: AVX2 and FMA, any x86 server of the last decade; DIST_MARCH_arm64, default
-# armv8.2-a). libstdc++ and libgcc are linked statically, so the binary needs only glibc
+# The compiled-in CPU kernels target a conservative baseline (DIST_MARCH_amd64, default
+# x86-64-v2: SSE4.2, any x86-64 server since about 2009; DIST_MARCH_arm64, default
+# armv8-a), recorded in the binary; each worker loads the best CPU variant for its CPU
+# (docs/building.md, "CPU kernel variants"). DIST_CPU_VARIANTS names the variants to
+# build ("haswell zen4"; default all of the architecture; "none" for none). libstdc++ and libgcc are linked statically, so the binary needs only glibc
 # (2.36 or later: Debian 12, Ubuntu 23.04, RHEL 10; the static libstdc++ of GCC 12 calls
 # arc4random, new in 2.36). An arm64 archive is cross-compiled
 # with Debian's g++-aarch64-linux-gnu. The archives are reproducible: sorted entries,
@@ -43,10 +48,10 @@ for platform in "$@"; do
 	rm -rf "$stage" "$out/$name.tar.gz"
 	mkdir -p "$stage/bin" "$stage/lib/embed-stack"
 
-	cross=()
+	cross=() cpu_cross=()
 	case $arch in
-	amd64) march=${DIST_MARCH_amd64:-x86-64-v3} ;;
-	arm64) march=${DIST_MARCH_arm64:-armv8.2-a} ;;
+	amd64) march=${DIST_MARCH_amd64:-x86-64-v2} ;;
+	arm64) march=${DIST_MARCH_arm64:-armv8-a} ;;
 	*) echo "dist.sh: $platform: unsupported architecture" >&2; exit 2 ;;
 	esac
 	if [[ $arch != "$host_arch" ]]; then
@@ -57,6 +62,7 @@ for platform in "$@"; do
 			exit 1
 		}
 		cross=(CC="${prefix}gcc" CXX="${prefix}g++")
+		cpu_cross=(CPU_CROSS="${prefix%-}")
 	fi
 
 	echo "dist: $name (-march=$march)"
@@ -66,22 +72,45 @@ for platform in "$@"; do
 	(
 		eval "$env_lines"
 		env GOOS=$os GOARCH=$arch "${cross[@]}" CGO_LDFLAGS="${CGO_LDFLAGS:-} -static-libstdc++ -static-libgcc" \
-			$GO build -trimpath -ldflags "-X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$version -X github.com/embed-stack/embed-stack/internal/buildinfo.Commit=$commit" \
+			$GO build -trimpath -ldflags "-X github.com/embed-stack/embed-stack/internal/buildinfo.Version=$version -X github.com/embed-stack/embed-stack/internal/buildinfo.Commit=$commit -X github.com/embed-stack/embed-stack/internal/buildinfo.CPUBaseline=$march" \
 			-o "$stage/bin/embed-stack" ./cmd/embed-stack
 	)
 
-	# Loadable libraries: the host's lib/embed-stack/ for the host's architecture,
-	# DIST_LIB_DIR_<arch> for another one; each must be an ELF file of that architecture.
+	# The CPU kernel variants, built for this architecture into a folder of their
+	# own, and the libggml-base.so.0 they need, as plain files (the archive holds no
+	# links).
+	want_machine=$([[ $arch == amd64 ]] && echo "X86-64" || echo "AArch64")
+	variants=${DIST_CPU_VARIANTS-}
+	if [[ $variants != none ]]; then
+		vdir=$root/$out/.cpu-variants-$arch
+		rm -rf "$vdir"
+		MAKEFLAGS= MAKELEVEL= make -s --no-print-directory cpu-variants BACKEND_DIR="$vdir" CPU_VARIANTS="$variants" \
+			"${cpu_cross[@]}" ${STANDIN_INCLUDE:+STANDIN_INCLUDE=$STANDIN_INCLUDE} >/dev/null
+		for lib in "$vdir"/libggml-cpu-*.so "$vdir"/libggml-base.so.0; do
+			machine=$(LC_ALL=C readelf -h "$lib" | sed -n 's/^ *Machine: *//p')
+			[[ $machine == *"$want_machine"* ]] || { echo "dist.sh: $lib is for $machine, not $arch" >&2; exit 1; }
+			cp -L "$lib" "$stage/lib/embed-stack/"
+		done
+		rm -rf "$vdir"
+	fi
+
+	# Other loadable libraries (GPU backends): the host's lib/embed-stack/ for the host's
+	# architecture, DIST_LIB_DIR_<arch> for another one; each must be an ELF file of that
+	# architecture. Its CPU variants and libggml-base are left to the build above.
 	libdir_var=DIST_LIB_DIR_$arch
 	libdir=${!libdir_var:-}
 	[[ -n $libdir || $arch != "$host_arch" ]] || libdir=lib/embed-stack
-	want_machine=$([[ $arch == amd64 ]] && echo "X86-64" || echo "AArch64")
 	if [[ -n $libdir && -d $libdir ]]; then
 		for lib in "$libdir"/*.so; do
 			[[ -e $lib ]] || continue
+			case ${lib##*/} in libggml-cpu-*|libggml-base.so) continue ;; esac
 			machine=$(LC_ALL=C readelf -h "$lib" | sed -n 's/^ *Machine: *//p')
 			[[ $machine == *"$want_machine"* ]] || { echo "dist.sh: $lib is for $machine, not $arch" >&2; exit 1; }
 			cp "$lib" "$stage/lib/embed-stack/"
+			# A GPU backend links libggml-base.so.0 too.
+			if [[ ! -e $stage/lib/embed-stack/libggml-base.so.0 && -e $libdir/libggml-base.so.0 ]]; then
+				cp -L "$libdir/libggml-base.so.0" "$stage/lib/embed-stack/"
+			fi
 		done
 	fi
 
