@@ -292,6 +292,39 @@ func (o *OnDemand) PID() int {
 	return o.cur.PID()
 }
 
+// LoadState is a snapshot of an OnDemand's worker, for a listing of the loaded
+// models (GET /api/ps).
+type LoadState struct {
+	// Loaded: a worker holds the model (it may be restarting after a crash).
+	Loaded bool
+	PID    int
+	// InFlight counts the calls on the worker now.
+	InFlight int
+	// IdleSince is when the last call ended (or the worker became ready), zero
+	// while calls are in flight or no worker is loaded.
+	IdleSince time.Time
+	// Expires is when the keep-alive will stop the worker if no call comes, zero
+	// when it never will (no keep-alive, calls in flight, not loaded).
+	Expires time.Time
+}
+
+// State returns the worker's LoadState.
+func (o *OnDemand) State() LoadState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cur == nil || o.closed {
+		return LoadState{}
+	}
+	st := LoadState{Loaded: true, PID: o.cur.PID(), InFlight: o.inflight}
+	if o.inflight == 0 {
+		st.IdleSince = o.lastUse
+		if o.KeepAlive > 0 {
+			st.Expires = o.lastUse.Add(o.KeepAlive)
+		}
+	}
+	return st
+}
+
 // Restarts counts the restarts of every worker, those stopped included.
 func (o *OnDemand) Restarts() int {
 	o.mu.Lock()

@@ -2,14 +2,13 @@ package backends
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // Values of WorkerArgs.Task: what a worker returns per sequence.
@@ -52,12 +51,15 @@ type DeviceArgs struct {
 	CPUVariant string
 }
 
-// AddFlags defines the device flags on fs, bound to d.
-func (d *DeviceArgs) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&d.Device, "device", DefaultDevice, "where the model runs: `auto` (the first GPU of a loaded backend, else the CPU), cpu (loads no GPU backend), cuda, cuda:N or metal; a GPU asked for by name that is missing is an error, never a fallback to the CPU")
-	fs.IntVar(&d.GPULayers, "gpu-layers", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU")
-	fs.StringVar(&d.BackendDir, "backend-dir", "", "`folder` of loadable ggml backends: GPU ones such as libggml-cuda.so (`make cuda`) and the CPU kernel variants libggml-cpu-NAME.so (`make cpu-variants`) (default: "+BackendDirName+" beside the executable's folder, e.g. bin/embed-stack loads "+BackendDirName+"/); every GPU backend library in it must load")
-	fs.StringVar(&d.CPUVariant, "cpu-variant", "", "`build` of ggml's CPU kernels: auto, the default (the best variant library of the backend folder for this CPU, or the compiled-in kernels when none is better), builtin (the compiled-in kernels), or a variant such as haswell, zen4, sapphirerapids or armv8.6_1 (docs/building.md lists them); one this CPU lacks an instruction set of is refused at start, a missing or damaged library falls back to the compiled-in kernels with a warning")
+// AddFlags defines the device flags on s, bound to d.
+func (d *DeviceArgs) AddFlags(s *flagconfig.Set) {
+	s.String(&d.Device, "device", "DEVICE", DefaultDevice, "where the model runs: auto (the first GPU of a loaded backend, else the CPU), cpu, cuda, cuda:N or metal").
+		More("cpu loads no GPU backend; a GPU asked for by name that is missing is an error, never a fallback to the CPU.")
+	s.Int(&d.GPULayers, "gpu-layers", "N", 0, "layers whose weights go to the GPU, the output layer counting as one (0 = all); ignored on the CPU").AtLeast(0)
+	s.String(&d.BackendDir, "backend-dir", "DIR", "", "folder of loadable ggml backends: GPU ones such as libggml-cuda.so, and the CPU kernel variants (default: "+BackendDirName+" beside the executable's folder)").
+		More("`make cuda` builds the GPU ones, `make cpu-variants` libggml-cpu-NAME.so; bin/embed-stack loads " + BackendDirName + "/. Every GPU backend library in the folder must load.")
+	s.String(&d.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels: auto (the best variant of the backend folder for this CPU; the default), builtin, or a variant such as haswell or zen4").
+		More("builtin is the compiled-in kernels; docs/building.md lists the variants. One this CPU lacks an instruction set of is refused at start; a missing or damaged library falls back to the compiled-in kernels with a warning.")
 }
 
 // Args are the worker flags that carry d: none when d.Device is "".
@@ -147,43 +149,31 @@ func (a WorkerArgs) Args() []string {
 	return out
 }
 
-// Parse reads a worker's command line (what follows the word "worker"; Args
-// writes it) into a, as flag.FlagSet.Parse with flag.ContinueOnError does: the
-// usage goes to output for -h (the error is then flag.ErrHelp), and any error is
-// reported on output, after "embed-stack worker: " when it is not the flag
-// package's own, so that the caller only chooses the exit status. Fields the
-// command line leaves out take the flags' defaults.
-func (a *WorkerArgs) Parse(args []string, output io.Writer) error {
-	fs := flag.NewFlagSet("embed-stack worker", flag.ContinueOnError)
-	fs.SetOutput(output)
+// Parse reads a worker's command line (what follows the word "worker"; Args writes
+// it) into a. Fields the command line leaves out take the flags' defaults. Its
+// errors are flagconfig's (flagconfig.Report words them), and those of check.
+func (a *WorkerArgs) Parse(args []string) error {
+	s := flagconfig.New("embed-stack worker", "embed-stack worker --model PATH --socket PATH [flags]",
+		"Loads a GGUF through llama.cpp and embeds token-id sequences sent over the worker\n"+
+			"protocol (docs/architecture.md). Started by `embed-stack serve`.")
 	var buckets string
-	fs.StringVar(&a.Model, "model", "", "GGUF model `path` (required)")
-	fs.StringVar(&a.Socket, "socket", "", "Unix socket `path` to serve the worker protocol on (required; its directory should be private)")
-	fs.IntVar(&a.Ctx, "ctx", 0, "context size in `tokens`: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
-	fs.IntVar(&a.Batch, "batch", 0, "`tokens` per llama.cpp decode call of packed short inputs (n_batch = n_ubatch; 0 = min(ctx, 512)); a long input's calls take at most 256 of them, fewer where their attention scores would pass 512 MiB")
-	fs.IntVar(&a.Threads, "threads", 0, "llama.cpp decode `threads` (0 = number of CPUs)")
-	fs.IntVar(&a.Seqs, "seqs", 0, "sequences packed into one round (0 = 64, at most 256)")
-	fs.StringVar(&buckets, "buckets", "", "comma-separated sequence `lengths` warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length is created and decodes one short throwaway input, so that the first request of any size is as fast as later ones (mlx-embed-server takes the same flag)")
-	fs.StringVar(&a.Task, "task", TaskEmbed, "`embed`: return each sequence's last-token hidden state; rerank: return the logits of the tokens yes and no at its last token, for a Qwen3-Reranker (serve passes it when it serves one)")
-	fs.IntVar(&a.Nice, "nice", 0, "lower the decoding threads' CPU priority by `n` (0-19); serve starts ephemeral workers at 10 so the warm worker's short requests go first")
-	fs.BoolVar(&a.IgnoreStdin, "ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
-	fs.StringVar(&a.LogFormat, "log-format", "text", "log `format`: text or json")
-	fs.StringVar(&a.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	a.DeviceArgs.AddFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack worker --model PATH --socket PATH [flags]\n\n"+
-			"Loads a GGUF through llama.cpp and embeds token-id sequences sent over the worker\n"+
-			"protocol (docs/architecture.md). Started by `embed-stack serve`.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	s.String(&a.Model, "model", "PATH", "", "the GGUF file (required)")
+	s.String(&a.Socket, "socket", "PATH", "", "Unix socket to serve the worker protocol on (required; its directory should be private)")
+	s.Int(&a.Ctx, "ctx", "TOKENS", 0, "context size: the longest sequence accepted and the packing budget per round (0 = 8192, capped at the model's training context)")
+	s.Int(&a.Batch, "batch", "TOKENS", 0, "tokens per llama.cpp decode call of packed short inputs (n_batch = n_ubatch; 0 = min(ctx, 512)); a long input's calls take at most 256 of them, fewer where their attention scores would pass 512 MiB")
+	s.Int(&a.Threads, "threads", "N", 0, "llama.cpp decode threads (0 = number of CPUs)")
+	s.Int(&a.Seqs, "seqs", "N", 0, "sequences packed into one round (0 = 64, at most 256)")
+	s.String(&buckets, "buckets", "N,N,...", "", "sequence lengths warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length decodes one short throwaway input, so that the first request of any size is as fast as later ones")
+	s.String(&a.Task, "task", "TASK", TaskEmbed, "embed: return each sequence's last-token hidden state; rerank: the logits of the tokens yes and no at its last token, for a Qwen3-Reranker")
+	s.Int(&a.Nice, "nice", "N", 0, "lower the decoding threads' CPU priority by N (0-19); serve starts ephemeral workers at 10")
+	s.Bool(&a.IgnoreStdin, "ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
+	s.String(&a.LogFormat, "log-format", "FORMAT", "text", "log format: text or json")
+	s.String(&a.LogLevel, "log-level", "LEVEL", "info", "log level: debug, info, warn or error")
+	a.DeviceArgs.AddFlags(s)
+	if err := s.Parse(args, nil); err != nil {
 		return err
 	}
-	err := a.check(buckets)
-	if err != nil {
-		fmt.Fprintf(output, "%s: %v\n", fs.Name(), err)
-	}
-	return err
+	return a.check(buckets)
 }
 
 // check refuses what the flag package cannot, and reads --buckets.

@@ -2,11 +2,12 @@ package backends
 
 import (
 	"errors"
-	"flag"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // TestWorkerArgsRoundTrip: what Args writes, Parse reads back as the same value,
@@ -33,9 +34,8 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 				t.Fatalf("Args() = %q\nwant      %q", got, tt.want)
 			}
 			var back WorkerArgs
-			var out strings.Builder
-			if err := back.Parse(got, &out); err != nil {
-				t.Fatalf("Parse: %v\n%s", err, out.String())
+			if err := back.Parse(got); err != nil {
+				t.Fatalf("Parse: %v", err)
 			}
 			if !reflect.DeepEqual(back, tt.a) {
 				t.Errorf("Parse(Args()) = %+v\nwant %+v", back, tt.a)
@@ -52,39 +52,41 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestWorkerArgsParse: defaults, the refusals (reported on the output as the flag
-// package reports its own), and -h.
+// TestWorkerArgsParse: defaults, the refusals, and -h, worded as
+// flagconfig.Report shows them.
 func TestWorkerArgsParse(t *testing.T) {
 	var a WorkerArgs
-	var out strings.Builder
-	if err := a.Parse([]string{"--model", "m", "--socket", "s"}, &out); err != nil {
+	if err := a.Parse([]string{"--model", "m", "--socket", "s"}); err != nil {
 		t.Fatal(err)
 	}
 	want := WorkerArgs{Model: "m", Socket: "s", Task: TaskEmbed, LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: DefaultDevice}}
 	if !reflect.DeepEqual(a, want) {
 		t.Errorf("defaults = %+v, want %+v", a, want)
 	}
+	const usage = "Usage: embed-stack worker --model PATH --socket PATH [flags]\nRun 'embed-stack worker --help' for every flag.\n"
 	for _, tt := range []struct {
-		args []string
-		want string
+		args   []string
+		status int
+		want   string
 	}{
-		{[]string{"--model", "m"}, "embed-stack worker: --model and --socket are required\n"},
-		{[]string{"--model", "m", "--socket", "s", "--task", "classify"}, "embed-stack worker: --task \"classify\" is not one of embed, rerank\n"},
-		{[]string{"--model", "m", "--socket", "s", "--buckets", "256,x"}, "embed-stack worker: --buckets: \"x\" is not a positive number of tokens\n"},
+		{[]string{"--model", "m"}, 2, "embed-stack worker: --model and --socket are required\n"},
+		{[]string{"--model", "m", "--socket", "s", "--task", "classify"}, 2, "embed-stack worker: --task \"classify\" is not one of embed, rerank\n"},
+		{[]string{"--model", "m", "--socket", "s", "--buckets", "256,x"}, 2, "embed-stack worker: --buckets: \"x\" is not a positive number of tokens\n"},
+		{[]string{"--nope"}, 2, "embed-stack worker: unknown flag --nope\n" + usage},
+		{[]string{"--sokcet", "s"}, 2, "embed-stack worker: unknown flag --sokcet; did you mean --socket?\n" + usage},
+		{[]string{"--gpu-layers", "-1"}, 2, "embed-stack worker: --gpu-layers must not be negative; got -1\n"},
 	} {
-		var a WorkerArgs
-		var out strings.Builder
-		if err := a.Parse(tt.args, &out); err == nil || out.String() != tt.want {
-			t.Errorf("Parse(%q) = %v, output %q; want %q", tt.args, err, out.String(), tt.want)
+		var stdout, stderr strings.Builder
+		err := new(WorkerArgs).Parse(tt.args)
+		if got := flagconfig.Report(err, "embed-stack worker", &stdout, &stderr); got != tt.status || stderr.String() != tt.want || stdout.Len() > 0 {
+			t.Errorf("Parse(%q): status %d, stderr %q; want %d, %q", tt.args, got, stderr.String(), tt.status, tt.want)
 		}
 	}
-	out.Reset()
-	if err := new(WorkerArgs).Parse([]string{"--nope"}, &out); err == nil || !strings.HasPrefix(out.String(), "flag provided but not defined: -nope\nUsage: embed-stack worker --model PATH --socket PATH [flags]") {
-		t.Errorf("unknown flag: %v, output %q", err, out.String())
-	}
-	out.Reset()
-	if err := new(WorkerArgs).Parse([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "  -backend-dir folder") {
-		t.Errorf("-h: %v, output %q", err, out.String())
+	var stdout, stderr strings.Builder
+	err := new(WorkerArgs).Parse([]string{"-h"})
+	if got := flagconfig.Report(err, "embed-stack worker", &stdout, &stderr); !errors.Is(err, flagconfig.ErrHelp) || got != 0 ||
+		!strings.Contains(stdout.String(), "\n  --backend-dir DIR    folder of loadable ggml backends: GPU ones such as\n") || stderr.Len() > 0 {
+		t.Errorf("-h: %v, status %d, stdout %q", err, got, stdout.String())
 	}
 }
 

@@ -295,7 +295,7 @@ func TestUnservableModel(t *testing.T) {
 	}{
 		{"missing", nil, "does not exist"},
 		{"empty", []byte{}, "invalid GGUF file: magic needs 4 bytes but only 0 are left in the file (truncated or corrupt)"},
-		{"truncated in the header", model[:1000], "invalid GGUF file: key \\\"tokenizer.ggml.tokens\\\""},
+		{"truncated in the header", model[:1000], `invalid GGUF file: key "tokenizer.ggml.tokens"`},
 		{"truncated in the tensor data", model[:len(model)/2], "(file truncated?)"},
 		{"not a GGUF", bytes.Repeat([]byte("not a model "), 1000), "(not a GGUF file)"},
 		{"tensors missing", badBlocks, "warm worker: starting the warm worker: worker (pid"},
@@ -320,7 +320,9 @@ func TestUnservableModel(t *testing.T) {
 				t.Fatalf("exit %v, want status 1\n%s", err, out.String())
 			}
 			log := out.String()
-			if !strings.Contains(log, "embed-stack serve failed") || !strings.Contains(log, path) || !strings.Contains(log, tc.want) {
+			// The failure is one plain line on stderr (text logs): "embed-stack serve: ...".
+			failed := strings.HasPrefix(log, "embed-stack serve: ") || strings.Contains(log, "\nembed-stack serve: ")
+			if !failed || !strings.Contains(log, path) || !strings.Contains(log, tc.want) {
 				t.Errorf("output lacks the failure, the path or %q:\n%s", tc.want, log)
 			}
 			if n := strings.Count(log, "worker listening"); n > 1 {

@@ -129,6 +129,10 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 			"memory_total_bytes": 150 << 30, "memory_free_bytes": 140 << 30, "note": "n", "cpu_variant": "zen4", "cpu_variant_note": "n", "warning": "w"}
 	}
 	onGPU.CPUVariant = func() string { return "zen4" }
+	idle := documentedServer(&fakeEmbedder{}, true, Config{})
+	idle.Loads = func(string) ModelLoad {
+		return ModelLoad{Loaded: true, PID: 7, IdleSince: time.Now().Add(-time.Second), Expires: time.Now().Add(time.Minute)}
+	}
 	unhealthy := documentedServer(&fakeEmbedder{}, true, Config{})
 	unhealthy.Healthy = func() bool { return false }
 	calls := []call{
@@ -181,6 +185,9 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/api/embeddings", "", `{"model":"m","prompt":"a"}`, 200, ready, nil},
 		{"POST", "/api/embeddings", "", `{"prompt":"a"}`, 400, ready, nil},
 		{"GET", "/api/tags", "", "", 200, ready, nil},
+		{"GET", "/api/ps", "", "", 200, ready, nil},
+		{"GET", "/api/ps", "", "", 200, idle, nil},
+		{"GET", "/api/ps", "", "", 401, keyed, nil},
 		{"GET", "/api/version", "", "", 200, ready, nil},
 		{"POST", "/api/show", "", `{"model":"qwen3-embedding-0.6b"}`, 200, ready, nil},
 		{"POST", "/api/show", "", `{}`, 400, ready, nil},

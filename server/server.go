@@ -113,6 +113,9 @@ type Server struct {
 	// runs ("haswell", "zen4", "builtin", ...); GET /info reports it as
 	// "cpu_variant" once it is known (the worker is ready). It must not block.
 	CPUVariant func() string
+	// Loads, when set, reports each model's worker now, by model ID, for GET
+	// /api/ps; unset, every model counts as loaded.
+	Loads func(id string) ModelLoad
 
 	limits   *limiter    // built by Handler from Config.MaxConcurrentRequests
 	bodies   *bodyBudget // built by Handler: MaxConcurrentRequests × MaxBodyBytes
@@ -187,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	r.Match([]string{http.MethodGet, http.MethodHead}, "/api/tags", s.ollamaTags)
 	r.Match([]string{http.MethodGet, http.MethodHead}, "/api/version", s.ollamaVersion)
 	r.POST("/api/show", s.readRequestBody(), s.ollamaShow)
+	r.GET("/api/ps", s.ollamaPS)
 	r.POST("/tokenize", s.readRequestBody(), s.admit(), s.tokenize)
 	r.POST("/v1/rerank", s.readRequestBody(), s.admit(), s.rerank)
 	r.POST("/v2/rerank", s.readRequestBody(), s.admit(), s.rerank) // Cohere's v2 client; the same shape

@@ -20,34 +20,16 @@ func checkEphemeralLimits(l backends.Capacity, maxInput int) error {
 	return nil
 }
 
-// checkRoutingFlags checks and parses serve's flags for long inputs and batching.
-func checkRoutingFlags(f *serveFlags) error {
-	for _, c := range []struct {
-		name string
-		v    int
-	}{{"--max-ephemeral", f.maxEphemeral}, {"--max-ephemeral-tokens", f.maxEphemeralTokens}, {"--ephemeral-queue", f.ephemeralQueue}, {"--ephemeral-nice", f.ephemeralNice}} {
-		if c.v < 0 {
-			return fmt.Errorf("%s must not be negative (0 picks the default); got %d", c.name, c.v)
-		}
-	}
-	if f.ephemeralNice > 19 {
-		return fmt.Errorf("--ephemeral-nice must be 0 to 19; got %d", f.ephemeralNice)
-	}
-	if f.batchMaxTokens < 1 {
-		return fmt.Errorf("--batch-max-tokens must be at least 1; got %d", f.batchMaxTokens)
-	}
-	if f.batchWindow < 0 {
-		return fmt.Errorf("--batch-window must not be negative (0 turns batching off); got %s", f.batchWindow)
-	}
-	buckets, err := backends.ParseLengths(f.warmBuckets)
+// warmBuckets reads --warm-buckets, capping its lengths at the warm worker's.
+func warmBuckets(flag string, warmMax int) ([]int, error) {
+	buckets, err := backends.ParseLengths(flag)
 	if err != nil {
-		return fmt.Errorf("--warm-buckets: %w; give comma-separated token counts such as 256,1024,8192", err)
+		return nil, fmt.Errorf("--warm-buckets: %w; give comma-separated token counts such as 256,1024,8192", err)
 	}
 	for i, b := range buckets {
-		buckets[i] = min(b, f.warmMaxTokens)
+		buckets[i] = min(b, warmMax)
 	}
-	f.buckets = slices.Compact(buckets)
-	return nil
+	return slices.Compact(buckets), nil
 }
 
 // warmStartError words a failed start of the warm worker, naming the flag to change
@@ -69,14 +51,14 @@ func warmStartError(err error, warmMax int) error {
 // flags, with those left at 0 sized to this machine and model
 // (backends.CapacityConfig). warm is every model's warm worker memory when several
 // models share the machine (warmBytes), nil for one.
-func (e *engine) capacity(workers, tokens, maxInput, warmCtx int, warm []int64) (backends.Capacity, error) {
-	c, err := e.capacityConfig(workers, tokens, maxInput, warmCtx)
+func (e *engine) capacity(cfg engineConfig, warm []int64) (backends.Capacity, error) {
+	c, err := e.capacityConfig(cfg.MaxEphemeral, cfg.MaxEphemeralTokens, cfg.MaxInputTokens, cfg.WarmMaxTokens)
 	if err != nil {
 		return backends.Capacity{}, err
 	}
 	c.Warm = warm
 	l := c.Capacity()
-	return l, checkEphemeralLimits(l, maxInput)
+	return l, checkEphemeralLimits(l, cfg.MaxInputTokens)
 }
 
 // warmBytes is what the engine's warm worker holds once loaded, with a context of

@@ -6,36 +6,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
 )
 
-func TestCheckRoutingFlags(t *testing.T) {
-	base := func() *serveFlags {
-		return &serveFlags{warmBuckets: "256,1024,8192", warmMaxTokens: 4096, batchMaxTokens: 2048, ephemeralQueue: 8, batchWindow: time.Millisecond}
+func TestWarmBuckets(t *testing.T) {
+	got, err := warmBuckets("256,1024,8192", 4096)
+	if err != nil || !slices.Equal(got, []int{256, 1024, 4096}) {
+		t.Errorf("buckets %v (%v), want [256 1024 4096]: capped at --warm-max-tokens", got, err)
 	}
-	f := base()
-	if err := checkRoutingFlags(f); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(f.buckets, []int{256, 1024, 4096}) {
-		t.Errorf("buckets %v, want [256 1024 4096]: capped at --warm-max-tokens", f.buckets)
-	}
-	for _, tt := range []struct {
-		change func(*serveFlags)
-		want   string
-	}{
-		{func(f *serveFlags) { f.warmBuckets = "256,big" }, `--warm-buckets: "big" is not a positive number of tokens; give comma-separated token counts such as 256,1024,8192`},
-		{func(f *serveFlags) { f.maxEphemeral = -1 }, "--max-ephemeral must not be negative (0 picks the default); got -1"},
-		{func(f *serveFlags) { f.batchMaxTokens = 0 }, "--batch-max-tokens must be at least 1; got 0"},
-		{func(f *serveFlags) { f.batchWindow = -time.Second }, "--batch-window must not be negative (0 turns batching off); got -1s"},
-	} {
-		f := base()
-		tt.change(f)
-		if err := checkRoutingFlags(f); err == nil || err.Error() != tt.want {
-			t.Errorf("err = %v\nwant %s", err, tt.want)
-		}
+	const want = `--warm-buckets: "big" is not a positive number of tokens; give comma-separated token counts such as 256,1024,8192`
+	if _, err := warmBuckets("256,big", 8192); err == nil || err.Error() != want {
+		t.Errorf("err = %v\nwant %s", err, want)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,78 +23,67 @@ import (
 
 // benchFlags are `embed-stack bench`'s settings.
 type benchFlags struct {
-	model, corpus          string
-	threads                int
-	floor, serve           bool
-	url                    string
-	pid                    int
-	serveArgs              flagconfig.StringList
-	ollama, ollamaHome     string
-	ollamaNumCtx           int
-	peerSpecs              flagconfig.StringList
-	jsonOut, mdOut         string
-	minCosine              float64
-	warmContext            int
-	quick                  bool
-	inFlightTokens         string
-	plan                   bench.Plan
-	batches, lengths, jobs string
-	skip, only             string
-	logLevel               string
-	cpuVariant             string
+	model, corpus, url, ollama, ollamaHome  string
+	cpuVariant                              string
+	jsonOut, mdOut, logLevel                string
+	threads, pid, ollamaNumCtx, warmContext int
+	floor, serve, quick                     bool
+	serveArgs, peerSpecs                    []string
+	minCosine                               float64
+	inFlightTokens                          string
+	plan                                    bench.Plan
+	batches, lengths, jobs                  string
+	skip, only                              string
 }
 
-func newBenchFlagSet(f *benchFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("embed-stack bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.model, "model", "", "GGUF model `path` (required): the floor loads it, the servers the harness starts serve it, and its tokenizer cuts the texts")
-	fs.StringVar(&f.corpus, "corpus", "", "text `file` inputs are cut from (default: "+bench.CorpusFile+" of the repository above the working directory)")
-	fs.IntVar(&f.threads, "threads", 0, "llama.cpp threads for the floor and every server the harness starts (0 = number of CPUs)")
-	fs.BoolVar(&f.floor, "floor", true, "run the engine floor: the same token ids through llama.cpp in this process, no HTTP, no worker")
-	fs.BoolVar(&f.serve, "serve", true, "start `embed-stack serve` (this executable) on the model and benchmark it (unless --url is given)")
-	fs.StringVar(&f.url, "url", "", "benchmark an embed-stack already running at this OpenAI base `URL` (e.g. http://127.0.0.1:8080/v1) instead of starting one")
-	fs.IntVar(&f.pid, "pid", 0, "with --url: the server's `pid`, to sample its process tree's memory")
-	fs.Var(&f.serveArgs, "serve-arg", "extra `flag` for the embed-stack serve the harness starts (repeatable, e.g. --serve-arg=--batch-tokens=2048)")
-	fs.StringVar(&f.ollama, "ollama", "", "ollama `executable` (bin/ollama from `make bench-peers`): start it on the same GGUF and compare")
-	fs.StringVar(&f.ollamaHome, "ollama-home", ".cache/bench/ollama", "`directory` for Ollama's private store and keys, kept between runs")
-	fs.IntVar(&f.ollamaNumCtx, "ollama-num-ctx", 0, "Ollama's num_ctx (0 = the smallest power of two holding --long-tokens, so that it embeds the long input instead of truncating it)")
-	fs.Var(&f.peerSpecs, "peer", "another OpenAI-compatible server: `name=URL[,model=NAME][,pid=PID]` (repeatable); its vectors are checked before it is timed")
-	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to this `file`")
-	fs.StringVar(&f.mdOut, "markdown", "", "write the table to this `file` too (it always goes to stdout)")
-	fs.Float64Var(&f.minCosine, "min-cosine", bench.DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
-	fs.IntVar(&f.warmContext, "warm-context", 8192, "the warm worker's context in `tokens`, for the memory goal (serve's --warm-max-tokens)")
-	fs.StringVar(&f.logLevel, "log-level", "warn", "log `level` of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
-	fs.StringVar(&f.cpuVariant, "cpu-variant", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
-	fs.BoolVar(&f.quick, "quick", false, "a run of seconds on a tiny model (what CI runs): 1 repetition, small grid, 1s per concurrency level; explicit flags still apply")
-
+func newBenchFlagSet(f *benchFlags) *flagconfig.Set {
+	s := flagconfig.New("embed-stack bench", "embed-stack bench --model PATH [flags]",
+		"Benchmarks embed-stack against the engine floor and peer servers on the same GGUF and\n"+
+			"texts, and prints a Markdown table (docs/performance.md explains it).")
+	s.Group("Essentials")
+	s.String(&f.model, "model", "PATH", "", "the GGUF model (required): the floor loads it, the servers the harness starts serve it, and its tokenizer cuts the texts")
+	s.String(&f.corpus, "corpus", "FILE", "", "text file the inputs are cut from (default: "+bench.CorpusFile+" of the repository above the working directory)")
+	s.Bool(&f.quick, "quick", false, "a run of seconds on a tiny model (what CI runs): 1 repetition, small grid, 1s per concurrency level; explicit flags still apply")
+	s.String(&f.jsonOut, "json", "FILE", "", "write the report as JSON to this file")
+	s.String(&f.mdOut, "markdown", "FILE", "", "write the table to this file too (it always goes to stdout)")
+	s.Group("Targets")
+	s.Int(&f.threads, "threads", "N", 0, "llama.cpp threads for the floor and every server the harness starts (0 = number of CPUs)")
+	s.Bool(&f.floor, "floor", true, "run the engine floor: the same token ids through llama.cpp in this process, no HTTP, no worker")
+	s.Bool(&f.serve, "serve", true, "start `embed-stack serve` (this executable) on the model and benchmark it (unless --url is given)")
+	s.String(&f.url, "url", "URL", "", "benchmark an embed-stack already running at this OpenAI base URL (e.g. http://127.0.0.1:8080/v1) instead of starting one")
+	s.Int(&f.pid, "pid", "PID", 0, "with --url: the server's pid, to sample its process tree's memory")
+	s.List(&f.serveArgs, "serve-arg", "FLAG", "extra flag for the embed-stack serve the harness starts (repeatable, e.g. --serve-arg=--decode-tokens=2048)")
+	s.String(&f.ollama, "ollama", "PATH", "", "ollama executable (bin/ollama from `make bench-peers`): start it on the same GGUF and compare")
+	s.String(&f.ollamaHome, "ollama-home", "DIR", ".cache/bench/ollama", "directory for Ollama's private store and keys, kept between runs")
+	s.Int(&f.ollamaNumCtx, "ollama-num-ctx", "N", 0, "Ollama's num_ctx (0 = the smallest power of two holding --long-tokens, so that it embeds the long input instead of truncating it)")
+	s.List(&f.peerSpecs, "peer", "NAME=URL[,model=NAME][,pid=PID]", "another OpenAI-compatible server (repeatable); its vectors are checked before it is timed")
+	s.Float(&f.minCosine, "min-cosine", "X", bench.DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
+	s.Int(&f.warmContext, "warm-context", "TOKENS", 8192, "the warm worker's context, for the memory goal (serve's --warm-max-tokens)")
+	s.String(&f.cpuVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
+	s.String(&f.logLevel, "log-level", "LEVEL", "warn", "log level of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
+	s.Group("Shapes")
 	p := &f.plan
-	fs.IntVar(&p.ShortTokens, "short-tokens", 100, "the seed's short query, in `tokens`")
-	fs.IntVar(&p.MediumTokens, "medium-tokens", 1024, "each of the seed's two documents, in `tokens`")
-	fs.IntVar(&p.LongTokens, "long-tokens", 15000, "the seed's long document and the input in flight, in `tokens`")
-	fs.IntVar(&p.OverLimitTokens, "over-limit-tokens", 32769, "a document over the server's limit, in `tokens` (must get 400)")
-	fs.StringVar(&f.batches, "batches", "1,8,32", "grid batch `sizes`")
-	fs.StringVar(&f.lengths, "lengths", "16,128,512,2048", "grid sequence `lengths` in tokens")
-	fs.IntVar(&p.MaxGridTokens, "max-grid-tokens", 16384, "skip grid cells of more `tokens` per request (0 = none)")
-	fs.IntVar(&p.QueryTokens, "query-tokens", 32, "the concurrency and in-flight shapes' queries, in `tokens`")
-	fs.StringVar(&f.jobs, "clients", "1,4,16", "concurrency `levels`")
-	fs.DurationVar(&p.ClientDuration, "client-duration", 10*time.Second, "time per concurrency level and repetition")
-	fs.IntVar(&p.Warmup, "warmup", 1, "warm-up requests per request shape")
-	fs.IntVar(&p.Reps, "reps", 3, "timed repetitions per request shape")
-	fs.IntVar(&p.HeavyReps, "heavy-reps", 1, "repetitions of shapes of --heavy-tokens or more (which get no warm-up)")
-	fs.IntVar(&p.HeavyTokens, "heavy-tokens", 2048, "request size in `tokens` from which --heavy-reps applies")
-	fs.IntVar(&p.ClientReps, "client-reps", 1, "repetitions of each concurrency level")
-	fs.IntVar(&p.InFlightIdle, "in-flight-idle", 10, "idle queries timed before the long input starts")
-	fs.DurationVar(&p.InFlightWindow, "in-flight-window", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
-	fs.StringVar(&f.inFlightTokens, "in-flight-tokens", "4000,8000", "lengths in `tokens` of further in-flight shapes' documents (in-flight/N), under the warm limit so the warm worker embeds them beside the queries; \"\" = none")
-	fs.StringVar(&f.skip, "skip", "", "comma-separated shape `IDs` to leave out (e.g. seed/long,in-flight)")
-	fs.StringVar(&f.only, "only", "", "comma-separated shape `IDs` to run, and no other (e.g. seed/short,grid/32x512)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack bench --model PATH [flags]\n\n"+
-			"Benchmarks embed-stack against the engine floor and peer servers on the same GGUF and\n"+
-			"texts, and prints a Markdown table (docs/performance.md explains it).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	return fs
+	s.Int(&p.ShortTokens, "short-tokens", "TOKENS", 100, "the seed's short query")
+	s.Int(&p.MediumTokens, "medium-tokens", "TOKENS", 1024, "each of the seed's two documents")
+	s.Int(&p.LongTokens, "long-tokens", "TOKENS", 15000, "the seed's long document and the input in flight")
+	s.Int(&p.OverLimitTokens, "over-limit-tokens", "TOKENS", 32769, "a document over the server's limit (must get 400)")
+	s.String(&f.batches, "batches", "N,N,...", "1,8,32", "grid batch sizes")
+	s.String(&f.lengths, "lengths", "N,N,...", "16,128,512,2048", "grid sequence lengths in tokens")
+	s.Int(&p.MaxGridTokens, "max-grid-tokens", "TOKENS", 16384, "skip grid cells of more tokens per request (0 = none)")
+	s.Int(&p.QueryTokens, "query-tokens", "TOKENS", 32, "the concurrency and in-flight shapes' queries")
+	s.String(&f.jobs, "clients", "N,N,...", "1,4,16", "concurrency levels")
+	s.Duration(&p.ClientDuration, "client-duration", "DURATION", 10*time.Second, "time per concurrency level and repetition")
+	s.Int(&p.Warmup, "warmup", "N", 1, "warm-up requests per request shape")
+	s.Int(&p.Reps, "reps", "N", 3, "timed repetitions per request shape")
+	s.Int(&p.HeavyReps, "heavy-reps", "N", 1, "repetitions of shapes of --heavy-tokens or more (which get no warm-up)")
+	s.Int(&p.HeavyTokens, "heavy-tokens", "TOKENS", 2048, "request size from which --heavy-reps applies")
+	s.Int(&p.ClientReps, "client-reps", "N", 1, "repetitions of each concurrency level")
+	s.Int(&p.InFlightIdle, "in-flight-idle", "N", 10, "idle queries timed before the long input starts")
+	s.Duration(&p.InFlightWindow, "in-flight-window", "DURATION", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
+	s.String(&f.inFlightTokens, "in-flight-tokens", "N,N,...", "4000,8000", "lengths in tokens of further in-flight shapes' documents (in-flight/N), under the warm limit so the warm worker embeds them beside the queries; \"\" = none")
+	s.String(&f.skip, "skip", "IDS", "", "comma-separated shape IDs to leave out (e.g. seed/long,in-flight)")
+	s.String(&f.only, "only", "IDS", "", "comma-separated shape IDs to run, and no other (e.g. seed/short,grid/32x512)")
+	return s
 }
 
 // quickDefaults are --quick's settings, applied to flags not given explicitly. The
@@ -124,33 +112,29 @@ type benchCommand struct {
 func newBench(args []string, stdout, stderr io.Writer) (command, int) {
 	c := &benchCommand{args: args, stdout: stdout, stderr: stderr}
 	f := &c.f
-	fs := newBenchFlagSet(f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
-		}
-		return nil, 2
+	s := newBenchFlagSet(f)
+	if err := s.Parse(args, nil); err != nil {
+		return nil, flagconfig.Report(err, s.Name, stdout, stderr)
 	}
 	if f.quick {
-		given := map[string]bool{}
-		fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 		for name, v := range quickDefaults {
-			if !given[name] {
-				if err := fs.Set(name, v); err != nil {
+			if s.Source(name) != flagconfig.FromFlag {
+				if err := s.Set(name, v); err != nil {
 					panic(err) // quickDefaults names flags of this set
 				}
 			}
 		}
-		if !given["serve-arg"] {
+		if s.Source("serve-arg") != flagconfig.FromFlag {
 			f.serveArgs = quickServeArgs
 		}
 	}
-	if err := f.finish(); err != nil {
-		return nil, refused(stderr, "bench", err)
+	err := f.finish()
+	var logger *slog.Logger
+	if err == nil {
+		logger, err = telemetry.NewLogger(stderr, "text", f.logLevel)
 	}
-	logger, err := telemetry.NewLogger(stderr, "text", f.logLevel)
 	if err != nil {
-		return nil, refused(stderr, "bench", err)
+		return nil, flagconfig.Report(err, s.Name, stdout, stderr)
 	}
 	// backends/llama logs llama.cpp's lines through the default logger.
 	slog.SetDefault(logger)

@@ -22,9 +22,8 @@ func TestConfigPrecedence(t *testing.T) {
 		"EMBED_STACK_THREADS":          "5",
 	}
 	f := &serveFlags{}
-	fs := newServeFlagSet(f)
-	sources, err := flagconfig.Configure(fs, []string{"--threads", "3", "--model", "m.gguf"}, func(k string) string { return env[k] })
-	if err != nil {
+	s := newServeFlagSet(f)
+	if err := s.Parse([]string{"--threads", "3", "--model", "m.gguf"}, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	checks := []struct {
@@ -33,18 +32,18 @@ func TestConfigPrecedence(t *testing.T) {
 		want   any
 		source string
 	}{
-		{"threads", f.threads, 3, flagconfig.FromFlag},                   // flag beats env
+		{"threads", f.engine.Threads, 3, flagconfig.FromFlag},            // flag beats env
 		{"max-total-tokens", f.maxTotalTokens, 2000, flagconfig.FromEnv}, // env beats file
 		{"max-inputs", f.maxInputs, 7, flagconfig.FromFile},
-		{"warm-max-tokens", f.warmMaxTokens, 4096, flagconfig.FromFile},
+		{"warm-max-tokens", f.engine.WarmMaxTokens, 4096, flagconfig.FromFile},
 		{"strict-model", f.strictModel, true, flagconfig.FromFile},
 		{"model-alias", fmt.Sprint(f.aliases), "[a b]", flagconfig.FromFile},
-		{"max-input-tokens", f.maxInputTokens, 32768, flagconfig.FromDefault},
+		{"max-input-tokens", f.engine.MaxInputTokens, 32768, flagconfig.FromDefault},
 		{"config", f.configPath, file, flagconfig.FromEnv},
 	}
 	for _, c := range checks {
-		if c.got != c.want || sources[c.name] != c.source {
-			t.Errorf("%s = %v from %s, want %v from %s", c.name, c.got, sources[c.name], c.want, c.source)
+		if c.got != c.want || s.Source(c.name) != c.source {
+			t.Errorf("%s = %v from %s, want %v from %s", c.name, c.got, s.Source(c.name), c.want, c.source)
 		}
 	}
 }
@@ -57,6 +56,14 @@ func TestServeFlagValidation(t *testing.T) {
 		{nil, "--model is required"},
 		{[]string{"--model", "m", "--warm-max-tokens", "40000"}, "--warm-max-tokens (40000) is larger than --max-input-tokens (32768); lower it"},
 		{[]string{"--model", "m", "--max-inputs", "0"}, "--max-inputs must be at least 1; got 0"},
+		{[]string{"--model", "m", "--max-ephemeral", "-1"}, "--max-ephemeral must not be negative; got -1"},
+		{[]string{"--model", "m", "--ephemeral-nice", "20"}, "--ephemeral-nice must be 0 to 19; got 20"},
+		{[]string{"--model", "m", "--batch-window", "-1s"}, "--batch-window must not be negative; got -1s"},
+		{[]string{"--model", "m", "--request-timeout", "0"}, "--request-timeout must be positive; got 0s"},
+		{[]string{"--model", "m", "--max-header-bytes", "100"}, "--max-header-bytes must be at least 1024; got 100"},
+		{[]string{"--model", "m", "--max-inputs", "many"}, `--max-inputs "many": not a whole number`},
+		{[]string{"--model", "m", "--drain-delay", "soon"}, `--drain-delay "soon": not a duration such as 500ms, 30s or 5m`},
+		{[]string{"--model", "m", "--api-key", " k"}, "--api-key #1: the key starts or ends with white space"},
 	}
 	for _, tt := range tests {
 		_, err := parseServeFlags(tt.args, new(bytes.Buffer), new(bytes.Buffer))
@@ -68,13 +75,11 @@ func TestServeFlagValidation(t *testing.T) {
 
 func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 	var out bytes.Buffer
-	f := &serveFlags{}
-	fs := newServeFlagSet(f)
-	sources, err := flagconfig.Configure(fs, []string{"--api-key", "sk-secret", "--addr", "0.0.0.0:9"}, func(string) string { return "" })
-	if err != nil {
+	s := newServeFlagSet(&serveFlags{})
+	if err := s.Parse([]string{"--api-key", "sk-secret", "--addr", "0.0.0.0:9"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	flagconfig.Print(&out, fs, sources)
+	s.Print(&out)
 	text := out.String()
 	if strings.Contains(text, "sk-secret") || !strings.Contains(text, `api_key                = "<redacted>"`) {
 		t.Fatalf("secret not redacted:\n%s", text)
@@ -92,7 +97,7 @@ func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "printed.toml")
 	os.WriteFile(p, []byte(strings.Join(lines, "\n")), 0o600)
 	g := &serveFlags{}
-	if _, err := flagconfig.Configure(newServeFlagSet(g), []string{"--config", p}, func(string) string { return "" }); err != nil {
+	if err := newServeFlagSet(g).Parse([]string{"--config", p}, func(string) string { return "" }); err != nil {
 		t.Fatalf("printed config does not load: %v", err)
 	}
 	if g.addr != "0.0.0.0:9" || g.maxInputs != 2048 {
@@ -103,7 +108,7 @@ func TestPrintConfigRedactsAndRoundTrips(t *testing.T) {
 // TestConfigurationDocs fails when docs/configuration.md no longer matches the flag
 // definitions. Regenerate with: go test ./cmd/embed-stack -run TestConfigurationDocs -update
 func TestConfigurationDocs(t *testing.T) {
-	want := configurationDoc(newServeFlagSet(&serveFlags{}))
+	want := configurationDoc()
 	path := filepath.Join("..", "..", "docs", "configuration.md")
 	if *update {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {

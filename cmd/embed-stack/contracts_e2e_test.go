@@ -86,11 +86,11 @@ func TestServeHelpNamesLimitedRoutes(t *testing.T) {
 		t.Fatalf("serve --help: %v\n%s", err, out.String())
 	}
 	help := out.String()
-	i := strings.Index(help, "\n  -max-concurrent-requests ")
+	i := strings.Index(help, "\n  --max-concurrent-requests N")
 	if i < 0 {
 		t.Fatal("no --max-concurrent-requests in serve --help")
 	}
-	entry, _, _ := strings.Cut(help[i+1:], "\n  -")
+	entry, _, _ := strings.Cut(help[i+1:], "\n  --")
 	entry = strings.Join(strings.Fields(entry), " ")
 	for _, route := range []string{"/v1/embeddings", "/v1/rerank", "/v2/rerank", "/rerank,", "/embed,", " / ", "/tokenize", "/api/embed ", "/api/embeddings"} {
 		if !strings.Contains(entry, route) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/backends/llama"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // checkDevice refuses a malformed device name, a negative layer count, and a CPU
@@ -65,24 +65,17 @@ type devicesCommand struct {
 
 func newDevices(args []string, stdout, stderr io.Writer) (command, int) {
 	c := &devicesCommand{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("embed-stack devices", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.device.AddFlags(fs)
-	fs.BoolVar(&c.json, "json", false, "print the device as the JSON object of a worker's /health \"device\" field")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack devices [flags]\n\n"+
-			"Prints the device a worker would run on with these flags, and its memory, without\n"+
-			"loading a model: a check of a GPU setup (`make cuda`, drivers).\n\nFlags:\n")
-		fs.PrintDefaults()
+	s := flagconfig.New("embed-stack devices", "embed-stack devices [flags]",
+		"Prints the device a worker would run on with these flags, and its memory, without\n"+
+			"loading a model: a check of a GPU setup (`make cuda`, drivers).")
+	c.device.AddFlags(s)
+	s.Bool(&c.json, "json", false, "print the device as the JSON object of a worker's /health \"device\" field")
+	err := s.Parse(args, nil)
+	if err == nil {
+		err = checkDevice(c.device)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
-		}
-		return nil, 2
-	}
-	if err := checkDevice(c.device); err != nil {
-		return nil, refused(stderr, "devices", err)
+	if err != nil {
+		return nil, flagconfig.Report(err, "embed-stack devices", stdout, stderr)
 	}
 	return c, 0
 }

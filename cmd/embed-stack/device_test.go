@@ -29,19 +29,20 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	os.WriteFile(file, []byte("backend_dir = \"/opt/es/lib\"\ngpu_layers = 12\ndevice = \"metal\"\n"), 0o600)
 	env := map[string]string{"EMBED_STACK_CONFIG": file, "EMBED_STACK_DEVICE": "cuda:1"}
 	f := &serveFlags{}
-	sources, err := flagconfig.Configure(newServeFlagSet(f), []string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] })
-	if err != nil {
+	s := newServeFlagSet(f)
+	if err := s.Parse([]string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if f.device != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
-		sources["device"] != flagconfig.FromEnv || sources["gpu-layers"] != flagconfig.FromFlag || sources["backend-dir"] != flagconfig.FromFile {
-		t.Errorf("device flags = %+v from %s/%s/%s", f.device, sources["device"], sources["gpu-layers"], sources["backend-dir"])
+	d := f.engine.Device
+	if d != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
+		s.Source("device") != flagconfig.FromEnv || s.Source("gpu-layers") != flagconfig.FromFlag || s.Source("backend-dir") != flagconfig.FromFile {
+		t.Errorf("device flags = %+v from %s/%s/%s", d, s.Source("device"), s.Source("gpu-layers"), s.Source("backend-dir"))
 	}
-	if err := checkDevice(f.device); err != nil {
+	if err := checkDevice(d); err != nil {
 		t.Errorf("check: %v", err)
 	}
 	want := []string{"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/es/lib"}
-	if got := f.device.Args(); !slices.Equal(got, want) {
+	if got := d.Args(); !slices.Equal(got, want) {
 		t.Errorf("worker args = %q, want %q", got, want)
 	}
 	if got := (backends.DeviceArgs{Device: "auto"}).Args(); !slices.Equal(got, []string{"--device", "auto", "--gpu-layers", "0"}) {
@@ -52,7 +53,6 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 		want string
 	}{
 		{backends.DeviceArgs{Device: "gpu"}, `--device: device "gpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`},
-		{backends.DeviceArgs{Device: "cpu", GPULayers: -1}, "--gpu-layers must not be negative (0 = all layers); got -1"},
 	} {
 		if err := checkDevice(bad.f); err == nil || err.Error() != bad.want {
 			t.Errorf("check(%+v) = %v, want %q", bad.f, err, bad.want)
@@ -67,7 +67,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	}
 
 	// The MLX server chooses no ggml device: the flags are dropped for it.
-	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: f.device}
+	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: d}
 	mlx := (backends.WarmProgram{Name: backends.WarmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).Spec(args, workerSpec("/bin/embed-stack", args))
 	if !slices.Equal(mlx.Args, []string{"--model", "/m", "--ctx", "8192"}) {
 		t.Errorf("mlx args = %q", mlx.Args)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/batch/chroma"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
@@ -21,115 +19,91 @@ import (
 
 // embedFlags is the parsed command line of `embed-stack embed`.
 type embedFlags struct {
-	model          string
-	input          string
-	output         string
-	inputFormat    string
-	idField        string
-	textField      string
-	inputType      string
-	instruction    string
-	dimensions     int
-	batchSize      int
-	inFlight       int
-	maxEphemeral   int
-	maxEphTokens   int
-	overwrite      bool
-	skipInvalid    bool
-	threads        int
-	batchTokens    int
-	warmMaxTokens  int
-	maxInputTokens int
-	readyTimeout   time.Duration
-	allowPooling   bool
-	progressEvery  time.Duration
-	logFormat      string
-	logLevel       string
-	shardSpec      string
-	shards         int
-	passthrough    string
-	storeText      bool
-
+	input, output, inputType, instruction string
+	reader                                readerFlags
+	dimensions, batchSize, inFlight       int
+	overwrite, skipInvalid, printConfig   bool
+	progressEvery                         time.Duration
+	shardSpec, configPath                 string
+	shards                                int
+	storeText                             bool
 	// shard is the slice of the input this run embeds (Count 0: all of it), from
 	// --shard, or --shards with JOB_COMPLETION_INDEX.
-	shard  batch.Shard
-	device backends.DeviceArgs
+	shard batch.Shard
 	// store is the vector database --output names (chroma://…), nil for a file.
 	store *chroma.Store
+	// engine is the model and its workers, flagged as serve's.
+	engine engineConfig
 }
 
 // newEmbedFlagSet defines embed's flags. The model and worker flags are named and
-// defaulted as serve's, so EMBED_STACK_MODEL, EMBED_STACK_THREADS, … configure both.
-func newEmbedFlagSet(f *embedFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("embed-stack embed", flag.ContinueOnError)
-	fs.StringVar(&f.model, "model", "", "model (required): a local GGUF `path` or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve")
-	fs.StringVar(&f.input, "input", "-", "input `file`: one text per line, or JSONL objects with an id and a text field (by extension .jsonl/.ndjson, or --input-format); - is standard input")
-	fs.StringVar(&f.output, "output", "", "output `file` (required): .npy writes a float32 [N, dim] array plus FILE.npy.ids; .parquet a Parquet file; anything else JSONL {\"id\":…,\"embedding\":[…]}; - is standard output (JSONL); chroma://HOST[:PORT]/COLLECTION[?tenant=T&database=D] upserts into a running Chroma server's collection. An existing output is resumed")
-	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
-	fs.BoolVar(&f.storeText, "store-text", false, "with a chroma:// --output, store each item's text as its record's document")
-	fs.StringVar(&f.inputType, "input-type", "document", "embed the texts as `query` (with the instruction) or document")
-	fs.StringVar(&f.instruction, "instruction", routing.DefaultInstruction, "query `task` (with --input-type query)")
-	fs.IntVar(&f.dimensions, "dimensions", 0, "output dimensions, 32 up to the model's (Matryoshka truncation, then L2 normalisation); 0 = the model's")
-	fs.IntVar(&f.batchSize, "batch-size", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and lost at most on a kill")
-	fs.IntVar(&f.inFlight, "in-flight", batch.DefaultInFlight, "batches embedded at once (2 keeps the worker busy while the next batch is tokenized)")
-	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once; the other long inputs wait (0 = from memory and CPUs, as for serve)")
-	fs.IntVar(&f.maxEphTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds)")
-	fs.BoolVar(&f.overwrite, "overwrite", false, "start the output over instead of resuming it")
-	fs.BoolVar(&f.skipInvalid, "skip-invalid", false, "skip (and log) input lines that are not items and texts the model refuses, such as texts over --max-input-tokens, instead of stopping")
-	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
-	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
-	fs.IntVar(&f.warmMaxTokens, "warm-max-tokens", 8192, "longest input (tokens) the warm worker takes; longer inputs each get an ephemeral worker sized to them")
-	fs.IntVar(&f.maxInputTokens, "max-input-tokens", 32768, "most tokens per input after wrapping, EOS included")
-	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
-	fs.BoolVar(&f.allowPooling, "allow-pooling-mismatch", false, "embed with a GGUF whose declared pooling type is not last-token (3) anyway")
-	fs.DurationVar(&f.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, how often a progress line is logged")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&f.shardSpec, "shard", "", "embed only slice `i/N` of the input file (0 ≤ i < N; lines by byte range, see docs/batch.md) into OUTPUT with -0000i-of-0000N before its extension; merge the N parts with embed-stack merge")
-	fs.IntVar(&f.shards, "shards", 0, "`N` slices, this run's index from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it); same as --shard $JOB_COMPLETION_INDEX/N")
-	f.device.AddFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack embed --model MODEL --input FILE --output FILE [flags]\n\n"+
-			"Embeds every text of a file (or standard input) offline, with the same wrapping,\n"+
-			"limits and workers as serve but no HTTP, and writes the vectors in input order.\n"+
-			"Run it again after an interruption to resume: ids already in the output are skipped.\n\n"+
-			"Every flag can also be set by an environment variable (--model: EMBED_STACK_MODEL).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	return fs
+// defaulted as serve's, so EMBED_STACK_MODEL, EMBED_STACK_THREADS, … and one
+// --config file configure both.
+func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
+	s := flagconfig.New("embed-stack embed", "embed-stack embed --model MODEL --input FILE --output FILE [flags]",
+		"Embeds every text of a file (or standard input) offline, with the same wrapping, limits\n"+
+			"and workers as serve but no HTTP, and writes the vectors in input order as JSONL, .npy or\n"+
+			"Parquet. Run it again after an interruption to resume: items already written are skipped.")
+	s.Env = true
+	s.Footer = "docs/batch.md describes the formats, resume, shards and merge."
+	e := &f.engine
+	s.Group("Essentials")
+	s.String(&e.Model, "model", "MODEL", "", "the model: a GGUF file, or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve (required)")
+	s.String(&f.input, "input", "FILE", "-", "the texts: one per line, or JSONL objects with an id and a text (.jsonl and .ndjson files, or --input-format); - is standard input")
+	s.String(&f.output, "output", "FILE", "", "where the vectors go, by extension: .parquet, .npy (float32 [N, dim], with the ids in FILE.npy.ids), else JSONL; - is standard output (JSONL). An existing output is resumed (required)").
+		More("chroma://HOST[:PORT]/COLLECTION[?tenant=T&database=D] upserts into a running Chroma server's collection instead.")
+	s.String(&f.configPath, flagconfig.ConfigFlag, "FILE", "", "read settings from a TOML, YAML or JSON file, a key per flag (batch_size = 128); it may hold serve's settings too, which embed ignores")
+	s.Bool(&f.printConfig, "print-config", false, "print the effective settings, each with its source, as a --config file, and exit")
+	s.Group("Input")
+	f.reader.define(s)
+	s.Bool(&f.storeText, "store-text", false, "with a chroma:// --output, store each item's text as its record's document")
+	s.Group("Embedding")
+	s.String(&f.inputType, "input-type", "TYPE", "document", "embed the texts as document, or query (with the instruction)")
+	s.String(&f.instruction, "instruction", "TEXT", routing.DefaultInstruction, "the instruction of queries (--input-type query)")
+	s.Int(&f.dimensions, "dimensions", "N", 0, "dimensions of the vectors, from 32 up to the model's: the first N, L2-normalised again (0 = the model's)").AtLeast(0)
+	s.Group("The run")
+	s.Int(&f.batchSize, "batch-size", "N", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and the most a kill loses").AtLeast(1)
+	s.Int(&f.inFlight, "in-flight", "N", batch.DefaultInFlight, "batches embedded at once (2 keeps the workers busy while the next batch is tokenized)").AtLeast(1)
+	s.Bool(&f.overwrite, "overwrite", false, "start the output over instead of resuming it")
+	s.Bool(&f.skipInvalid, "skip-invalid", false, "skip (and log) input lines that are no item, and texts the model refuses, such as texts over --max-input-tokens, instead of stopping")
+	s.String(&f.shardSpec, "shard", "i/N", "", "embed only slice i of N of the input file into OUTPUT with -0000i-of-0000N before its extension; embed-stack merge joins the N parts (docs/batch.md)")
+	s.Int(&f.shards, "shards", "N", 0, "N slices, this run's from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it): --shard $JOB_COMPLETION_INDEX/N").AtLeast(0)
+	s.Duration(&f.progressEvery, "progress-interval", "DURATION", 10*time.Second, "when stderr is not a terminal, how often a progress line is logged").AtLeast(1)
+	s.Group("Workers (llama.cpp)")
+	e.defineWorkerFlags(s)
+	e.defineMaxInput(s)
+	e.defineEphemeralFlags(s)
+	s.Group("Logging")
+	defineLogFlags(s, &e.LogFormat, &e.LogLevel)
+	return s
 }
 
-func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string) (*embedFlags, error) {
+func parseEmbedFlags(args []string, stdout, stderr io.Writer, getenv func(string) string) (*embedFlags, error) {
 	f := &embedFlags{}
-	fs := newEmbedFlagSet(f)
-	fs.SetOutput(stderr)
-	if _, err := flagconfig.Configure(fs, args, getenv); err != nil {
+	s := newEmbedFlagSet(f)
+	s.Shared, s.Stderr = newServeFlagSet(&serveFlags{}).Names(), stderr
+	if err := s.Parse(args, getenv); err != nil {
 		return nil, err
 	}
+	if f.printConfig {
+		s.Print(stdout)
+		return f, nil
+	}
 	switch {
-	case f.model == "":
+	case f.engine.Model == "":
 		return nil, errors.New(modelRequired)
 	case f.output == "":
-		return nil, errors.New("--output is required: a .jsonl or .npy file, or - for standard output")
+		return nil, errors.New("--output is required: a .parquet, .npy or .jsonl file, or - for JSONL on standard output")
 	case f.input == f.output && f.input != "-":
 		return nil, errors.New("--input and --output are the same file")
 	}
-	if err := atLeastOne(intFlag{"--batch-size", f.batchSize}, intFlag{"--in-flight", f.inFlight}); err != nil {
+	if err := f.engine.check(); err != nil {
 		return nil, err
-	}
-	if err := checkTokenLimits(f.warmMaxTokens, f.maxInputTokens); err != nil {
-		return nil, err
-	}
-	if f.dimensions < 0 || f.threads < 0 || f.batchTokens < 0 || f.maxEphemeral < 0 || f.maxEphTokens < 0 {
-		return nil, errors.New("--dimensions, --threads, --batch-tokens, --max-ephemeral and --max-ephemeral-tokens must not be negative")
 	}
 	if _, err := routing.ParseInputType(f.inputType); err != nil {
 		return nil, fmt.Errorf("--input-type: %w", err)
 	}
-	if err := checkDevice(f.device); err != nil {
-		return nil, err
-	}
-	format, err := batch.ParseInputFormat(f.inputFormat, f.input)
+	format, err := f.reader.config(f.input)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +118,7 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 			return nil, err
 		}
 		f.store.Documents = f.storeText
-		if f.passthrough != "" && format != batch.JSONL {
+		if f.reader.passthrough != "" && format.Format != batch.JSONL {
 			return nil, errors.New("--passthrough needs JSONL input: its fields become each record's metadata")
 		}
 		return f, nil
@@ -155,10 +129,27 @@ func parseEmbedFlags(args []string, stderr io.Writer, getenv func(string) string
 	if batch.FormatFor(f.output) == batch.FormatParquet && f.input == "-" {
 		return nil, errors.New("a .parquet --output needs an --input file: it is written from the input once every vector exists")
 	}
-	if f.passthrough != "" && (batch.FormatFor(f.output) != batch.FormatParquet || format != batch.JSONL) {
+	if f.reader.passthrough != "" && (batch.FormatFor(f.output) != batch.FormatParquet || format.Format != batch.JSONL) {
 		return nil, errors.New("--passthrough needs JSONL input and a .parquet or chroma:// --output")
 	}
 	return f, nil
+}
+
+// readerFlags say how the input is read; embed and merge share them, since merge
+// must read the input as the shards did.
+type readerFlags struct{ format, idField, textField, passthrough string }
+
+func (r *readerFlags) define(s *flagconfig.Set) {
+	s.String(&r.format, "input-format", "FORMAT", "auto", "how the input is read: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
+	s.String(&r.idField, "id-field", "NAME", "id", "the JSONL field holding each item's id (a string or a number)")
+	s.String(&r.textField, "text-field", "NAME", "text", "the JSONL field holding each item's text")
+	s.String(&r.passthrough, "passthrough", "NAME,...", "", "JSONL fields copied into each row of a .parquet output (or each record's metadata in a chroma:// one)")
+}
+
+// config is the reader configuration the flags give for the input file.
+func (r *readerFlags) config(input string) (batch.ReaderConfig, error) {
+	format, err := batch.ParseInputFormat(r.format, input)
+	return batch.ReaderConfig{Format: format, IDField: r.idField, TextField: r.textField}, err
 }
 
 // splitList splits a comma-separated flag value, dropping empty names.
@@ -172,32 +163,27 @@ func splitList(s string) []string {
 	return out
 }
 
-// defineReaderFlags defines the flags saying how the input is read, which embed and
-// merge share: merge must read the input as the shards did.
-func defineReaderFlags(fs *flag.FlagSet, format, idField, textField, passthrough *string) {
-	fs.StringVar(format, "input-format", "auto", "`format` of the input: lines, jsonl, or auto (jsonl for .jsonl and .ndjson files)")
-	fs.StringVar(idField, "id-field", "id", "JSONL field holding each item's id (a string or a number)")
-	fs.StringVar(textField, "text-field", "text", "JSONL field holding each item's text")
-	fs.StringVar(passthrough, "passthrough", "", "comma-separated JSONL `fields` copied into each row of a .parquet output (or each record's metadata in a chroma:// one)")
-}
-
 // embedCommand is `embed-stack embed`.
 type embedCommand struct {
 	f      *embedFlags
 	logger *slog.Logger
+	stderr io.Writer
 }
 
-func newEmbed(args []string, _, stderr io.Writer) (command, int) {
-	f, err := parseEmbedFlags(args, stderr, os.Getenv)
+func newEmbed(args []string, stdout, stderr io.Writer) (command, int) {
+	f, err := parseEmbedFlags(args, stdout, stderr, os.Getenv)
 	if err != nil {
-		return nil, refused(stderr, "embed", err)
+		return nil, flagconfig.Report(err, "embed-stack embed", stdout, stderr)
 	}
-	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
+	if f.printConfig {
+		return nil, 0
+	}
+	logger, err := telemetry.NewLogger(stderr, f.engine.LogFormat, f.engine.LogLevel)
 	if err != nil {
-		return nil, refused(stderr, "embed", err)
+		return nil, flagconfig.Report(err, "embed-stack embed", stdout, stderr)
 	}
 	slog.SetDefault(logger)
-	return &embedCommand{f: f, logger: logger}, 0
+	return &embedCommand{f: f, logger: logger, stderr: stderr}, 0
 }
 
 // Run embeds the input. Stopped by ctx, it keeps what it has written, for the same
@@ -211,7 +197,7 @@ func (c *embedCommand) Run(ctx context.Context) error {
 		c.logger.Warn("interrupted; run the same command again to resume", "output", c.f.output, "signal", stoppedBy(ctx))
 		return exitStatus(130)
 	}
-	c.logger.Error("embed-stack embed failed", "error", err)
+	reportFailure(c.logger, c.stderr, c.f.engine.LogFormat, "embed-stack embed", err)
 	return exitStatus(1)
 }
 
@@ -219,17 +205,15 @@ func (c *embedCommand) Run(ctx context.Context) error {
 func (c *embedCommand) Close() error { return nil }
 
 func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
-	format, _ := batch.ParseInputFormat(f.inputFormat, f.input)
-	reader := batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField}
+	reader, _ := f.reader.config(f.input)
 	if f.store != nil {
 		// A store takes the passthrough fields with each batch; a .parquet output
 		// reads them from the input again at the end.
-		reader.Fields = splitList(f.passthrough)
+		reader.Fields = splitList(f.reader.passthrough)
 		f.store.Logger = logger
 	}
 	files, err := batch.Files{Input: f.input, Output: f.output, Shard: f.shard, Overwrite: f.overwrite, Remote: f.store != nil,
-		Reader:      reader,
-		Passthrough: splitList(f.passthrough), AllowMissing: f.skipInvalid, Logger: logger}.Open()
+		Reader: reader, Passthrough: splitList(f.reader.passthrough), AllowMissing: f.skipInvalid, Logger: logger}.Open()
 	if err != nil {
 		return err
 	}
@@ -238,18 +222,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		return err
 	}
 
-	eng, err := newEngine(ctx, engineConfig{
-		Model:                f.model,
-		AllowPoolingMismatch: f.allowPooling,
-		Threads:              f.threads,
-		BatchTokens:          f.batchTokens,
-		WarmMaxTokens:        f.warmMaxTokens,
-		MaxInputTokens:       f.maxInputTokens,
-		ReadyTimeout:         f.readyTimeout,
-		LogFormat:            f.logFormat,
-		LogLevel:             f.logLevel,
-		Device:               f.device,
-	}, logger)
+	eng, err := newEngine(ctx, f.engine, logger)
 	if err != nil {
 		return err
 	}
@@ -271,16 +244,16 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		store = f.store
 	}
 	typ, _ := routing.ParseInputType(f.inputType)
-	lim, err := eng.capacity(f.maxEphemeral, f.maxEphTokens, f.maxInputTokens, f.warmMaxTokens, nil)
+	lim, err := eng.capacity(f.engine, nil)
 	if err != nil {
 		return err
 	}
 	router := eng.router(routing.Config{
 		MaxInputs: f.batchSize,
 		// A batch is never refused for its total: every input fits alone.
-		MaxTotalTokens:     f.batchSize * f.maxInputTokens,
-		MaxInputTokens:     f.maxInputTokens,
-		WarmMaxTokens:      f.warmMaxTokens,
+		MaxTotalTokens:     f.batchSize * f.engine.MaxInputTokens,
+		MaxInputTokens:     f.engine.MaxInputTokens,
+		WarmMaxTokens:      f.engine.WarmMaxTokens,
 		DefaultInputType:   typ,
 		DefaultInstruction: f.instruction,
 		MaxEphemeral:       lim.Workers,

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
@@ -396,23 +395,23 @@ func TestEmbedFlagErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			_, err := parseEmbedFlags(tt.args, new(bytes.Buffer), func(k string) string { return tt.env[k] })
+			_, err := parseEmbedFlags(tt.args, new(bytes.Buffer), new(bytes.Buffer), func(k string) string { return tt.env[k] })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
 			}
 		})
 	}
-	f, err := parseEmbedFlags([]string{"--output", "o.npy", "--input", "docs.ndjson"}, new(bytes.Buffer), func(k string) string {
+	f, err := parseEmbedFlags([]string{"--output", "o.npy", "--input", "docs.ndjson"}, new(bytes.Buffer), new(bytes.Buffer), func(k string) string {
 		return map[string]string{"EMBED_STACK_MODEL": "Qwen/Qwen3-Embedding-0.6B-GGUF", "EMBED_STACK_THREADS": "3"}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if format, _ := batch.ParseInputFormat(f.inputFormat, f.input); f.model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.threads != 3 || format.String() != "jsonl" {
-		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.model, f.threads, format)
+	if r, _ := f.reader.config(f.input); f.engine.Model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.engine.Threads != 3 || r.Format.String() != "jsonl" {
+		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.engine.Model, f.engine.Threads, r.Format)
 	}
 	// An Indexed Job's pod: the count from the environment, the index from Kubernetes.
-	f, err = parseEmbedFlags([]string{"--model", "m", "--output", "o.npy", "--input", "i.jsonl"}, new(bytes.Buffer), func(k string) string {
+	f, err = parseEmbedFlags([]string{"--model", "m", "--output", "o.npy", "--input", "i.jsonl"}, new(bytes.Buffer), new(bytes.Buffer), func(k string) string {
 		return map[string]string{"EMBED_STACK_SHARDS": "8", "JOB_COMPLETION_INDEX": "5"}[k]
 	})
 	if err != nil || f.shard.String() != "5/8" {

@@ -6,18 +6,21 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/hub"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
 // engineConfig is what `serve` and `embed` share: which model, and how the worker
-// processes that run it are started. Both commands fill it from their own flags.
+// processes that run it are started. Both commands bind their flags to it (the
+// define methods), so that the shared flags are spelt, defaulted and checked alike.
 type engineConfig struct {
 	// Model is a local GGUF path or a Hugging Face reference (see package hub).
 	Model string
@@ -28,8 +31,8 @@ type engineConfig struct {
 	AllowPoolingMismatch bool
 	// Threads per worker; 0 means the worker's default for its device.
 	Threads int
-	// BatchTokens is the warm worker's tokens per decode call; 0 means its default.
-	BatchTokens int
+	// DecodeTokens is the warm worker's tokens per decode call; 0 means its default.
+	DecodeTokens int
 	// WarmMaxTokens is the warm worker's context: the longest input it takes.
 	WarmMaxTokens int
 	// WarmBuckets are the input lengths the warm worker is warmed with before it
@@ -41,6 +44,9 @@ type engineConfig struct {
 	// MaxInputTokens is the longest input at all; it must fit the model's training
 	// context.
 	MaxInputTokens int
+	// MaxEphemeral and MaxEphemeralTokens bound the ephemeral workers (0: sized to
+	// the machine; see capacity).
+	MaxEphemeral, MaxEphemeralTokens int
 	// ReadyTimeout is a starting worker's stall timer.
 	ReadyTimeout time.Duration
 	// LogFormat and LogLevel are passed on to the workers so their lines match ours.
@@ -48,6 +54,46 @@ type engineConfig struct {
 	// Device is where the workers compute (their --device, --gpu-layers and
 	// --backend-dir).
 	Device backends.DeviceArgs
+}
+
+// defineWorkerFlags defines the flags of the workers: where and how they compute.
+func (c *engineConfig) defineWorkerFlags(s *flagconfig.Set) {
+	c.Device.AddFlags(s)
+	s.Int(&c.Threads, "threads", "N", 0, "decode threads per worker (0 = one per CPU; a few on a GPU)").AtLeast(0)
+	s.Int(&c.DecodeTokens, "decode-tokens", "N", 0, "tokens per llama.cpp decode call of the warm worker, its batch size (0 = the default for the device)").AtLeast(0).Old("batch-tokens")
+	s.Int(&c.WarmMaxTokens, "warm-max-tokens", "N", 8192, "inputs of up to N tokens go to the warm worker, which stays loaded; each longer one gets an ephemeral worker of its own").AtLeast(1).
+		More("An ephemeral worker is sized to its input and exits when done (docs/routing.md).")
+	s.Duration(&c.ReadyTimeout, "worker-ready-timeout", "DURATION", 2*time.Minute, "how long a loading worker may show no progress before it counts as hung")
+	s.Bool(&c.AllowPoolingMismatch, "allow-pooling-mismatch", false, "use a GGUF that declares a pooling other than last-token all the same").
+		More("Its vectors are last-token pooled, which is right only for a model trained that way.")
+}
+
+// defineMaxInput defines --max-input-tokens.
+func (c *engineConfig) defineMaxInput(s *flagconfig.Set) {
+	s.Int(&c.MaxInputTokens, "max-input-tokens", "N", 32768, "longest input in tokens, instruction and end token included (longer: 400)").AtLeast(1)
+}
+
+// defineEphemeralFlags defines the bounds of the ephemeral workers.
+func (c *engineConfig) defineEphemeralFlags(s *flagconfig.Set) {
+	s.Int(&c.MaxEphemeral, "max-ephemeral", "N", 0, "most ephemeral workers at once (0 = as many as memory and CPUs allow)").AtLeast(0).
+		More("docs/routing.md says how the default is sized.")
+	s.Int(&c.MaxEphemeralTokens, "max-ephemeral-tokens", "N", 0, "most tokens the ephemeral workers hold together, bounding their memory (0 = what half the free memory holds)").AtLeast(0).
+		More("Half the available memory at the model's KV cache bytes per token, and at most what --max-ephemeral workers hold at --max-input-tokens each.")
+}
+
+// defineLogFlags defines --log-format and --log-level.
+func defineLogFlags(s *flagconfig.Set, format, level *string) {
+	s.String(format, "log-format", "FORMAT", "text", "log format: text or json")
+	s.String(level, "log-level", "LEVEL", "info", "log level: debug, info, warn or error")
+}
+
+// check refuses what no single flag's bounds can: a warm worker's limit above the
+// longest input, and a malformed device.
+func (c *engineConfig) check() error {
+	if c.WarmMaxTokens > c.MaxInputTokens {
+		return fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", c.WarmMaxTokens, c.MaxInputTokens)
+	}
+	return checkDevice(c.Device)
 }
 
 // engine is the model side of both commands: the resolved GGUF, its facts, the
@@ -130,7 +176,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 		base.Task = backends.TaskRerank
 	}
 	warmArgs, longArgs := base, base
-	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = cfg.WarmMaxTokens, cfg.BatchTokens, cfg.WarmBuckets
+	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = cfg.WarmMaxTokens, cfg.DecodeTokens, cfg.WarmBuckets
 	longArgs.Nice = cfg.EphemeralNice
 	return &engine{
 		modelPath: modelPath,
@@ -190,45 +236,49 @@ func isTerminal(f *os.File) bool {
 // modelRequired is the error of serve and embed without --model.
 const modelRequired = "--model is required: a GGUF file or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0"
 
-// intFlag is an integer flag's name and value, for the checks below.
-type intFlag struct {
-	name string
-	v    int
-}
-
-// atLeastOne refuses the first flag below 1.
-func atLeastOne(flags ...intFlag) error {
-	for _, f := range flags {
-		if f.v < 1 {
-			return fmt.Errorf("%s must be at least 1; got %d", f.name, f.v)
-		}
-	}
-	return nil
-}
-
-// checkTokenLimits checks the routing limits serve and embed share: both at least
-// 1, and the warm worker's no larger than the longest input.
-func checkTokenLimits(warmMax, maxInput int) error {
-	if err := atLeastOne(intFlag{"--max-input-tokens", maxInput}, intFlag{"--warm-max-tokens", warmMax}); err != nil {
-		return err
-	}
-	if warmMax > maxInput {
-		return fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", warmMax, maxInput)
-	}
-	return nil
-}
-
 // withoutHubAdvice completes a Hub reference's failure to reach the Hub, or to find
 // the model in the cache offline, with the way to run without the Hub at all: `make
-// run` serves a Hub reference by default, and a newcomer on an air-gapped machine or
-// a CI box should learn within seconds which local file to serve instead.
+// run` and the container image serve a Hub reference by default, and a newcomer on
+// an air-gapped machine or a CI box should learn within seconds which local file to
+// serve instead, in the words of where it runs: `make run` only in the source tree,
+// a mounted directory in a container, `embed-stack pull` elsewhere (a release
+// archive's binary).
 func withoutHubAdvice(err error) string {
 	if !errors.Is(err, hub.ErrNetwork) && !errors.Is(err, hub.ErrNotCached) {
 		return ""
 	}
-	return ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: " +
-		"--model path/to/model.gguf (make run MODEL=path/to/model.gguf; make run MODEL=models/tiny.gguf " +
-		"builds and serves a small random-weight test model with no download)"
+	advice := ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: --model path/to/model.gguf"
+	switch {
+	case inSourceTree():
+		return advice + " (make run MODEL=path/to/model.gguf; make run MODEL=models/tiny.gguf " +
+			"builds and serves a small random-weight test model with no download)"
+	case inContainer():
+		return advice + " in a directory mounted into the container (docker run -v DIR:/models ... serve --model /models/model.gguf), " +
+			"or fill the Hugging Face cache volume with `embed-stack pull REF` where the Hub is reachable"
+	}
+	return advice + ", or run `embed-stack pull REF` where the Hub is reachable and copy its Hugging Face cache (HF_HOME) here"
+}
+
+// inSourceTree reports whether the working directory is embed-stack's source tree,
+// where `make run` works.
+func inSourceTree() bool {
+	for _, p := range []string{"Makefile", filepath.Join("cmd", "embed-stack", "main.go")} {
+		if _, err := os.Stat(p); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// inContainer reports whether this process runs in a Docker or Podman container,
+// by the files their runtimes create.
+func inContainer() bool {
+	for _, p := range []string{"/.dockerenv", "/run/.containerenv"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // warmBackend adapts the warm supervisor to routing.Backend, translating its

@@ -10,36 +10,46 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
-const usage = `embed-stack: an OpenAI-compatible embedding server for Qwen3-Embedding.
+const usage = `embed-stack: an OpenAI-compatible embedding server for the models people host
+themselves (Qwen3-Embedding and Qwen3-Reranker first), on llama.cpp.
 
-Usage:
-  embed-stack serve  --model PATH [flags]   run the HTTP API (starts its own workers)
-  embed-stack embed  --model PATH --input FILE --output FILE [flags]
-                                            embed a file offline into JSONL, .npy or Parquet (resumable;
-                                            --shard i/N embeds one slice)
-  embed-stack merge  --input FILE --output FILE --shards N
-                                            merge the shards' parts into one output, in input order
-  embed-stack worker --model PATH --socket PATH [flags]
-                                            run one llama.cpp worker (started by serve)
-  embed-stack bench  --model PATH [flags]   benchmark against the engine floor and peers (docs/performance.md)
-  embed-stack devices [--device D]          print the device (CPU, CUDA, Metal) a worker would run on
-  embed-stack pull REF...                   download models into the Hugging Face cache, with progress
-  embed-stack tiktoken-cache DIR            write tiktoken's cl100k_base file into DIR, for LangChain offline
-  embed-stack version                       print the version
+Usage: embed-stack COMMAND [flags]
 
-Run "embed-stack COMMAND --help" (serve, embed, merge, worker, bench) for its flags.
+Serve:
+  serve               run the HTTP API on one or more models (it starts its own workers)
+
+Offline:
+  embed               embed a file of texts into Parquet, .npy or JSONL (resumable;
+                      --shard i/N embeds one slice)
+  merge               merge the parts of a sharded embed into one output, in input order
+
+Models and set-up:
+  pull REF...         download models into the Hugging Face cache, with progress
+  ps                  list the models a running server holds loaded, with their idle time
+  devices             print the device (CPU, CUDA, Metal) a worker would run on
+  tiktoken-cache DIR  write tiktoken's cl100k_base file into DIR, for LangChain offline
+
+Development:
+  bench               benchmark against the engine floor and peers (docs/performance.md)
+  worker              run one llama.cpp worker (serve starts them)
+  version             print the version
+
+Run 'embed-stack COMMAND --help' for a command's flags.
 `
 
 func main() {
@@ -70,14 +80,10 @@ func (s exitStatus) Error() string { return "exit status " + strconv.Itoa(int(s)
 // (reported on stderr).
 type newCommand func(args []string, stdout, stderr io.Writer) (command, int)
 
-// refused reports a command line its parser refused, after the flag package has
-// reported its own errors, and returns the exit status: 0 for --help, else 2.
-func refused(stderr io.Writer, name string, err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	fmt.Fprintf(stderr, "embed-stack %s: %v\n", name, err)
-	return 2
+// commands are the subcommands by name.
+var commands = map[string]newCommand{
+	"serve": newServe, "embed": newEmbed, "merge": newMerge, "worker": newWorker, "bench": newBench,
+	"devices": newDevices, "pull": newPull, "tiktoken-cache": newTiktokenCache, "ps": newPS,
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -85,32 +91,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	var parse newCommand
 	switch args[0] {
-	case "serve":
-		parse = newServe
-	case "embed":
-		parse = newEmbed
-	case "merge":
-		parse = newMerge
-	case "worker":
-		parse = newWorker
-	case "bench":
-		parse = newBench
-	case "devices":
-		parse = newDevices
-	case "pull":
-		parse = newPull
-	case "tiktoken-cache":
-		parse = newTiktokenCache
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "embed-stack: unknown command %q\n\n%s", args[0], usage)
+	}
+	parse, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "embed-stack: unknown command %q", args[0])
+		names := make([]string, 0, len(commands))
+		for name := range commands {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		if near := flagconfig.Suggest(args[0], names); len(near) > 0 {
+			fmt.Fprintf(stderr, "; did you mean %s?", near[0])
+		}
+		fmt.Fprint(stderr, "\nRun 'embed-stack --help' for the commands.\n")
 		return 2
 	}
 	c, status := parse(args[1:], stdout, stderr)
@@ -198,4 +198,18 @@ func runCommand(c command) int {
 		return int(s)
 	}
 	return 1
+}
+
+// reportFailure reports the error that ends a command. With the text log, the
+// default and the one a person reads, it is one plain line on stderr, as a flag's
+// error is ("embed-stack serve: --model: ..."): slog's text form quoted it and
+// escaped its quotes into one 700-character record. With the JSON log it stays a
+// record ("embed-stack serve failed", with the error), the last one a log
+// collector reads.
+func reportFailure(logger *slog.Logger, stderr io.Writer, logFormat, command string, err error) {
+	if strings.EqualFold(logFormat, "json") {
+		logger.Error(command+" failed", "error", err)
+		return
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", command, err)
 }

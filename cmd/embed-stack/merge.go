@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,38 +15,37 @@ import (
 
 // mergeFlags is the parsed command line of `embed-stack merge`.
 type mergeFlags struct {
-	input, output, inputFormat, idField, textField, passthrough string
-	shards                                                      int
-	allowMissing, overwrite                                     bool
-	logFormat, logLevel                                         string
+	input, output           string
+	reader                  readerFlags
+	shards                  int
+	allowMissing, overwrite bool
+	logFormat, logLevel     string
 }
 
-func newMergeFlagSet(f *mergeFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("embed-stack merge", flag.ContinueOnError)
-	fs.StringVar(&f.input, "input", "", "the sharded job's input `file` (required)")
-	fs.StringVar(&f.output, "output", "", "the sharded job's --output `file` (required): the parts OUTPUT-0000i-of-0000N are merged into it (.jsonl, .npy, or .parquet from .parquet.npy parts)")
-	fs.IntVar(&f.shards, "shards", 0, "the job's shard count `N` (required)")
-	defineReaderFlags(fs, &f.inputFormat, &f.idField, &f.textField, &f.passthrough)
-	fs.BoolVar(&f.allowMissing, "allow-missing", false, "merge even when input items have no vector (texts the shards skipped with --skip-invalid)")
-	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing --output that is not an embed-stack output (one that is is always replaced)")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack merge --input FILE --output FILE --shards N [flags]\n\n"+
-			"Merges the parts written by `embed-stack embed --shard i/N` into one output holding\n"+
-			"every input item's vector exactly once, in input order. It refuses, writing nothing,\n"+
-			"when a part is missing or incomplete, or holds a row out of place.\n\n"+
-			"Every flag can also be set by an environment variable (--shards: EMBED_STACK_SHARDS).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	return fs
+func newMergeFlagSet(f *mergeFlags) *flagconfig.Set {
+	s := flagconfig.New("embed-stack merge", "embed-stack merge --input FILE --output FILE --shards N [flags]",
+		"Merges the parts written by `embed-stack embed --shard i/N` into one output holding every\n"+
+			"input item's vector exactly once, in input order. It refuses, writing nothing, when a\n"+
+			"part is missing or incomplete, or holds a row out of place.")
+	s.Env = true
+	s.Group("Essentials")
+	s.String(&f.input, "input", "FILE", "", "the sharded job's input file (required)")
+	s.String(&f.output, "output", "FILE", "", "the sharded job's --output (required): its parts OUTPUT-0000i-of-0000N are merged into it, as .jsonl, .npy or .parquet")
+	s.Int(&f.shards, "shards", "N", 0, "the job's shard count (required)")
+	s.Group("Input, read as the shards read it")
+	f.reader.define(s)
+	s.Group("Merge")
+	s.Bool(&f.allowMissing, "allow-missing", false, "merge even when input items have no vector (texts the shards skipped with --skip-invalid)")
+	s.Bool(&f.overwrite, "overwrite", false, "replace an existing --output that is not an embed-stack output (one that is is always replaced)")
+	defineLogFlags(s, &f.logFormat, &f.logLevel)
+	return s
 }
 
 func parseMergeFlags(args []string, stderr io.Writer, getenv func(string) string) (*mergeFlags, error) {
 	f := &mergeFlags{}
-	fs := newMergeFlagSet(f)
-	fs.SetOutput(stderr)
-	if _, err := flagconfig.Configure(fs, args, getenv); err != nil {
+	s := newMergeFlagSet(f)
+	s.Stderr = stderr
+	if err := s.Parse(args, getenv); err != nil {
 		return nil, err
 	}
 	switch {
@@ -65,24 +63,24 @@ func parseMergeFlags(args []string, stderr io.Writer, getenv func(string) string
 type mergeCommand struct {
 	f      *mergeFlags
 	logger *slog.Logger
+	stderr io.Writer
 }
 
-func newMerge(args []string, _, stderr io.Writer) (command, int) {
+func newMerge(args []string, stdout, stderr io.Writer) (command, int) {
 	f, err := parseMergeFlags(args, stderr, os.Getenv)
-	if err != nil {
-		return nil, refused(stderr, "merge", err)
+	if err == nil {
+		var logger *slog.Logger
+		if logger, err = telemetry.NewLogger(stderr, f.logFormat, f.logLevel); err == nil {
+			return &mergeCommand{f: f, logger: logger, stderr: stderr}, 0
+		}
 	}
-	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
-	if err != nil {
-		return nil, refused(stderr, "merge", err)
-	}
-	return &mergeCommand{f: f, logger: logger}, 0
+	return nil, flagconfig.Report(err, "embed-stack merge", stdout, stderr)
 }
 
 // Run merges the parts; stopped by ctx, it writes no output.
 func (c *mergeCommand) Run(ctx context.Context) error {
 	if err := merge(ctx, c.f, c.logger); err != nil {
-		c.logger.Error("embed-stack merge failed", "error", err)
+		reportFailure(c.logger, c.stderr, c.f.logFormat, "embed-stack merge", err)
 		return exitStatus(1)
 	}
 	return nil
@@ -92,7 +90,7 @@ func (c *mergeCommand) Run(ctx context.Context) error {
 func (c *mergeCommand) Close() error { return nil }
 
 func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
-	format, err := batch.ParseInputFormat(f.inputFormat, f.input)
+	reader, err := f.reader.config(f.input)
 	if err != nil {
 		return err
 	}
@@ -111,11 +109,11 @@ func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
 	}
 	m := &batch.Merge{
 		Input: in, InputSize: fi.Size(),
-		Reader:       batch.ReaderConfig{Format: format, IDField: f.idField, TextField: f.textField},
+		Reader:       reader,
 		Parts:        parts,
 		Output:       f.output,
 		Format:       batch.FormatFor(f.output),
-		Passthrough:  splitList(f.passthrough),
+		Passthrough:  splitList(f.reader.passthrough),
 		AllowMissing: f.allowMissing,
 		Overwrite:    f.overwrite,
 		Logger:       logger,

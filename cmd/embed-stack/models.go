@@ -203,21 +203,9 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 	models := &servedModels{}
 	names := make([]string, 0, len(f.entries))
 	for _, e := range f.entries {
-		eng, err := newEngine(ctx, engineConfig{
-			Model:                e.ref,
-			Task:                 f.task,
-			AllowPoolingMismatch: f.allowPoolingMismatch,
-			Threads:              f.threads,
-			BatchTokens:          f.batchTokens,
-			WarmMaxTokens:        f.warmMaxTokens,
-			WarmBuckets:          f.buckets,
-			EphemeralNice:        f.ephemeralNice,
-			MaxInputTokens:       f.maxInputTokens,
-			ReadyTimeout:         f.readyTimeout,
-			LogFormat:            f.logFormat,
-			LogLevel:             f.logLevel,
-			Device:               f.device,
-		}, logger)
+		cfg := f.engine
+		cfg.Model = e.ref
+		eng, err := newEngine(ctx, cfg, logger)
 		if err != nil {
 			if len(f.entries) > 1 {
 				err = fmt.Errorf("--model %q: %w", e.flag, err)
@@ -242,7 +230,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 	var warm []int64
 	if len(models.list) > 1 {
 		for _, m := range models.list {
-			b, err := m.eng.warmBytes(f.warmMaxTokens)
+			b, err := m.eng.warmBytes(f.engine.WarmMaxTokens)
 			if err != nil {
 				return nil, err
 			}
@@ -250,7 +238,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 		}
 	}
 	for _, m := range models.list {
-		lim, err := m.eng.capacity(f.maxEphemeral, f.maxEphemeralTokens, f.maxInputTokens, f.warmMaxTokens, warm)
+		lim, err := m.eng.capacity(f.engine, warm)
 		if err != nil {
 			return nil, err
 		}
@@ -342,4 +330,15 @@ func (ms *servedModels) warmModels() []telemetry.WarmModel {
 		}
 	}
 	return out
+}
+
+// load is GET /api/ps's view of the model named id: its warm worker now.
+func (ms *servedModels) load(id string) server.ModelLoad {
+	for _, m := range ms.list {
+		if m.name == id {
+			st := m.warm.State()
+			return server.ModelLoad{Loaded: st.Loaded, PID: st.PID, InFlight: st.InFlight, IdleSince: st.IdleSince, Expires: st.Expires}
+		}
+	}
+	return server.ModelLoad{}
 }

@@ -38,12 +38,21 @@ func serveWith(t *testing.T, args ...string) *e2e.Server {
 // call sends body (GET when empty) and returns the status and body.
 func call(t *testing.T, url, body string) (int, string) {
 	t.Helper()
+	return callWithKey(t, url, "", body)
+}
+
+// callWithKey is call with the API key key ("" for none).
+func callWithKey(t *testing.T, url, key, body string) (int, string) {
+	t.Helper()
 	method := http.MethodGet
 	if body != "" {
 		method = http.MethodPost
 	}
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	client := &http.Client{Timeout: 2 * time.Minute}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -341,9 +350,9 @@ func TestServeRefusesDuplicateModelNames(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", model, "--model", model},
-			`error="--model \"` + model + `\" and --model \"` + model + `\" are both named \"qwen3-tiny-random-seed1\"; name them apart with --model NAME=MODEL (without NAME= a model is named by its GGUF's general.name)"`},
+			"embed-stack serve: --model \"" + model + "\" and --model \"" + model + "\" are both named \"qwen3-tiny-random-seed1\"; name them apart with --model NAME=MODEL (without NAME= a model is named by its GGUF's general.name)\n"},
 		{[]string{"--model", "a=" + model, "--model-alias", "a=b", "--model", "b=" + model},
-			`error="--model \"a=` + model + `\" and --model \"b=` + model + `\" are both named \"b\"; name them apart`},
+			"embed-stack serve: --model \"a=" + model + "\" and --model \"b=" + model + "\" are both named \"b\"; name them apart"},
 	} {
 		cmd := exec.Command(bin, append([]string{"serve", "--addr", e2e.FreeAddr(t)}, c.args...)...)
 		var out bytes.Buffer

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os/exec"
 	"regexp"
@@ -33,10 +34,10 @@ func TestServeWithoutHub(t *testing.T) {
 	const ref = officialRepo + ":f16"
 	// serve ends every run with its exit line (TestServeLifecycleLog).
 	const exitLine = `time=\S+ level=INFO msg=exit status=1`
-	refused := `level=ERROR msg="embed-stack serve failed" error="--model: cannot reach the hub at ` + regexp.QuoteMeta(endpoint) +
-		` to list the files of ` + regexp.QuoteMeta(officialRepo) + `: Get \\"` + regexp.QuoteMeta(endpoint) +
-		`/api/models/` + regexp.QuoteMeta(officialRepo) + `/revision/main\\": dial tcp [0-9.:]+: connect: connection refused` +
-		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice+`"`) + "\n" + exitLine + "\n$"
+	refused := `^embed-stack serve: --model: cannot reach the hub at ` + regexp.QuoteMeta(endpoint) +
+		` to list the files of ` + regexp.QuoteMeta(officialRepo) + `: Get "` + regexp.QuoteMeta(endpoint) +
+		`/api/models/` + regexp.QuoteMeta(officialRepo) + `/revision/main": dial tcp [0-9.:]+: connect: connection refused` +
+		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice) + "\n" + exitLine + "\n$"
 
 	run := func(t *testing.T, env []string, args ...string) (string, time.Duration) {
 		t.Helper()
@@ -73,12 +74,36 @@ func TestServeWithoutHub(t *testing.T) {
 		if took > noHubFailFast {
 			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
 		}
-		want := `level=ERROR msg="embed-stack serve failed" error="--model: ` + officialRepo + ` (revision main) is not in the Hugging Face cache at ` + cache +
+		want := `embed-stack serve: --model: ` + officialRepo + ` (revision main) is not in the Hugging Face cache at ` + cache +
 			`; offline mode is on (HF_HUB_OFFLINE=1): unset HF_HUB_OFFLINE and run once with network access to download it, or pass the path of a local .gguf file` +
-			noHubAdvice + "\"\n"
+			noHubAdvice + "\n"
 		errLine, last, _ := strings.Cut(out, "\n")
-		if !strings.HasSuffix(errLine+"\n", want) || !regexp.MustCompile("^"+exitLine+"\n$").MatchString(last) {
-			t.Errorf("output:\n%s\nwant one line ending\n%s\nthen the exit line", out, want)
+		if errLine+"\n" != want || !regexp.MustCompile("^"+exitLine+"\n$").MatchString(last) {
+			t.Errorf("output:\n%s\nwant the line\n%s\nthen the exit line", out, want)
+		}
+	})
+
+	// From a release archive or in the container there is no `make run`: the advice
+	// says what applies there (inContainer decides between the two, as here).
+	t.Run("outside the source tree", func(t *testing.T) {
+		env := hubEnv(endpoint, t.TempDir())
+		cmd := exec.Command(bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
+		cmd.Dir, cmd.Env = t.TempDir(), env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if code := e2e.ExitCode(cmd.Run()); code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, stderr.String())
+		}
+		advice := ". Without access to the Hub, set HF_ENDPOINT to a mirror you can reach, or serve a local GGUF file: --model path/to/model.gguf"
+		if inContainer() {
+			advice += " in a directory mounted into the container (docker run -v DIR:/models ... serve --model /models/model.gguf), " +
+				"or fill the Hugging Face cache volume with `embed-stack pull REF` where the Hub is reachable\n"
+		} else {
+			advice += ", or run `embed-stack pull REF` where the Hub is reachable and copy its Hugging Face cache (HF_HOME) here\n"
+		}
+		errLine, _, _ := strings.Cut(stderr.String(), "\n")
+		if !strings.HasPrefix(errLine, "embed-stack serve: --model: cannot reach the hub at ") || !strings.HasSuffix(errLine+"\n", advice) {
+			t.Errorf("stderr:\n%s\nwant the error line ending\n%s", stderr.String(), advice)
 		}
 	})
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/hub"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
 // pullCommand is `embed-stack pull REF`: it downloads a model into the Hugging Face
@@ -24,29 +23,21 @@ type pullCommand struct {
 }
 
 func newPull(args []string, stdout, stderr io.Writer) (command, int) {
-	c := &pullCommand{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("embed-stack pull", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack pull REF...\n\n"+
-			"Downloads each model into the Hugging Face cache (HF_HOME, HF_HUB_CACHE; HF_TOKEN and\n"+
+	s := flagconfig.New("embed-stack pull", "embed-stack pull REF...",
+		"Downloads each model into the Hugging Face cache (HF_HOME, HF_HUB_CACHE; HF_TOKEN and\n"+
 			"HF_ENDPOINT apply), with progress, and prints the path of each cached file. REF is what\n"+
 			"--model takes: Qwen/Qwen3-Embedding-0.6B-GGUF (its F16 file), :Q8_0 to name a type, or\n"+
 			"owner/name/FILE.gguf. A file already cached for the reference's revision is not\n"+
-			"downloaded again. Then serve starts without the download, offline too.\n")
+			"downloaded again. Then serve starts without the download, offline too.")
+	s.Args = "REF..."
+	err := s.Parse(args, nil)
+	if err == nil && len(s.PositionalArgs()) == 0 {
+		err = &flagconfig.UsageError{Msg: "name a model: embed-stack pull Qwen/Qwen3-Embedding-0.6B-GGUF", Synopsis: s.Synopsis, Command: s.Name}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
-		}
-		return nil, 2
+	if err != nil {
+		return nil, flagconfig.Report(err, s.Name, stdout, stderr)
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "embed-stack pull: name a model: embed-stack pull Qwen/Qwen3-Embedding-0.6B-GGUF")
-		return nil, 2
-	}
-	c.refs = fs.Args()
-	return c, 0
+	return &pullCommand{refs: s.PositionalArgs(), stdout: stdout, stderr: stderr}, 0
 }
 
 // Run resolves each reference, downloading what the cache lacks; SIGINT stops a

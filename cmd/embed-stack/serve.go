@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,143 +28,146 @@ import (
 type serveFlags struct {
 	// models are the --model values; entries is them parsed with --model-name and
 	// --model-alias (parseModelEntries).
-	models           flagconfig.StringList
-	entries          []modelEntry
-	keepAlive        flagconfig.StringList
-	addr             string
-	modelName        string
-	aliases          flagconfig.StringList
-	strictModel      bool
-	defaultInputType string
-	defaultInstr     string
-	tokenIDs         string
-	maxInputs        int
-	maxTotalTokens   int
-	maxInputTokens   int
-	warmMaxTokens    int
-	maxBodyBytes     int64
-	threads          int
-	batchTokens      int
-	readyTimeout     time.Duration
-	shutdownGrace    time.Duration
-	drainDelay       time.Duration
-	logFormat        string
-	logLevel         string
-	configPath       string
-	printConfig      bool
+	models, aliases, keepAlive, apiKeys []string
+	entries                             []modelEntry
+	addr, modelName, apiKeyFile         string
+	defaultInputType, defaultInstr      string
+	tokenIDs, warmBuckets, configPath   string
+	strictModel, printConfig            bool
+	metrics, metricsAuth, debugVars     bool
+	maxInputs, maxTotalTokens           int
+	maxBodyBytes                        int64
 	// cacheSizeMiB bounds the exact embedding cache (routing.Cache); 0 = off.
-	cacheSizeMiB int64
-	// allowPoolingMismatch serves a GGUF whose declared pooling is not last-token.
-	allowPoolingMismatch bool
-	// task is --task: auto, embed or rerank (see modelinfo.Read).
-	task string
+	cacheSizeMiB              int64
+	shutdownGrace, drainDelay time.Duration
+	// Robustness and security (docs/reliability.md).
+	maxConcurrent, maxHeaderBytes, maxConnections  int
+	requestTimeout, workerHangTimeout, bodyTimeout time.Duration
+	writeStall, headerTimeout                      time.Duration
+	// Batching and long inputs (admission.go, docs/routing.md).
+	batchWindow                    time.Duration
+	batchMaxTokens, ephemeralQueue int
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see backends.WarmProgram.Resolve).
 	warm backends.WarmProgram
-	// metrics serves GET /metrics.
-	metrics bool
-	// Robustness and security (guard.go, docs/reliability.md).
-	apiKeys           flagconfig.StringList
-	apiKeyFile        string
-	metricsAuth       bool
-	maxConcurrent     int
-	requestTimeout    time.Duration
-	maxHeaderBytes    int
-	workerHangTimeout time.Duration
-	bodyTimeout       time.Duration
-	writeStall        time.Duration
-	headerTimeout     time.Duration
-	maxConnections    int
-	debugVars         bool
-	// Routing of long inputs and batching (admission.go, docs/routing.md).
-	warmBuckets        string
-	buckets            []int // warmBuckets parsed, capped at warmMaxTokens
-	batchWindow        time.Duration
-	batchMaxTokens     int
-	maxEphemeral       int
-	maxEphemeralTokens int
-	ephemeralQueue     int
-	ephemeralNice      int
-	// device is --device, --gpu-layers and --backend-dir (device.go).
-	device backends.DeviceArgs
+	// engine is every model's engine configuration but its Model (the workers'
+	// flags, --task, --ephemeral-nice, and WarmBuckets from --warm-buckets).
+	engine engineConfig
 }
 
-// newServeFlagSet defines serve's flags, bound to f. It is the single source of the
-// flags, their environment variables, config-file keys and docs/configuration.md.
-func newServeFlagSet(f *serveFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("embed-stack serve", flag.ContinueOnError)
-	fs.Var(&f.models, "model", "model (required): a local GGUF `path`, or a Hugging Face reference owner/name[:QUANT][@REV] or owner/name/FILE.gguf (e.g. Qwen/Qwen3-Embedding-0.6B-GGUF), downloaded once into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply). Repeat it to serve several models, each as NAME=MODEL (NAME is what requests give as \"model\"; without NAME= the GGUF's general.name as a slug), each with its own warm worker; the first embedding model is the default of requests without a model, the first reranker that of /v1/rerank, and with several models an unknown name gets 404 model_not_found")
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on (loopback by default; use 0.0.0.0:8080 to expose it)")
-	fs.StringVar(&f.modelName, "model-name", "", "model id served by /v1/models and accepted by --strict-model (default: the GGUF's general.name as a slug, e.g. qwen3-embedding-0.6b); with several --model, name each as NAME=MODEL instead")
-	fs.Var(&f.aliases, "model-alias", "further accepted model `name` (repeatable); with several --model, MODEL=ALIAS, MODEL being a --model NAME")
-	fs.Var(&f.keepAlive, "keep-alive", "stop a model's warm worker after this `duration` without requests, freeing its memory; the next request starts it again and waits for it (a cold start, bounded by --request-timeout), and /ready counts a stopped model as ready (default 0 = never stop; as Ollama's keep_alive). MODEL=DURATION sets one model's (MODEL being a --model NAME or --model-name), over a DURATION for all (repeatable)")
-	fs.BoolVar(&f.strictModel, "strict-model", false, "answer 404 model_not_found for model names other than --model-name and its aliases (by default any name is accepted and echoed back, since clients such as LangChain send their own default)")
-	fs.StringVar(&f.defaultInputType, "default-input-type", "document", "input type when a request names none: `query` or document")
-	fs.StringVar(&f.defaultInstr, "default-instruction", routing.DefaultInstruction, "query `task` used when a request gives no instruction")
-	fs.StringVar(&f.tokenIDs, "token-ids", "cl100k", "how token-id inputs are read: `cl100k` (decode as tiktoken cl100k_base, LangChain Python's default, then re-tokenize), native (Qwen3 ids) or reject")
-	fs.IntVar(&f.maxInputs, "max-inputs", 2048, "most inputs per request")
-	fs.IntVar(&f.maxTotalTokens, "max-total-tokens", 300000, "most tokens per request, all inputs together, after wrapping")
-	fs.IntVar(&f.maxInputTokens, "max-input-tokens", 32768, "most tokens per input after wrapping, EOS included (longer inputs get 400)")
-	fs.IntVar(&f.warmMaxTokens, "warm-max-tokens", 8192, "longest input (tokens) the warm worker takes; longer inputs each get an ephemeral worker sized to them")
-	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", 32<<20, "largest request body in `bytes` (larger ones get 413)")
-	fs.Int64Var(&f.cacheSizeMiB, "cache-size", 0, "memory in `MiB` for an exact cache of the vectors of inputs seen before (the same model file and token ids give the same vector bit for bit), least recently used first out; 0 = no cache")
-	fs.IntVar(&f.threads, "threads", 0, "llama.cpp decode threads per worker (0 = number of CPUs)")
-	fs.IntVar(&f.batchTokens, "batch-tokens", 0, "tokens per llama.cpp decode call in the warm worker (0 = the worker's default)")
-	fs.DurationVar(&f.readyTimeout, "worker-ready-timeout", 2*time.Minute, "how long a worker may load without progress before it counts as hung")
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, SIGINT or SIGHUP, how long requests in flight may finish")
-	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, SIGINT or SIGHUP, how long to keep serving with GET /ready answering 503 before the listener closes, so that load balancers' health checks take the replica out first: at least their check interval times their failure count (deploy/haproxy/README.md; 0 = close at once, right for a server without a balancer)")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&f.configPath, flagconfig.ConfigFlag, "", "TOML, YAML or JSON `file` of settings named like these flags (max_inputs = 100); precedence: flag > EMBED_STACK_* env > file > default")
-	fs.StringVar(&f.task, "task", modelinfo.TaskAuto, "what the model does: `auto` (a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it; else an embedding model), embed, or rerank (a Qwen3-Reranker whose GGUF keeps the whole LM head: the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize")
-	fs.BoolVar(&f.allowPoolingMismatch, "allow-pooling-mismatch", false, "serve a GGUF whose declared pooling type is not last-token (3) anyway; its vectors are still last-token pooled, which is right only for a model trained that way")
-	fs.StringVar(&f.warm.Name, "warm-backend", backends.WarmLlama, "program of the warm worker: `llama` (embed-stack worker, llama.cpp on the GGUF) or mlx (mlx-embed-server, MLX on Apple Silicon, reading --mlx-model); inputs longer than --warm-max-tokens always go to llama.cpp")
-	fs.StringVar(&f.warm.MLXServer, "mlx-server", "", "mlx-embed-server executable `path` for --warm-backend mlx (default: mlx-embed-server next to the embed-stack executable, on darwin/arm64 only; given explicitly, any platform)")
-	fs.StringVar(&f.warm.MLXModel, "mlx-model", "", "Hugging Face snapshot `directory` (config.json, *.safetensors) the MLX warm worker loads; the same checkpoint --model is the GGUF of")
-	fs.BoolVar(&f.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (tracing is configured by the standard OTEL_* environment variables; see docs/observability.md)")
-	fs.Var(&f.apiKeys, "api-key", "accept this API `key` (Authorization: Bearer KEY), required on every route but /health, /ready and /metrics once any key is set (repeatable; prefer --api-key-file or the environment: a command line is visible to other local users)")
-	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "`file` of accepted API keys, one per line (# comments), in addition to --api-key")
-	fs.BoolVar(&f.metricsAuth, "metrics-auth", false, "require an API key on /metrics too (by default scrapers need none)")
-	fs.IntVar(&f.maxConcurrent, "max-concurrent-requests", 64, "most requests in flight on the work routes (POST /v1/embeddings, /v1/rerank, /v2/rerank, /rerank, /embed, / and /tokenize, Ollama's /api/embed and /api/embeddings); more get 429 with Retry-After")
-	fs.DurationVar(&f.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may take, waiting for a worker included; past it 504 and its work is cancelled")
-	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block in `bytes` (larger ones get 431)")
-	fs.DurationVar(&f.headerTimeout, "header-timeout", server.DefaultHeaderTimeout, "longest a client may take to send a request's headers; past it the connection is closed")
-	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest a client may take to send a request body, which is read before admission (a slow sender holds no --max-concurrent-requests slot); past it 408")
-	fs.DurationVar(&f.writeStall, "write-stall-timeout", server.DefaultWriteStallTimeout, "longest writing an answer may make no progress (per 64 KiB); past it the connection is closed and the request's slot freed")
-	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "most open client connections, idle keep-alive ones included; more are answered 503 with Retry-After and closed")
-	fs.DurationVar(&f.workerHangTimeout, "worker-hang-timeout", 5*time.Minute, "a warm worker with requests outstanding that answers none for this long is killed and restarted, and an ephemeral worker that answers no health probe for this long is killed (0 = never)")
-	fs.StringVar(&f.warmBuckets, "warm-buckets", "256,1024,8192", "comma-separated input `lengths` (tokens) the warm worker is warmed with before it reports ready, so that the first request of each size is as fast as the hundredth (lengths above --warm-max-tokens are capped to it)")
-	fs.DurationVar(&f.batchWindow, "batch-window", 2*time.Millisecond, "how long a request's short inputs wait for other requests' to share a warm worker call with; a lone request on an idle server goes at once (0 = no cross-request batching)")
-	fs.IntVar(&f.batchMaxTokens, "batch-max-tokens", 2048, "token budget of one batched warm worker call")
-	fs.IntVar(&f.maxEphemeral, "max-ephemeral", 0, "most ephemeral workers (one per input longer than --warm-max-tokens) running at once (0 = from memory and CPUs: see docs/routing.md)")
-	fs.IntVar(&f.maxEphemeralTokens, "max-ephemeral-tokens", 0, "most tokens the running ephemeral workers hold together, which bounds their KV cache memory (0 = what half the available memory holds, at the model's KV bytes per token, but at most what --max-ephemeral workers hold at --max-input-tokens each)")
-	fs.IntVar(&f.ephemeralQueue, "ephemeral-queue", 8, "long inputs that may wait for an ephemeral worker; beyond that a request gets 429 with Retry-After")
-	fs.IntVar(&f.ephemeralNice, "ephemeral-nice", 10, "lower the CPU priority of ephemeral workers' decoding by `n` (0-19), so the warm worker's short requests go first on shared cores: with 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way")
-	f.device.AddFlags(fs)
-	fs.BoolVar(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests in flight and refused, worker restarts (behind the API key when one is set)")
-	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration (secrets redacted) with each setting's source, and exit")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack serve --model PATH [flags]\n\n"+
-			"Serves POST /v1/embeddings (OpenAI-compatible), GET /v1/models, POST /embed,\n"+
-			"POST /tokenize, GET /health and GET /ready; for a reranker model (--task),\n"+
-			"POST /v1/rerank (Cohere/Jina shape) and POST /rerank (TEI shape) instead.\n\n"+
-			"Every flag can also be set by an environment variable (--max-inputs: EMBED_STACK_MAX_INPUTS;\n"+
-			"repeatable flags comma-separated) or in the --config file.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	return fs
+// newServeFlagSet defines serve's flags, bound to f, in --help's order. It is the
+// single source of the flags, their environment variables, config-file keys and
+// docs/configuration.md.
+func newServeFlagSet(f *serveFlags) *flagconfig.Set {
+	s := flagconfig.New("embed-stack serve", "embed-stack serve --model MODEL [flags]",
+		"Serves embeddings: POST /v1/embeddings (OpenAI's API), /api/embed (Ollama's) and /embed\n"+
+			"(TEI's); for a reranker, POST /v1/rerank. GET /docs describes every route.")
+	s.Env = true
+	s.Footer = "docs/configuration.md details every setting."
+	e := &f.engine
+	s.Group("Essentials")
+	s.List(&f.models, "model", "MODEL", "GGUF file or Hugging Face reference, e.g. Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0 (required); repeat as NAME=MODEL to serve several").
+		More("A reference is owner/name[:QUANT][@REV] or owner/name/FILE.gguf, downloaded into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply; `embed-stack pull` downloads ahead of time). Each model gets its own warm worker and is named NAME, what requests give as \"model\" (without NAME=, the GGUF's general.name as a slug); the first embedding model answers requests without a model, the first reranker those of /v1/rerank, and with several models an unknown name gets 404 model_not_found.").
+		Also("model-path", "gguf")
+	s.String(&f.addr, "addr", "HOST:PORT", "127.0.0.1:8080", "address to listen on; 0.0.0.0:8080 listens on every interface").
+		More("The default, loopback, is reachable from this machine only.").
+		Also("port", "host", "listen", "bind")
+	s.List(&f.apiKeys, "api-key", "KEY", "require this key (Authorization: Bearer KEY) on all routes but /health, /ready and /metrics; repeatable").
+		More("A command line is visible to other local users: prefer --api-key-file or EMBED_STACK_API_KEY.")
+	s.String(&f.apiKeyFile, "api-key-file", "FILE", "", "file of further keys, one per line (# starts a comment)").
+		More("In addition to --api-key.")
+	s.String(&f.configPath, flagconfig.ConfigFlag, "FILE", "", "settings file: TOML, YAML or JSON, a key per flag (max_inputs = 100)").
+		More("Precedence: flag > EMBED_STACK_* environment variable > file > default. The file may hold `embed-stack embed`'s settings too; serve ignores those.")
+	s.Bool(&f.printConfig, "print-config", false, "print the effective settings and their sources as a --config file, and exit").
+		More("Secrets are redacted.")
+
+	s.Group("Models and their names")
+	s.String(&f.modelName, "model-name", "NAME", "", "the name requests give a single --model (default: the GGUF's general.name, e.g. qwen3-embedding-0.6b); same as --model NAME=MODEL").
+		More("Also the id /v1/models lists. With several --model, name each as NAME=MODEL instead.")
+	s.List(&f.aliases, "model-alias", "[MODEL=]ALIAS", "a further name for the model; with several, MODEL=ALIAS names which by its NAME; repeatable")
+	s.Bool(&f.strictModel, "strict-model", false, "answer 404 to a name that is neither the model's nor an alias").
+		More("By default a single model accepts any name and echoes it back, since clients such as LangChain send their own default; with several models an unknown name always gets 404.")
+	s.List(&f.keepAlive, "keep-alive", "[MODEL=]DURATION", "unload a model idle this long (Ollama's keep_alive, not HTTP's); the next request reloads it; 0 = never; MODEL=DURATION for one model").
+		More("The request that finds its model unloaded waits for it (a cold start, bounded by --request-timeout); /ready counts an unloaded model as ready, and GET /api/ps (`embed-stack ps`) lists the models loaded. MODEL=DURATION sets one model's (MODEL being a --model NAME or --model-name), over a DURATION for all.")
+	s.String(&e.Task, "task", "TASK", modelinfo.TaskAuto, "what the model does: auto (from the GGUF), embed or rerank").
+		More("auto: a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it, else an embedding model; rerank: a Qwen3-Reranker whose GGUF keeps the whole LM head (the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize.")
+
+	s.Group("Requests")
+	s.String(&f.defaultInputType, "default-input-type", "TYPE", "document", "input_type of requests that give none: document, or query (embedded with the instruction)")
+	s.String(&f.defaultInstr, "default-instruction", "TEXT", routing.DefaultInstruction, "instruction of queries whose request gives none")
+	s.String(&f.tokenIDs, "token-ids", "MODE", "cl100k", "inputs of token ids are read as cl100k (what LangChain sends; decoded and tokenized again), native (the model's ids) or reject").
+		More("cl100k is tiktoken's cl100k_base, LangChain Python's default.")
+
+	s.Group("Limits of one request")
+	s.Int(&f.maxInputs, "max-inputs", "N", 2048, "most inputs in one request").AtLeast(1)
+	e.defineMaxInput(s)
+	s.Int(&f.maxTotalTokens, "max-total-tokens", "N", 300000, "most tokens in one request, all its inputs together").AtLeast(1)
+	s.Int64(&f.maxBodyBytes, "max-body-bytes", "BYTES", 32<<20, "largest request body (larger: 413)")
+
+	s.Group("Cache")
+	s.Int64(&f.cacheSizeMiB, "cache-size", "MiB", 0, "memory for an exact cache of the vectors of inputs seen before; 0 = no cache").
+		More("The same model file and token ids give the same vector bit for bit; least recently used first out. One cache serves every model, keyed on each GGUF's sha256.")
+
+	s.Group("Workers (llama.cpp)")
+	e.defineWorkerFlags(s)
+	s.String(&f.warmBuckets, "warm-buckets", "N,N,...", "256,1024,8192", "input lengths the warm worker runs once before it is ready, so that the first request of each size is fast").
+		More("As fast as the hundredth. Lengths above --warm-max-tokens are capped to it.")
+	s.Duration(&f.workerHangTimeout, "worker-hang-timeout", "DURATION", 5*time.Minute, "restart a warm worker that answers none of its requests for this long (0 = never)").AtLeast(0).
+		More("A warm worker with requests outstanding that answers none is killed and restarted. An ephemeral worker that answers no health probe for this long is killed too.")
+	s.String(&f.warm.Name, "warm-backend", "PROGRAM", backends.WarmLlama, "program of the warm worker: llama, or mlx (mlx-embed-server on Apple Silicon)").
+		More("mlx reads --mlx-model. Inputs longer than --warm-max-tokens always go to llama.cpp.")
+	s.String(&f.warm.MLXServer, "mlx-server", "PATH", "", "mlx-embed-server executable (default: the one beside embed-stack on darwin/arm64)")
+	s.String(&f.warm.MLXModel, "mlx-model", "DIR", "", "Hugging Face snapshot of the --model checkpoint, for --warm-backend mlx")
+
+	s.Group("Batching across requests")
+	s.Duration(&f.batchWindow, "batch-window", "DURATION", 2*time.Millisecond, "how long short inputs wait for other requests' to share a warm worker call (0 = never)").AtLeast(0).
+		More("A lone request on an idle server goes at once.")
+	s.Int(&f.batchMaxTokens, "batch-max-tokens", "N", 2048, "most tokens in one shared call of the warm worker").AtLeast(1)
+
+	s.Group("Long inputs (ephemeral workers)")
+	e.defineEphemeralFlags(s)
+	s.Int(&f.ephemeralQueue, "ephemeral-queue", "N", 8, "long inputs that may wait for an ephemeral worker; beyond: 429").AtLeast(0).
+		More("The 429 carries Retry-After; 0 lets none wait.")
+	s.Int(&e.EphemeralNice, "ephemeral-nice", "N", 10, "lower the ephemeral workers' CPU priority by N (0-19), so that short requests go first").AtLeast(0).AtMost(19).
+		More("With 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way.")
+
+	s.Group("HTTP server")
+	s.Int(&f.maxConcurrent, "max-concurrent-requests", "N", 64, "most requests in flight on the work routes, POST /v1/embeddings, /v1/rerank, /v2/rerank, /rerank, /embed, / and /tokenize, Ollama's /api/embed and /api/embeddings; more get 429").AtLeast(1).
+		More("The 429 carries Retry-After.")
+	s.Duration(&f.requestTimeout, "request-timeout", "DURATION", 10*time.Minute, "longest a request may take, waiting for a worker included (then 504)").AtLeast(1).
+		More("Its work is cancelled.")
+	s.Int(&f.maxConnections, "max-connections", "N", server.DefaultMaxConnections, "most open connections, idle HTTP keep-alive ones included; more get 503").AtLeast(1).
+		More("The 503 carries Retry-After, and the connection is closed.")
+	s.Duration(&f.headerTimeout, "header-timeout", "DURATION", server.DefaultHeaderTimeout, "longest a client may take to send a request's headers").AtLeast(1).
+		More("Past it the connection is closed.")
+	s.Duration(&f.bodyTimeout, "body-timeout", "DURATION", server.DefaultBodyTimeout, "longest a client may take to send a request body (then 408)").AtLeast(1).
+		More("A slow sender holds no --max-concurrent-requests slot.")
+	s.Duration(&f.writeStall, "write-stall-timeout", "DURATION", server.DefaultWriteStallTimeout, "longest writing an answer may stall (per 64 KiB) before the connection is closed").AtLeast(1).
+		More("The request's slot is freed.")
+	s.Int(&f.maxHeaderBytes, "max-header-bytes", "BYTES", server.DefaultMaxHeaderBytes, "largest request header block (larger: 431)").AtLeast(1024)
+	s.Duration(&f.shutdownGrace, "shutdown-grace", "DURATION", 30*time.Second, "on SIGTERM, SIGINT or SIGHUP, how long requests in flight may take to finish")
+	s.Duration(&f.drainDelay, "drain-delay", "DURATION", 0, "on SIGTERM, SIGINT or SIGHUP, how long to serve on with /ready answering 503, for load balancers to notice").
+		More("Then the listener closes. At least the balancer's check interval times its failure count (deploy/haproxy/README.md); 0 is right for a server without a balancer.")
+
+	s.Group("Observability")
+	defineLogFlags(s, &e.LogFormat, &e.LogLevel)
+	s.Bool(&f.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics").
+		More("Tracing is configured by the standard OTEL_* environment variables (docs/observability.md).")
+	s.Bool(&f.metricsAuth, "metrics-auth", false, "require an API key on /metrics too").More("By default scrapers need none.")
+	s.Bool(&f.debugVars, "debug-vars", false, "serve GET /debug/vars: goroutines, heap, requests, worker restarts").
+		More("Requests in flight and refused; behind the API key when one is set.")
+	return s
 }
 
 func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, error) {
 	f := &serveFlags{}
-	fs := newServeFlagSet(f)
-	fs.SetOutput(stderr)
-	sources, err := flagconfig.Configure(fs, args, os.Getenv)
-	if err != nil {
+	s := newServeFlagSet(f)
+	s.Shared, s.Stderr = newEmbedFlagSet(&embedFlags{}).Names(), stderr
+	if err := s.Parse(args, os.Getenv); err != nil {
 		return nil, err
 	}
 	if f.printConfig {
-		flagconfig.Print(stdout, fs, sources)
+		s.Print(stdout)
 		if len(f.models) == 0 {
 			fmt.Fprintln(stderr, printConfigNoModel)
 		}
@@ -174,32 +176,26 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if len(f.models) == 0 {
 		return nil, errors.New(modelRequired)
 	}
+	var err error
 	if f.entries, err = parseModelEntries(f.models, f.aliases, f.modelName); err != nil {
 		return nil, err
 	}
 	if err := parseKeepAlive(f.keepAlive, f.entries); err != nil {
 		return nil, err
 	}
-	if err := atLeastOne(intFlag{"--max-inputs", f.maxInputs}, intFlag{"--max-total-tokens", f.maxTotalTokens}); err != nil {
+	if err := f.engine.check(); err != nil {
 		return nil, err
 	}
-	if err := checkTokenLimits(f.warmMaxTokens, f.maxInputTokens); err != nil {
+	if _, err := modelinfo.ParseTask(f.engine.Task); err != nil {
 		return nil, err
 	}
-	if f.threads < 0 || f.batchTokens < 0 {
-		return nil, errors.New("--threads and --batch-tokens must not be negative")
-	}
-	if _, err := modelinfo.ParseTask(f.task); err != nil {
+	if f.engine.WarmBuckets, err = warmBuckets(f.warmBuckets, f.engine.WarmMaxTokens); err != nil {
 		return nil, err
 	}
-	if err := checkRoutingFlags(f); err != nil {
-		return nil, err
-	}
-	if err := checkDevice(f.device); err != nil {
-		return nil, err
-	}
-	if err := checkGuardFlags(f); err != nil {
-		return nil, err
+	for i, k := range f.apiKeys {
+		if err := server.CheckAPIKey(k); err != nil {
+			return nil, fmt.Errorf("--api-key #%d: %w", i+1, err)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -218,6 +214,7 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 type serveCommand struct {
 	f      *serveFlags
 	logger *slog.Logger
+	stderr io.Writer
 	// forced is closed by Close: a second signal ends the graceful stop at once.
 	forced    chan struct{}
 	closeOnce sync.Once
@@ -226,17 +223,17 @@ type serveCommand struct {
 func newServe(args []string, stdout, stderr io.Writer) (command, int) {
 	f, err := parseServeFlags(args, stdout, stderr)
 	if err != nil {
-		return nil, refused(stderr, "serve", err)
+		return nil, flagconfig.Report(err, "embed-stack serve", stdout, stderr)
 	}
 	if f.printConfig {
 		return nil, 0
 	}
-	logger, err := telemetry.NewLogger(stderr, f.logFormat, f.logLevel)
+	logger, err := telemetry.NewLogger(stderr, f.engine.LogFormat, f.engine.LogLevel)
 	if err != nil {
-		return nil, refused(stderr, "serve", err)
+		return nil, flagconfig.Report(err, "embed-stack serve", stdout, stderr)
 	}
 	slog.SetDefault(logger)
-	return &serveCommand{f: f, logger: logger, forced: make(chan struct{})}, 0
+	return &serveCommand{f: f, logger: logger, stderr: stderr, forced: make(chan struct{})}, 0
 }
 
 // printConfigNoModel is what --print-config adds on stderr when no --model is set,
@@ -247,7 +244,7 @@ const printConfigNoModel = "embed-stack serve: warning: no model is set (--model
 // while the warm workers load) and serves until ctx ends, then drains.
 func (c *serveCommand) Run(ctx context.Context) error {
 	if err := c.serve(ctx); err != nil {
-		c.logger.Error("embed-stack serve failed", "error", err)
+		reportFailure(c.logger, c.stderr, c.f.engine.LogFormat, "embed-stack serve", err)
 		c.logger.Info("exit", "status", 1)
 		return exitStatus(1)
 	}
@@ -308,7 +305,7 @@ func (c *serveCommand) serve(ctx context.Context) error {
 	var warmCtx context.Context
 	warmCtx, r.abandonStart = context.WithCancel(ctx)
 	defer r.abandonStart()
-	go func() { r.warmErr <- startFleet(warmCtx, r.fleet, f.warmMaxTokens) }()
+	go func() { r.warmErr <- startFleet(warmCtx, r.fleet, f.engine.WarmMaxTokens) }()
 	go func() { r.serveErr <- r.srv.Serve(ln) }()
 	runErr := c.wait(ctx, r, start)
 	return c.shutdown(ctx, r, runErr)
@@ -328,8 +325,8 @@ func (f *serveFlags) routingConfig() (routing.Config, error) {
 	return routing.Config{
 		MaxInputs:          f.maxInputs,
 		MaxTotalTokens:     f.maxTotalTokens,
-		MaxInputTokens:     f.maxInputTokens,
-		WarmMaxTokens:      f.warmMaxTokens,
+		MaxInputTokens:     f.engine.MaxInputTokens,
+		WarmMaxTokens:      f.engine.WarmMaxTokens,
 		BatchWindow:        f.batchWindow,
 		BatchMaxTokens:     f.batchMaxTokens,
 		EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
@@ -378,7 +375,8 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 			}
 			return ""
 		},
-		Vars: models.fleet.Vars,
+		Vars:  models.fleet.Vars,
+		Loads: models.load,
 	}
 }
 

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
@@ -23,28 +22,20 @@ type tiktokenCacheCommand struct {
 }
 
 func newTiktokenCache(args []string, stdout, stderr io.Writer) (command, int) {
-	c := &tiktokenCacheCommand{stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("embed-stack tiktoken-cache", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: embed-stack tiktoken-cache DIR\n\n"+
-			"Writes tiktoken's cl100k_base file into DIR (created if missing), under the name and\n"+
+	s := flagconfig.New("embed-stack tiktoken-cache", "embed-stack tiktoken-cache DIR",
+		"Writes tiktoken's cl100k_base file into DIR (created if missing), under the name and\n"+
 			"with the sha256 tiktoken checks, so that LangChain's OpenAIEmbeddings and other\n"+
 			"tiktoken users work offline. It prints the line that points tiktoken at DIR:\n\n"+
-			"  eval \"$(embed-stack tiktoken-cache ~/.cache/tiktoken)\"\n")
+			"  eval \"$(embed-stack tiktoken-cache ~/.cache/tiktoken)\"")
+	s.Args = "DIR"
+	err := s.Parse(args, nil)
+	if err == nil && len(s.PositionalArgs()) != 1 {
+		err = &flagconfig.UsageError{Msg: "give one folder: embed-stack tiktoken-cache DIR", Synopsis: s.Synopsis, Command: s.Name}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
-		}
-		return nil, 2
+	if err != nil {
+		return nil, flagconfig.Report(err, s.Name, stdout, stderr)
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "embed-stack tiktoken-cache: give one folder: embed-stack tiktoken-cache DIR")
-		return nil, 2
-	}
-	c.dir = fs.Arg(0)
-	return c, 0
+	return &tiktokenCacheCommand{dir: s.PositionalArgs()[0], stdout: stdout, stderr: stderr}, 0
 }
 
 // Run writes the file (an existing one with the right sha256 is kept) and prints

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
+	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
 
@@ -25,20 +24,16 @@ type workerCommand struct {
 	stderr io.Writer
 }
 
-func newWorker(args []string, _, stderr io.Writer) (command, int) {
+func newWorker(args []string, stdout, stderr io.Writer) (command, int) {
 	c := &workerCommand{stderr: stderr}
-	if err := c.args.Parse(args, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0
+	err := c.args.Parse(args)
+	if err == nil {
+		if c.logger, err = telemetry.NewLogger(stderr, c.args.LogFormat, c.args.LogLevel); err == nil {
+			err = checkDevice(c.args.DeviceArgs)
 		}
-		return nil, 2
-	}
-	var err error
-	if c.logger, err = telemetry.NewLogger(stderr, c.args.LogFormat, c.args.LogLevel); err == nil {
-		err = checkDevice(c.args.DeviceArgs)
 	}
 	if err != nil {
-		return nil, refused(stderr, "worker", err)
+		return nil, flagconfig.Report(err, "embed-stack worker", stdout, stderr)
 	}
 	return c, 0
 }
