@@ -381,7 +381,7 @@ func TestEmbedChromaStoreFails(t *testing.T) {
 	out, err = embedTo("--output", url)
 	want := `write input lines 41-44: Chroma collection fails at http://` + addr +
 		`: Chroma refused it (400 InvalidArgumentError): Failed to parse the request body as JSON: metadatas[1].n: number out of range`
-	if e2e.ExitCode(err) != 1 || !strings.Contains(out, want) || !strings.Contains(out, `(record 1 of the request is input line 42, id \"doc-041\"); what was written before is kept, and the same command resumes after it`) {
+	if e2e.ExitCode(err) != 1 || !strings.Contains(out, want) || !strings.Contains(out, `(record 1 of the request is input line 42, id "doc-041"); what was written before is kept, and the same command resumes after it`) {
 		t.Fatalf("refused write: %v\n%s", err, out)
 	}
 	if got := chroma.count(t, "fails"); got != 40 {
