@@ -40,7 +40,10 @@ type infoResponse struct {
 		MaxInstructionBytes int      `json:"max_instruction_bytes"`
 	} `json:"models"`
 	Device string `json:"device"`
-	Limits struct {
+	// The build of ggml's CPU kernels the warm worker runs (issue 23): which one
+	// depends on the host and on the variant libraries next to the binary.
+	CPUVariant string `json:"cpu_variant"`
+	Limits     struct {
 		MaxBodyBytes          int64   `json:"max_body_bytes"`
 		MaxConcurrentRequests int     `json:"max_concurrent_requests"`
 		RequestTimeoutSeconds float64 `json:"request_timeout_seconds"`
@@ -91,6 +94,9 @@ func TestInfo(t *testing.T) {
 	if info.ModelID != m.ID || info.ModelDtype != "float16" || info.ModelType.Embedding.Pooling != "last" || info.MaxInputLength != 64 ||
 		info.MaxBatchTokens != 300000 || info.MaxClientBatchSize != 2048 || info.AutoTruncate || info.MaxConcurrentRequests != info.Limits.MaxConcurrentRequests {
 		t.Errorf("TEI's keys %+v: want the model's id, float16, last pooling, its limits", info)
+	}
+	if info.CPUVariant == "" {
+		t.Errorf("cpu_variant is empty: the warm worker is ready, so it names its CPU kernels")
 	}
 	if strings.Join(m.OutputTypes, ",") != "float,base64,int8,uint8,binary,ubinary" {
 		t.Errorf("output_types %v", m.OutputTypes)

@@ -35,6 +35,10 @@ func TestHealthAndReady(t *testing.T) {
 					MemoryTotal int64  `json:"memory_total_bytes"`
 					MemoryFree  int64  `json:"memory_free_bytes"`
 					Note        string `json:"note"`
+					// The CPU kernels the worker runs and why (issue 23).
+					CPUVariant     string `json:"cpu_variant"`
+					CPUVariantNote string `json:"cpu_variant_note"`
+					Warning        string `json:"warning"`
 				} `json:"device"`
 			}
 			r.decode(t, &body)
@@ -44,7 +48,8 @@ func TestHealthAndReady(t *testing.T) {
 			switch d := body.Device; {
 			case tc.path == "/ready" && d != nil:
 				t.Errorf("/ready reports a device: %+v", d)
-			case tc.path == "/health" && (d == nil || d.Name == "" || d.Backend == "" || d.MemoryTotal <= 0 || d.MemoryFree > d.MemoryTotal || d.GPU != (d.GPULayers > 0)):
+			case tc.path == "/health" && (d == nil || d.Name == "" || d.Backend == "" || d.MemoryTotal <= 0 || d.MemoryFree > d.MemoryTotal || d.GPU != (d.GPULayers > 0) ||
+				d.CPUVariant == "" || d.CPUVariantNote == ""):
 				t.Errorf("/health device = %+v, want a named device with its memory", d)
 			}
 		})
