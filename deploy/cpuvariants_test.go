@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"debug/elf"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 // must hold ggml's AMX sources. A few minutes of compiling, so it runs when
 // EMBED_STACK_REQUIRE_E2E=1 (make test) or EMBED_STACK_LINK_TEST=1.
 func TestCPUVariantsCompile(t *testing.T) {
-	if os.Getenv("EMBED_STACK_REQUIRE_E2E") != "1" && os.Getenv("EMBED_STACK_LINK_TEST") != "1" {
+	if !testenv.RequireE2E() && testenv.Get("EMBED_STACK_LINK_TEST") != "1" {
 		t.Skip("compiles every CPU variant: set EMBED_STACK_LINK_TEST=1 (make test sets EMBED_STACK_REQUIRE_E2E=1)")
 	}
 	for _, tool := range []string{"make", "cmake"} {

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,12 +18,12 @@ import (
 // bars as the compiled-in kernels; unset, they run on the compiled-in ones. The
 // kernels are chosen once per process, here, before any engine opens.
 func TestMain(m *testing.M) {
-	if v := os.Getenv("EMBED_STACK_TEST_CPU_VARIANT"); v != "" {
+	if v := testenv.Get("EMBED_STACK_TEST_CPU_VARIANT"); v != "" {
 		if err := backendInit(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		c, err := selectCPUVariant(v, os.Getenv("EMBED_STACK_TEST_BACKEND_DIR"))
+		c, err := selectCPUVariant(v, testenv.Get("EMBED_STACK_TEST_BACKEND_DIR"))
 		if err == nil && c.Warning != "" {
 			err = fmt.Errorf("the variant did not load: %s", c.Warning)
 		}

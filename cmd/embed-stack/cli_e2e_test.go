@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +20,10 @@ func runCLI(t *testing.T, bin string, env []string, args ...string) (int, string
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + cmd.Dir, "HF_HUB_OFFLINE=1"}, env...)
+	// Only PATH is kept from this process's environment (taken from os.Environ,
+	// which passes it on, rather than read: tests read through internal/testenv).
+	keep := slices.DeleteFunc(os.Environ(), func(kv string) bool { return !strings.HasPrefix(kv, "PATH=") })
+	cmd.Env = append(append(keep, "HOME="+cmd.Dir, "HF_HUB_OFFLINE=1"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	return e2e.ExitCode(cmd.Run()), stdout.String(), stderr.String()

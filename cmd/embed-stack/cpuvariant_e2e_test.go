@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"math"
 	"os"
 	"os/exec"
@@ -36,7 +37,7 @@ func testVariant(t *testing.T) (name, dir string) {
 	if len(usable) == 0 {
 		t.Skipf("this CPU (%s) can run no CPU variant of %s", host.Model, host.Arch)
 	}
-	src := os.Getenv("EMBED_STACK_CPU_VARIANT_DIR")
+	src := testenv.Get("EMBED_STACK_CPU_VARIANT_DIR")
 	if src == "" {
 		src = filepath.Join(e2e.RepoRoot(t), "lib", "embed-stack")
 	}
