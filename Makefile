@@ -162,7 +162,19 @@ BERT_TINY   := $(MODELS_DIR)/bert-tiny.gguf
 XLMR_TINY   := $(MODELS_DIR)/xlmr-tiny.gguf
 MINILM_F32  := $(MODELS_DIR)/minilm-f32.gguf
 MINILM_F16  := $(MODELS_DIR)/minilm-f16.gguf
-ENCODER_MODELS := $(BERT_TINY) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16)
+# Every other encoder architecture embed-stack serves, random weights at the tiny
+# shape: WordPiece (MiniLM's) for the BERT-vocabulary families, XLM-R's Unigram for
+# the others.
+WPM_ARCHS := nomic-bert jina-bert-v2 neo-bert
+UGM_ARCHS := nomic-bert-moe jina-bert-v3 t5encoder
+ARCH_MODELS := $(foreach a,$(WPM_ARCHS) $(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf)
+ENCODER_MODELS := $(BERT_TINY) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
+
+$(foreach a,$(WPM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch $* -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
+
+$(foreach a,$(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch $* -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@
 
 $(BERT_TINY): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@

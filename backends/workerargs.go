@@ -102,6 +102,10 @@ type WorkerArgs struct {
 	Buckets []int
 	// Task is TaskEmbed or TaskRerank; "" means TaskEmbed.
 	Task string
+	// Pooling is how an embedding is pooled from the token states: "mean", "cls"
+	// or "last"; "" means what the model's GGUF declares (last-token when it
+	// declares none).
+	Pooling string
 	// Nice lowers the decoding threads' CPU priority (0-19).
 	Nice int
 	// IgnoreStdin keeps the worker running when its stdin reaches EOF, which by
@@ -137,6 +141,7 @@ func (a WorkerArgs) Args() []string {
 	if a.Task != TaskEmbed {
 		str("--task", a.Task)
 	}
+	str("--pooling", a.Pooling)
 	num("--ctx", a.Ctx)
 	num("--batch", a.Batch)
 	str("--buckets", JoinLengths(a.Buckets))
@@ -165,6 +170,7 @@ func (a *WorkerArgs) Parse(args []string) error {
 	s.Int(&a.Seqs, "seqs", "N", 0, "sequences packed into one round (0 = 64, at most 256)")
 	s.String(&buckets, "buckets", "N,N,...", "", "sequence lengths warmed at start: before the worker reports ready, each llama.cpp context that embeds inputs of such a length decodes one short throwaway input, so that the first request of any size is as fast as later ones")
 	s.String(&a.Task, "task", "TASK", TaskEmbed, "embed: return each sequence's last-token hidden state; rerank: the logits of the tokens yes and no at its last token, for a Qwen3-Reranker")
+	s.String(&a.Pooling, "pooling", "MODE", "", "how a sequence's vector is pooled from its token states: mean, cls (the first token's) or last (the last token's); default: the model's GGUF pooling_type, last-token when it declares none (serve passes the model's)")
 	s.Int(&a.Nice, "nice", "N", 0, "lower the decoding threads' CPU priority by N (0-19); serve starts ephemeral workers at 10")
 	s.Bool(&a.IgnoreStdin, "ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
 	s.String(&a.LogFormat, "log-format", "FORMAT", "text", "log format: text or json")
@@ -183,6 +189,11 @@ func (a *WorkerArgs) check(buckets string) error {
 	}
 	if a.Task != TaskEmbed && a.Task != TaskRerank {
 		return fmt.Errorf("--task %q is not one of %s, %s", a.Task, TaskEmbed, TaskRerank)
+	}
+	switch a.Pooling {
+	case "", "mean", "cls", "last":
+	default:
+		return fmt.Errorf("--pooling %q is not one of mean, cls, last", a.Pooling)
 	}
 	var err error
 	if a.Buckets, err = ParseLengths(buckets); err != nil {

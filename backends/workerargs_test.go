@@ -24,9 +24,9 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 				"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/lib", "--cpu-variant", "zen4", "--task", "rerank",
 				"--ctx", "8192", "--batch", "512", "--buckets", "256,1024,8192", "--socket", "/s/w.sock"}},
 		{"ephemeral", WorkerArgs{Model: "m.gguf", Socket: "w.sock", Ctx: 33024, Seqs: 4, Nice: 10, IgnoreStdin: true, Task: TaskEmbed,
-			LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: "auto"}},
+			Pooling: "mean", LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: "auto"}},
 			[]string{"--model", "m.gguf", "--log-format", "text", "--log-level", "info", "--device", "auto", "--gpu-layers", "0",
-				"--ctx", "33024", "--seqs", "4", "--nice", "10", "--ignore-stdin", "--socket", "w.sock"}},
+				"--pooling", "mean", "--ctx", "33024", "--seqs", "4", "--nice", "10", "--ignore-stdin", "--socket", "w.sock"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.a.Args()
@@ -71,6 +71,7 @@ func TestWorkerArgsParse(t *testing.T) {
 	}{
 		{[]string{"--model", "m"}, 2, "embed-stack worker: --model and --socket are required\n"},
 		{[]string{"--model", "m", "--socket", "s", "--task", "classify"}, 2, "embed-stack worker: --task \"classify\" is not one of embed, rerank\n"},
+		{[]string{"--model", "m", "--socket", "s", "--pooling", "max"}, 2, "embed-stack worker: --pooling \"max\" is not one of mean, cls, last\n"},
 		{[]string{"--model", "m", "--socket", "s", "--buckets", "256,x"}, 2, "embed-stack worker: --buckets: \"x\" is not a positive number of tokens\n"},
 		{[]string{"--nope"}, 2, "embed-stack worker: unknown flag --nope\n" + usage},
 		{[]string{"--sokcet", "s"}, 2, "embed-stack worker: unknown flag --sokcet; did you mean --socket?\n" + usage},

@@ -21,16 +21,25 @@ import (
 // named (and documented in server/openapi.json).
 type infoResponse struct {
 	Models []struct {
-		ID                  string   `json:"id"`
-		Aliases             []string `json:"aliases"`
-		Task                string   `json:"task"`
-		Source              string   `json:"source"`
-		File                string   `json:"file"`
-		SizeBytes           int64    `json:"size_bytes"`
-		Quantization        string   `json:"quantization"`
-		Architecture        string   `json:"architecture"`
-		SHA256              *string  `json:"sha256"`
-		Pooling             string   `json:"pooling"`
+		ID            string   `json:"id"`
+		Aliases       []string `json:"aliases"`
+		Task          string   `json:"task"`
+		Source        string   `json:"source"`
+		File          string   `json:"file"`
+		SizeBytes     int64    `json:"size_bytes"`
+		Quantization  string   `json:"quantization"`
+		Architecture  string   `json:"architecture"`
+		SHA256        *string  `json:"sha256"`
+		ContextLength int      `json:"context_length"`
+		Tokenizer     string   `json:"tokenizer"`
+		SpecialTokens string   `json:"special_tokens"`
+		Pooling       string   `json:"pooling"`
+		Prompts       struct {
+			Family      string `json:"family"`
+			Query       string `json:"query"`
+			Document    string `json:"document"`
+			Instruction string `json:"instruction"`
+		} `json:"prompts"`
 		OutputTypes         []string `json:"output_types"`
 		Dimensions          int      `json:"dimensions"`
 		MinDimensions       int      `json:"min_dimensions"`
@@ -97,6 +106,12 @@ func TestInfo(t *testing.T) {
 	}
 	if info.CPUVariant == "" {
 		t.Errorf("cpu_variant is empty: the warm worker is ready, so it names its CPU kernels")
+	}
+	// What the model is and how its inputs are made (issue 25): Qwen3's context,
+	// BPE vocabulary, closing <|endoftext|> and instruction wrapping.
+	if m.ContextLength != 32768 || m.Tokenizer != "BPE" || m.SpecialTokens != "<|endoftext|>" || m.Prompts.Family != "qwen3" ||
+		m.Prompts.Query != "Instruct: {instruction}\nQuery:" || m.Prompts.Document != "" || m.Prompts.Instruction == "" {
+		t.Errorf("model %+v: want context 32768, BPE, <|endoftext|> and the qwen3 prompts", m)
 	}
 	if strings.Join(m.OutputTypes, ",") != "float,base64,int8,uint8,binary,ubinary" {
 		t.Errorf("output_types %v", m.OutputTypes)

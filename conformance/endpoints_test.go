@@ -71,6 +71,12 @@ func TestModels(t *testing.T) {
 		OwnedBy string `json:"owned_by"`
 		Root    string `json:"root"`
 		Task    string `json:"task"`
+		// What the model is (issue 25).
+		Architecture  string `json:"architecture"`
+		Pooling       string `json:"pooling"`
+		Dimensions    int    `json:"dimensions"`
+		ContextLength int    `json:"context_length"`
+		Tokenizer     string `json:"tokenizer"`
 	}
 	var list struct {
 		Object string  `json:"object"`
@@ -82,8 +88,9 @@ func TestModels(t *testing.T) {
 	}
 	first := list.Data[0]
 	now := time.Now().Unix()
-	if first.ID == "" || first.Object != "model" || first.OwnedBy == "" || first.Created <= 0 || first.Created > now || first.Root != first.ID || first.Task != "embedding" {
-		t.Errorf("model entry %+v: want a non-empty id, object model, an owner, a past creation time, itself as root, task embedding", first)
+	if first.ID == "" || first.Object != "model" || first.OwnedBy == "" || first.Created <= 0 || first.Created > now || first.Root != first.ID || first.Task != "embedding" ||
+		first.Architecture != "qwen3" || first.Pooling != "last" || first.Dimensions != 64 || first.ContextLength != 32768 || first.Tokenizer != "BPE" {
+		t.Errorf("model entry %+v: want a non-empty id, object model, an owner, a past creation time, itself as root, task embedding, and the tiny Qwen3's architecture, pooling, dimensions, context and tokenizer", first)
 	}
 
 	got, err := s.client(nil).GetModel(ctx(t), first.ID)

@@ -142,26 +142,25 @@ func TestQuoted503(t *testing.T) {
 	t.Fatal("the warm worker was ready before the first request in 5 attempts; no 503 to check")
 }
 
-// TestQuotedPoolingRefusal: serve refuses a mean-pooling GGUF with the page's words and
-// names the override.
+// TestQuotedPoolingRefusal: serve refuses a Qwen3 GGUF that declares no pooling
+// (a chat model) with the page's words and names the override.
 func TestQuotedPoolingRefusal(t *testing.T) {
 	doc := page(t)
-	const quote = "declares pooling type 1 (mean)"
-	if !strings.Contains(doc, quote) || !strings.Contains(doc, "--allow-pooling-mismatch") {
-		t.Fatalf("troubleshooting.md does not quote %q with --allow-pooling-mismatch", quote)
+	const quote = "declares no pooling type"
+	if !strings.Contains(doc, quote) || !strings.Contains(doc, "--pooling last") {
+		t.Fatalf("troubleshooting.md does not quote %q with --pooling last", quote)
 	}
 	bin, _ := e2e.Paths(t)
 	w := gguf.NewWriter()
 	w.AddKV("general.architecture", "qwen3")
 	w.AddKV("qwen3.embedding_length", uint32(64))
 	w.AddKV("qwen3.context_length", uint32(32768))
-	w.AddKV("qwen3.pooling_type", uint32(1))
-	path := filepath.Join(t.TempDir(), "mean.gguf")
+	path := filepath.Join(t.TempDir(), "chat.gguf")
 	if err := w.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "serve", "--model", path, "--addr", e2e.FreeAddr(t)).CombinedOutput()
-	if e2e.ExitCode(err) != 1 || !strings.Contains(string(out), quote) || !regexp.MustCompile(`Pass --allow-pooling-mismatch`).Match(out) {
+	if e2e.ExitCode(err) != 1 || !strings.Contains(string(out), quote) || !regexp.MustCompile(`Pass --pooling last, mean or cls`).Match(out) {
 		t.Fatalf("exit %v, output:\n%s\nwant exit 1 with %q and the override", err, out, quote)
 	}
 }

@@ -3,6 +3,7 @@ package gguf
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Metadata keys of a model's header, spelt as llama.cpp's LLM_KV table spells them
@@ -10,6 +11,7 @@ import (
 const (
 	KeyArchitecture   = "general.architecture"
 	KeyName           = "general.name"
+	KeyBaseName       = "general.basename"
 	KeyTokenizerModel = "tokenizer.ggml.model"
 	KeyTokens         = "tokenizer.ggml.tokens"
 	KeyEOSTokenID     = "tokenizer.ggml.eos_token_id"
@@ -86,6 +88,17 @@ func (p Pooling) String() string {
 	return "unknown"
 }
 
+// ParsePooling reads a pooling type by the name String gives it: "none", "mean",
+// "cls", "last" or "rank" (case-insensitive).
+func ParsePooling(s string) (Pooling, error) {
+	for p := PoolingNone; p <= PoolingRank; p++ {
+		if strings.EqualFold(s, p.String()) {
+			return p, nil
+		}
+	}
+	return PoolingUnspecified, fmt.Errorf("pooling %q is not one of none, mean, cls, last, rank", s)
+}
+
 // VocabType is a model's tokenizer algorithm: the value of tokenizer.ggml.model,
 // spelt as llama.cpp's converter writes it (llama-vocab.cpp maps these to its enum
 // llama_vocab_type). A value none of the constants name is kept as written.
@@ -109,6 +122,23 @@ const (
 	VocabPLaMo2 VocabType = "plamo2"
 )
 
+// Algorithm names the tokenizer algorithm as Hugging Face's tokenizers does: "BPE"
+// (byte-level), "WordPiece", "Unigram", "SentencePiece BPE"; the value as written
+// for another.
+func (v VocabType) Algorithm() string {
+	switch v {
+	case VocabBPE:
+		return "BPE"
+	case VocabWPM:
+		return "WordPiece"
+	case VocabUGM:
+		return "Unigram"
+	case VocabSPM:
+		return "SentencePiece BPE"
+	}
+	return string(v)
+}
+
 // Known reports whether llama.cpp can load a vocabulary of this type.
 func (v VocabType) Known() bool {
 	switch v {
@@ -129,8 +159,10 @@ type Shape struct {
 	// Architecture is general.architecture ("qwen3"); the hyperparameter keys are
 	// prefixed with it. The only key Shape requires.
 	Architecture string
-	// Name is general.name ("Qwen3 Embedding 0.6B"); "" when absent.
-	Name string
+	// Name is general.name ("Qwen3 Embedding 0.6B"), and BaseName
+	// general.basename ("Qwen3-Embedding"), which llama.cpp's converter writes
+	// from the Hugging Face repository's name; "" when absent.
+	Name, BaseName string
 
 	// ContextLength is the training context in tokens; 0 when absent.
 	ContextLength int
@@ -268,6 +300,7 @@ func (f *File) Shape() (Shape, error) {
 		return func(key string) (e error) { *dst, e = f.Float32(key); return e }
 	}
 	optional(KeyName, func(key string) (e error) { s.Name, e = f.String(key); return e })
+	optional(KeyBaseName, func(key string) (e error) { s.BaseName, e = f.String(key); return e })
 	for _, k := range []struct {
 		name string
 		dst  *int

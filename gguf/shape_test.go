@@ -169,3 +169,16 @@ func TestPoolingString(t *testing.T) {
 		t.Error("VocabType.Known")
 	}
 }
+
+func TestParsePooling(t *testing.T) {
+	for s, want := range map[string]Pooling{"none": PoolingNone, "mean": PoolingMean, "CLS": PoolingCLS, "last": PoolingLast, "rank": PoolingRank} {
+		if got, err := ParsePooling(s); err != nil || got != want {
+			t.Errorf("ParsePooling(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "unspecified", "unknown", "max", "lasttoken"} {
+		if _, err := ParsePooling(s); err == nil || err.Error() != `pooling "`+s+`" is not one of none, mean, cls, last, rank` {
+			t.Errorf("ParsePooling(%q): %v", s, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 	"github.com/embed-stack/embed-stack/tokenizer"
@@ -41,7 +42,10 @@ func writeFactsGGUF(t *testing.T, kv map[string]any, classifier bool) string {
 }
 
 func TestRead(t *testing.T) {
-	base := Facts{Name: "qwen3-embedding-0.6b", Dim: 1024, TrainContext: 32768, EOS: 151643}
+	qwen3, _ := family.Lookup("qwen3")
+	qwen3Prompts, _ := family.PromptsNamed("qwen3")
+	base := Facts{Name: "qwen3-embedding-0.6b", Arch: qwen3, Dim: 1024, TrainContext: 32768, MaxTokens: 32768, EOS: 151643,
+		Prompts: qwen3Prompts, Pooling: gguf.PoolingLast, DeclaredPooling: gguf.PoolingLast, PoolingFrom: "model"}
 	with := func(change func(*Facts)) Facts {
 		f := base
 		change(&f)
@@ -51,32 +55,42 @@ func TestRead(t *testing.T) {
 		name       string
 		kv         map[string]any
 		classifier bool
-		allow      bool
-		task       string
+		o          Options
 		want       Facts
 		wantErr    string
 	}{
-		{name: "last-token pooling", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, want: with(func(f *Facts) { f.Pooling = gguf.PoolingLast })},
-		{name: "no pooling declared", want: with(func(f *Facts) { f.Pooling = gguf.PoolingUnspecified })},
-		{name: "mean pooling refused", kv: map[string]any{"qwen3.pooling_type": uint32(1)},
-			wantErr: "declares pooling type 1 (mean); embed-stack computes last-token (3) pooling, as Qwen3-Embedding uses. Pass --allow-pooling-mismatch"},
-		{name: "cls pooling refused", kv: map[string]any{"qwen3.pooling_type": uint32(2)}, wantErr: "declares pooling type 2 (cls)"},
-		{name: "mean pooling allowed", kv: map[string]any{"qwen3.pooling_type": uint32(1)}, allow: true,
-			want: with(func(f *Facts) { f.Pooling, f.PoolingMismatch = gguf.PoolingMean, true })},
+		{name: "last-token pooling", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, want: base},
+		{name: "no pooling declared: a chat model", wantErr: `it declares no pooling type (qwen3.pooling_type), so it is not known how its vectors are made: a decoder-only chat model has none, and a qwen3 embedding model should (Qwen3-Embedding's GGUFs declare last). Pass --pooling last, mean or cls to serve it all the same`},
+		{name: "no pooling declared, --pooling last", o: Options{Pooling: "last"},
+			want: with(func(f *Facts) { f.DeclaredPooling, f.PoolingFrom = gguf.PoolingUnspecified, "--pooling" })},
+		{name: "pooling none declared", kv: map[string]any{"qwen3.pooling_type": uint32(0)}, wantErr: "it declares pooling type 0 (none: one vector per token) (qwen3.pooling_type)"},
+		{name: "mean pooling declared", kv: map[string]any{"qwen3.pooling_type": uint32(1)},
+			want: with(func(f *Facts) { f.Pooling, f.DeclaredPooling = gguf.PoolingMean, gguf.PoolingMean })},
+		{name: "cls pooling overridden", kv: map[string]any{"qwen3.pooling_type": uint32(2)}, o: Options{Pooling: "last"},
+			want: with(func(f *Facts) { f.DeclaredPooling, f.PoolingFrom = gguf.PoolingCLS, "--pooling" })},
+		{name: "mean pooling, --allow-pooling-mismatch", kv: map[string]any{"qwen3.pooling_type": uint32(1)}, o: Options{AllowPoolingMismatch: true},
+			want: with(func(f *Facts) { f.DeclaredPooling, f.PoolingFrom = gguf.PoolingMean, "--pooling" })},
+		{name: "unknown pooling number", kv: map[string]any{"qwen3.pooling_type": uint32(7)}, wantErr: "it declares pooling type 7 (unknown); embed-stack pools mean, cls or last. Pass --pooling"},
+		{name: "bad --pooling", o: Options{Pooling: "max"}, wantErr: `--pooling "max" is not one of mean, cls, last`},
 		{name: "rank pooling is a reranker", kv: map[string]any{"qwen3.pooling_type": uint32(4)},
-			want: with(func(f *Facts) { f.Pooling, f.Rerank = gguf.PoolingRank, true })},
-		{name: "rank pooling served as embeddings", kv: map[string]any{"qwen3.pooling_type": uint32(4)}, task: "embed", wantErr: "declares pooling type 4 (rank)"},
-		{name: "a classifier head is a reranker", classifier: true, want: with(func(f *Facts) { f.Pooling, f.Rerank = gguf.PoolingUnspecified, true })},
-		{name: "task rerank without a head", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, task: "rerank",
-			want: with(func(f *Facts) { f.Pooling, f.Rerank = gguf.PoolingLast, true })},
-		{name: "unknown task", task: "classify", wantErr: `--task "classify" is not one of auto, embed, rerank`},
+			want: with(func(f *Facts) { f.DeclaredPooling, f.Rerank = gguf.PoolingRank, true })},
+		{name: "rank pooling served as embeddings", kv: map[string]any{"qwen3.pooling_type": uint32(4)}, o: Options{Task: "embed"}, wantErr: "it declares pooling type 4 (rank)"},
+		{name: "a classifier head is a reranker", classifier: true,
+			want: with(func(f *Facts) { f.DeclaredPooling, f.Rerank = gguf.PoolingUnspecified, true })},
+		{name: "task rerank without a head", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, o: Options{Task: "rerank"},
+			want: with(func(f *Facts) { f.Rerank = true })},
+		{name: "unknown task", o: Options{Task: "classify"}, wantErr: `--task "classify" is not one of auto, embed, rerank`},
 		{name: "other eos id", kv: map[string]any{"tokenizer.ggml.eos_token_id": uint32(151645), "qwen3.pooling_type": uint32(3)},
-			want: with(func(f *Facts) { f.Pooling, f.EOS = gguf.PoolingLast, 151645 })},
+			want: with(func(f *Facts) { f.EOS = 151645 })},
+		{name: "prompts named", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, o: Options{Prompts: "none"},
+			want: with(func(f *Facts) { f.Prompts, _ = family.PromptsNamed("none") })},
+		{name: "unknown prompts", kv: map[string]any{"qwen3.pooling_type": uint32(3)}, o: Options{Prompts: "bert"},
+			wantErr: `--prompts "bert" is not one of auto, qwen3, nomic, e5, e5-instruct, bge, bge-zh, arctic-v2, gemma, jina-v3, none`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFactsGGUF(t, tt.kv, tt.classifier)
-			got, err := Read(path, Options{Task: tt.task, AllowPoolingMismatch: tt.allow})
+			got, err := Read(path, tt.o)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "model "+path) {
 					t.Fatalf("err = %v, want it to name the model and contain %q", err, tt.wantErr)
@@ -89,11 +103,111 @@ func TestRead(t *testing.T) {
 			if got.Path != path || got.Shape.Architecture != "qwen3" {
 				t.Errorf("path %q, shape %+v", got.Path, got.Shape)
 			}
-			got.Path, got.Shape = "", gguf.Shape{}
+			got.Path, got.Shape, got.Vocab = "", gguf.Shape{}, ""
 			if !reflect.DeepEqual(*got, tt.want) {
 				t.Errorf("facts = %+v, want %+v", *got, tt.want)
 			}
 		})
+	}
+}
+
+// writeArchGGUF writes the header of a model of architecture arch with the given
+// name, context, heads and keys.
+func writeArchGGUF(t *testing.T, arch, name string, ctx, heads uint32, kv map[string]any) string {
+	t.Helper()
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", arch)
+	w.AddKV("general.name", name)
+	w.AddKV(arch+".embedding_length", uint32(768))
+	w.AddKV(arch+".context_length", ctx)
+	w.AddKV(arch+".attention.head_count", heads)
+	for k, v := range kv {
+		w.AddKV(k, v)
+	}
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	if err := w.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestReadFamilies: architectures other than Qwen3, their pooling conventions and
+// limits, and the refusals.
+func TestReadFamilies(t *testing.T) {
+	for _, tt := range []struct {
+		arch, name string
+		ctx, heads uint32
+		kv         map[string]any
+		o          Options
+		pooling    gguf.Pooling
+		from       string
+		maxTokens  int
+		prompts    string
+		wantErr    string
+	}{
+		{arch: "bert", name: "all-MiniLM-L6-v2", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(1)},
+			pooling: gguf.PoolingMean, from: "model", maxTokens: 512, prompts: "none"},
+		{arch: "bert", name: "bge-small-en-v1.5", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(2)},
+			pooling: gguf.PoolingCLS, from: "model", maxTokens: 512, prompts: "bge"},
+		{arch: "bert", name: "e5-small-v2", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(1)}, o: Options{Pooling: "cls", Prompts: "none"},
+			pooling: gguf.PoolingCLS, from: "--pooling", maxTokens: 512, prompts: "none"},
+		{arch: "bert", name: "some-bert", ctx: 512, heads: 12, wantErr: "it declares no pooling type (bert.pooling_type)"},
+		{arch: "nomic-bert", name: "nomic-embed-text-v1.5", ctx: 2048, heads: 12,
+			pooling: gguf.PoolingMean, from: "family", maxTokens: 2048, prompts: "nomic"},
+		// 8192 tokens of 12 heads do not fit one call's 512 MiB of scores.
+		{arch: "jina-bert-v2", name: "jina-embeddings-v2-base-en", ctx: 8192, heads: 12, kv: map[string]any{"jina-bert-v2.pooling_type": uint32(1)},
+			pooling: gguf.PoolingMean, from: "model", maxTokens: 3328, prompts: "none"},
+		{arch: "t5encoder", name: "sentence-t5", heads: 12, kv: map[string]any{"t5encoder.pooling_type": uint32(1)},
+			pooling: gguf.PoolingMean, from: "model", maxTokens: 512, prompts: "none"},
+		{arch: "llama", name: "Llama 3.2 1B Instruct", ctx: 131072, heads: 32,
+			wantErr: `its architecture "llama" is not one embed-stack serves (qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, t5encoder); a decoder-only model can be served as an embedding model all the same with --pooling last, mean or cls`},
+		{arch: "llama", name: "e5-mistral-7b-instruct", ctx: 32768, heads: 32, o: Options{Pooling: "last"},
+			pooling: gguf.PoolingLast, from: "--pooling", maxTokens: 32768, prompts: "e5-instruct"},
+		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)},
+			wantErr: "it is a bert reranker (rank pooling or a classifier head: a cross-encoder such as bge-reranker); embed-stack reranks with Qwen3-Reranker models only. Pass --task embed"},
+		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)}, o: Options{Task: "embed", Pooling: "cls"},
+			pooling: gguf.PoolingCLS, from: "--pooling", maxTokens: 512, prompts: "none"},
+	} {
+		t.Run(tt.arch+"/"+tt.name, func(t *testing.T) {
+			path := writeArchGGUF(t, tt.arch, tt.name, tt.ctx, tt.heads, tt.kv)
+			f, err := Read(path, tt.o)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Pooling != tt.pooling || f.PoolingFrom != tt.from || f.MaxTokens != tt.maxTokens || f.Prompts.Name != tt.prompts || f.Arch.Name != tt.arch {
+				t.Errorf("facts: pooling %s from %s, max tokens %d, prompts %s, arch %+v; want %s from %s, %d, %s",
+					f.Pooling, f.PoolingFrom, f.MaxTokens, f.Prompts.Name, f.Arch, tt.pooling, tt.from, tt.maxTokens, tt.prompts)
+			}
+		})
+	}
+}
+
+// TestWorkerPooling: a worker is told the pooling only where its default (the
+// header's, else last) differs.
+func TestWorkerPooling(t *testing.T) {
+	for _, tt := range []struct {
+		declared, pooling gguf.Pooling
+		rerank            bool
+		want              string
+	}{
+		{gguf.PoolingLast, gguf.PoolingLast, false, ""},
+		{gguf.PoolingMean, gguf.PoolingMean, false, ""},
+		{gguf.PoolingUnspecified, gguf.PoolingMean, false, "mean"},
+		{gguf.PoolingUnspecified, gguf.PoolingLast, false, ""},
+		{gguf.PoolingMean, gguf.PoolingCLS, false, "cls"},
+		{gguf.PoolingCLS, gguf.PoolingLast, false, "last"},
+		{gguf.PoolingRank, gguf.PoolingLast, true, ""},
+	} {
+		f := Facts{DeclaredPooling: tt.declared, Pooling: tt.pooling, Rerank: tt.rerank}
+		if got := f.WorkerPooling(); got != tt.want {
+			t.Errorf("declared %s, pooling %s: WorkerPooling %q, want %q", tt.declared, tt.pooling, got, tt.want)
+		}
 	}
 }
 
@@ -147,7 +261,7 @@ func TestKVBytesPerToken(t *testing.T) {
 			t.Errorf("KVBytesPerToken(%s) = %d, %v; want %d", tt.model, got, err, tt.want)
 		}
 	}
-	path := writeFactsGGUF(t, nil, false)
+	path := writeFactsGGUF(t, map[string]any{"qwen3.pooling_type": uint32(3)}, false)
 	f, err := Read(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -227,4 +341,43 @@ func swappedTokenizer(t *testing.T, path, a, b string) *tokenizer.Tokenizer {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// TestFrame: the special tokens of each generated model's vocabulary, as its
+// Hugging Face tokenizer's post-processor adds them: BERT's [CLS] text [SEP],
+// XLM-R's <s> text </s>, Qwen3's text <|endoftext|>.
+func TestFrame(t *testing.T) {
+	root := testrepo.RootOf(t)
+	for _, tt := range []struct {
+		model      string
+		head, tail []int32
+		text       string
+	}{
+		{"models/bert-tiny.gguf", []int32{101}, []int32{102}, "[CLS] and [SEP]"},
+		{"models/xlmr-tiny.gguf", []int32{0}, []int32{2}, "<s> and </s>"},
+		{"models/minilm-f32.gguf", []int32{101}, []int32{102}, "[CLS] and [SEP]"},
+		{"models/tiny.gguf", nil, []int32{151643}, "<|endoftext|>"},
+	} {
+		t.Run(tt.model, func(t *testing.T) {
+			path := filepath.Join(root, tt.model)
+			if _, err := os.Stat(path); err != nil {
+				t.Skipf("%s absent (make models)", tt.model)
+			}
+			f, err := Read(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := tokenizer.FromGGUF(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr, err := f.Frame(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(fr.Head, tt.head) || !slices.Equal(fr.Tail, tt.tail) || fr.Text != tt.text {
+				t.Errorf("Frame = %+v, want head %v, tail %v, %q", fr, tt.head, tt.tail, tt.text)
+			}
+		})
+	}
 }

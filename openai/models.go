@@ -1,7 +1,9 @@
 package openai
 
-// Model is one entry of GET /v1/models: OpenAI's four fields, plus what a client of a
-// server with several kinds of model needs to tell them apart.
+// Model is one entry of GET /v1/models: OpenAI's four fields, what a client of a
+// server with several kinds of model needs to tell them apart, and embed-stack's
+// description of the model (ModelMeta; clients ignore fields they do not know, as
+// they do vLLM's max_model_len).
 type Model struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
@@ -12,6 +14,22 @@ type Model struct {
 	Root string `json:"root"`
 	// Task is what the model does: "embedding" or "rerank".
 	Task string `json:"task"`
+	ModelMeta
+}
+
+// ModelMeta describes a served model: its architecture and pooling, its native
+// dimensions, context and tokenizer. Empty fields are left out.
+type ModelMeta struct {
+	// Architecture is the GGUF's general.architecture: "qwen3", "bert".
+	Architecture string `json:"architecture,omitempty"`
+	// Pooling is how a vector is made of the token states: "mean", "cls", "last".
+	Pooling string `json:"pooling,omitempty"`
+	// Dimensions is the native embedding size.
+	Dimensions int `json:"dimensions,omitempty"`
+	// ContextLength is the model's context (its training context) in tokens.
+	ContextLength int `json:"context_length,omitempty"`
+	// Tokenizer is the tokenizer algorithm: "BPE", "WordPiece", "Unigram".
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

@@ -23,3 +23,13 @@ func (r *Router) Limits() Limits {
 		MaxInstructionBytes: c.maxInstructionLen(),
 	}
 }
+
+// DefaultInstruction is the instruction a query gets when its request gives none
+// (Config.DefaultInstruction, else the prompts'); "" where the query prompt takes
+// none.
+func (r *Router) DefaultInstruction() string {
+	if !r.Config.Prompts.TakesInstruction() {
+		return ""
+	}
+	return r.Config.instruction()
+}

@@ -100,8 +100,8 @@ type Config struct {
 	MaxInputs int
 	// MaxTotalTokens per request, summed over inputs after wrapping; 0 = 300000.
 	MaxTotalTokens int
-	// MaxInputTokens per input after wrapping, EOS included; 0 = 32768 (the model's
-	// training context).
+	// MaxInputTokens per input after wrapping, the Frame's tokens included; 0 =
+	// 32768 (Qwen3-Embedding's training context).
 	MaxInputTokens int
 	// WarmMaxTokens is the longest input the warm worker takes; longer ones go to an
 	// ephemeral worker. 0 = 8192.
@@ -140,8 +140,14 @@ type Config struct {
 	// DefaultInputType applies when the request names none.
 	DefaultInputType InputType
 	// DefaultInstruction is the query task when the request gives none; "" =
-	// DefaultInstruction.
+	// Prompts.Instruction.
 	DefaultInstruction string
+	// Prompts are the model family's query and document prompts; the zero value is
+	// Qwen3-Embedding's (Qwen3Prompts).
+	Prompts Prompts
+	// Frame is the special tokens around every input; the zero value is
+	// Qwen3-Embedding's <|endoftext|> after the text (Qwen3Frame).
+	Frame Frame
 	// TokenIDs is the token-id input policy.
 	TokenIDs TokenIDMode
 	// Model is the name the model is served under (its id in GET /v1/models), the
@@ -184,6 +190,13 @@ func (c Config) instructionOr(given *string) (string, error) {
 	if given == nil {
 		return c.instruction(), nil
 	}
+	if !c.Prompts.TakesInstruction() {
+		p := c.Prompts.orQwen3()
+		if p.Query == "" {
+			return "", inputErr("instruction", -1, CodeInvalidValue, "This model takes no instruction: its prompt convention (%s) puts nothing before a query. Omit 'instruction', or give the model a query prompt with %s (--query-prompt).", p.Family, InstructionPlaceholder)
+		}
+		return "", inputErr("instruction", -1, CodeInvalidValue, "This model's query prompt (%s: %q) takes no instruction; omit 'instruction', or give the model a query prompt with %s (--query-prompt).", p.Family, p.Query, InstructionPlaceholder)
+	}
 	instruction := strings.TrimSpace(*given)
 	if instruction == "" {
 		return "", inputErr("instruction", -1, CodeInvalidValue, "'instruction' must not be empty; omit it to use the default task.")
@@ -196,7 +209,7 @@ func (c Config) instructionOr(given *string) (string, error) {
 
 func (c Config) instruction() string {
 	if c.DefaultInstruction == "" {
-		return DefaultInstruction
+		return c.Prompts.orQwen3().Instruction
 	}
 	return c.DefaultInstruction
 }
@@ -243,7 +256,7 @@ func (req *Request) names() (field string, item func(int) string) {
 // Result is the vectors in input order and the tokens embedded.
 type Result struct {
 	Vectors [][]float32
-	// Tokens is the number of tokens embedded: wrapping and EOS included.
+	// Tokens is the number of tokens embedded: prompts and the Frame included.
 	Tokens int
 	// Cached says the router has a cache and consulted it; CachedTokens are the
 	// tokens of the inputs it answered (counted in Tokens too), as OpenAI's
@@ -347,7 +360,7 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	seqs := make([][]int32, 0, n)
 	total := 0
 	add := func(i int, seq []int32, complete bool) error {
-		seq = append(seq, EOS)
+		seq = c.Frame.around(seq)
 		if !complete {
 			return inputErr("input", i, CodeContextLength,
 				"This model's maximum context length is %d tokens, however you requested more than %d tokens (more than %d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
@@ -382,16 +395,16 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 			wrap.End(err)
 			return nil, err
 		}
-		wrapped[i] = Wrap(typ, instruction, text)
+		wrapped[i] = c.Prompts.Wrap(typ, instruction, text)
 	}
 	wrap.End(nil)
 	_, tok := stage.Start(ctx, tr, "routing.tokenize")
 	err = func() error {
 		for i, text := range wrapped {
 			seq, complete := r.encode(text)
-			if req.Truncate != NoTruncation && (!complete || len(seq) >= r.inputLimit()) {
+			if req.Truncate != NoTruncation && (!complete || len(seq)+c.Frame.Len() > r.inputLimit()) {
 				var err error
-				if seq, err = r.truncateText(i, typ, instruction, req.Texts[i], r.inputLimit()-1, req.Truncate); err != nil {
+				if seq, err = r.truncateText(i, typ, instruction, req.Texts[i], r.inputLimit()-c.Frame.Len(), req.Truncate); err != nil {
 					return err
 				}
 				complete = true
@@ -405,8 +418,8 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 		}
 		// Token-id inputs are decoded and wrapped here, input by input.
 		var prefix []int32
-		if typ == Query && c.TokenIDs == TokenIDsNative {
-			prefix = r.Tokenizer.Encode(queryPrefix(instruction))
+		if p := c.Prompts.Prefix(typ, instruction); p != "" && c.TokenIDs == TokenIDsNative {
+			prefix = r.Tokenizer.Encode(p)
 		}
 		for i, ids := range req.TokenIDs {
 			seq, complete, err := r.fromTokenIDs(i, ids, typ, instruction, prefix, req.Truncate)
@@ -440,7 +453,7 @@ func (r *Router) encode(text string) (ids []int32, complete bool) {
 // fromTokenIDs applies the token-id policy to input i.
 // With truncation, an input over the limit is shortened: native ids by dropping
 // ids (the query prefix kept), cl100k ids as the text they decode to.
-func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, queryPrefix []int32, trunc Truncation) ([]int32, bool, error) {
+func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction string, prompt []int32, trunc Truncation) ([]int32, bool, error) {
 	if len(ids) == 0 {
 		return nil, false, inputErr("input", i, CodeEmptyInput, "input %d is an empty array of token ids.", i)
 	}
@@ -449,26 +462,27 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 		return nil, false, inputErr("input", i, CodeTokenIDsRefused, "This server does not accept token ids as input (--token-ids=reject); send text instead.")
 	case TokenIDsNative:
 		vocab := int64(r.Tokenizer.VocabSize())
-		seq := make([]int32, 0, len(queryPrefix)+len(ids)+1)
-		seq = append(seq, queryPrefix...)
+		frame := r.Config.Frame
+		seq := make([]int32, 0, len(prompt)+len(ids)+frame.Len())
+		seq = append(seq, prompt...)
 		for j, id := range ids {
 			if id < 0 || id >= vocab {
 				return nil, false, inputErr("input", i, CodeInvalidTokenID, "input %d holds token id %d at position %d; valid ids are 0 to %d.", i, id, j, vocab-1)
 			}
 			seq = append(seq, int32(id))
 		}
-		if over := len(seq) + 1 - r.inputLimit(); trunc != NoTruncation && over > 0 {
-			user := seq[len(queryPrefix):]
+		if over := len(seq) + frame.Len() - r.inputLimit(); trunc != NoTruncation && over > 0 {
+			user := seq[len(prompt):]
 			if over >= len(user) {
 				return nil, false, inputErr("input", i, CodeContextLength,
-					"input %d cannot be truncated to %d tokens and keep any of its ids: the wrapping alone (instruction prefix and <|endoftext|>) takes %d.", i, r.inputLimit(), len(queryPrefix)+1)
+					"input %d cannot be truncated to %d tokens and keep any of its ids: the wrapping alone (the prompt and %s) takes %d.", i, r.inputLimit(), frame.orQwen3().Text, len(prompt)+frame.Len())
 			}
 			if trunc == TruncateStart {
 				user = user[over:]
 			} else {
 				user = user[:len(user)-over]
 			}
-			seq = append(seq[:len(queryPrefix):len(queryPrefix)], user...)
+			seq = append(seq[:len(prompt):len(prompt)], user...)
 		}
 		return seq, true, nil
 	}
@@ -479,9 +493,9 @@ func (r *Router) fromTokenIDs(i int, ids []int64, typ InputType, instruction str
 	if text == "" {
 		return nil, false, inputErr("input", i, CodeEmptyInput, "input %d decodes to an empty string.", i)
 	}
-	seq, complete := r.encode(Wrap(typ, instruction, text))
-	if trunc != NoTruncation && (!complete || len(seq) >= r.inputLimit()) {
-		seq, err := r.truncateText(i, typ, instruction, text, r.inputLimit()-1, trunc)
+	seq, complete := r.encode(r.Config.Prompts.Wrap(typ, instruction, text))
+	if trunc != NoTruncation && (!complete || len(seq)+r.Config.Frame.Len() > r.inputLimit()) {
+		seq, err := r.truncateText(i, typ, instruction, text, r.inputLimit()-r.Config.Frame.Len(), trunc)
 		return seq, true, err
 	}
 	return seq, complete, nil

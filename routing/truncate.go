@@ -14,7 +14,7 @@ const (
 	TruncateStart
 )
 
-// inputLimit is the most tokens one input may have, EOS included.
+// inputLimit is the most tokens one input may have, the Frame's included.
 func (r *Router) inputLimit() int {
 	if r.Long == nil {
 		return min(r.Config.maxInputTokens(), r.Config.warmMaxTokens())
@@ -22,11 +22,11 @@ func (r *Router) inputLimit() int {
 	return r.Config.maxInputTokens()
 }
 
-// truncateText returns the tokens (without EOS) of the longest part of text, cut
+// truncateText returns the tokens (without the Frame) of the longest part of text, cut
 // between two characters, that fits in max tokens once wrapped: its beginning for
 // TruncateEnd, its end for TruncateStart. What is embedded is then exactly what
 // embedding that shorter text would embed: the instruction prefix stays whole, the
-// caller's EOS closes it, and the token count is that of the shorter text.
+// caller's Frame closes it, and the token count is that of the shorter text.
 //
 // Cutting text rather than token ids keeps that equality: a BPE token sequence cut
 // in the middle of a word is not always the tokenization of any text. The cut is
@@ -40,7 +40,8 @@ func (r *Router) truncateText(i int, typ InputType, instruction, text string, ma
 		}
 		return text[:cut]
 	}
-	encode := func(cut int) []int32 { return r.Tokenizer.Encode(Wrap(typ, instruction, part(cut))) }
+	prompts := r.Config.Prompts
+	encode := func(cut int) []int32 { return r.Tokenizer.Encode(prompts.Wrap(typ, instruction, part(cut))) }
 	// Cut points are character starts plus len(text). For TruncateEnd a larger cut
 	// keeps more, for TruncateStart a smaller one: fits is monotone in the index
 	// of the cut point so that bisection finds the boundary.
@@ -70,9 +71,10 @@ func (r *Router) truncateText(i int, typ InputType, instruction, text string, ma
 		}
 	}
 	if lo == 0 {
-		kept := len(r.Tokenizer.Encode(Wrap(typ, instruction, "")))
+		frame := r.Config.Frame
+		kept := len(r.Tokenizer.Encode(prompts.Wrap(typ, instruction, "")))
 		return nil, inputErr("input", i, CodeContextLength,
-			"input %d cannot be truncated to %d tokens and keep any of its text: the wrapping alone (instruction prefix and <|endoftext|>) takes %d.", i, max+1, kept+1)
+			"input %d cannot be truncated to %d tokens and keep any of its text: the wrapping alone (the prompt and %s) takes %d.", i, max+frame.Len(), frame.orQwen3().Text, kept+frame.Len())
 	}
 	return best, nil
 }

@@ -77,7 +77,7 @@ func TestTruncateRefusesWhenNothingFits(t *testing.T) {
 		r, _, _ := newRouter(Config{MaxInputTokens: 20, TokenIDs: TokenIDsNative})
 		_, err := r.Prepare(&req)
 		var ie *InputError
-		if !errors.As(err, &ie) || ie.Code != CodeContextLength || ie.Param != "input" || !strings.Contains(ie.Message, "the wrapping alone (instruction prefix and <|endoftext|>) takes 48") {
+		if !errors.As(err, &ie) || ie.Code != CodeContextLength || ie.Param != "input" || !strings.Contains(ie.Message, "the wrapping alone (the prompt and <|endoftext|>) takes 48") {
 			t.Errorf("%+v: error %v", req, err)
 		}
 	}

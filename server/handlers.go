@@ -82,7 +82,9 @@ func (s *Server) models() []openai.Model {
 	var ms []openai.Model
 	for _, m := range s.registry() {
 		for _, n := range m.names() {
-			ms = append(ms, openai.NewModel(n, m.ID, s.taskName(&m), s.Config.Created.Unix()))
+			om := openai.NewModel(n, m.ID, s.taskName(&m), s.Config.Created.Unix())
+			om.ModelMeta = m.Meta
+			ms = append(ms, om)
 		}
 	}
 	return ms
@@ -107,12 +109,17 @@ func (s *Server) getModel(c *gin.Context) {
 		writeError(c, modelNotFound(name))
 		return
 	}
-	c.JSON(http.StatusOK, openai.NewModel(name, m.ID, s.taskName(m), s.Config.Created.Unix()))
+	om := openai.NewModel(name, m.ID, s.taskName(m), s.Config.Created.Unix())
+	om.ModelMeta = m.Meta
+	c.JSON(http.StatusOK, om)
 }
 
 // nativeRequest is the body of POST /embed and POST /tokenize, the seed system's
 // native API. Text is POST /tokenize's single input; POST /embed refuses it.
 type nativeRequest struct {
+	// Model picks one of several served models, as /v1/embeddings' model does
+	// (a :query or :document suffix included); absent, the first embedding model.
+	Model       string   `json:"model"`
 	Texts       []string `json:"texts"`
 	Text        *string  `json:"text"`
 	InputType   string   `json:"input_type"`
@@ -149,30 +156,30 @@ func exactNative(body []byte, nr *nativeRequest) error {
 	return json.Unmarshal(canonical, nr) // the values were valid in body, so they are here
 }
 
-// decodeNative reads a native request; acceptText allows the single "text" of POST
-// /tokenize.
-func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request, bool) {
+// decodeNative reads a native request and picks its model; acceptText allows the
+// single "text" of POST /tokenize.
+func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request, *Model, bool) {
 	body, err := s.readBody(c)
 	if err != nil {
 		writeError(c, err)
-		return nil, false
+		return nil, nil, false
 	}
 	var nr nativeRequest
 	if err := json.Unmarshal(body, &nr); err != nil {
 		writeError(c, &openai.DecodeError{Message: "We could not parse the JSON body of your request: " + err.Error() + "."})
-		return nil, false
+		return nil, nil, false
 	}
 	if err := exactNative(body, &nr); err != nil {
 		writeError(c, err)
-		return nil, false
+		return nil, nil, false
 	}
 	if err := openai.CheckUTF8(body, "texts", textsItem); err != nil {
 		writeError(c, err)
-		return nil, false
+		return nil, nil, false
 	}
 	if err := checkNativeText(nr, acceptText); err != nil {
 		writeError(c, err)
-		return nil, false
+		return nil, nil, false
 	}
 	req := &routing.Request{Texts: nr.Texts, InputType: nr.InputType, Instruction: nr.Instruction, Dimensions: nr.Dimensions, InputField: "texts"}
 	if nr.Text != nil {
@@ -181,26 +188,24 @@ func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request
 	trunc, err := openai.DecodeTruncate(nr.Truncate)
 	if err != nil {
 		writeError(c, err)
-		return nil, false
+		return nil, nil, false
 	}
 	req.Truncate = truncation(trunc)
-	if req.InputType == "" {
-		req.InputType = c.GetHeader(headerInputType)
+	m, suffixType, err := s.resolve(nr.Model, taskEmbed)
+	if err != nil {
+		writeError(c, err)
+		return nil, nil, false
 	}
+	req.InputType = firstNonEmpty(req.InputType, c.GetHeader(headerInputType), suffixType)
 	c.Set(ctxInputs, len(req.Texts))
-	return req, true
+	return req, m, true
 }
 
 // nativeEmbed serves POST /embed: {"texts":[...],"input_type":...,"instruction":...}
 // → {"vectors":[[...]]}, normalised as /v1/embeddings returns them.
 func (s *Server) nativeEmbed(c *gin.Context) {
-	req, ok := s.decodeNative(c, false)
+	req, m, ok := s.decodeNative(c, false)
 	if !ok {
-		return
-	}
-	m, _, err := s.resolve("", taskEmbed)
-	if err != nil {
-		writeError(c, err)
 		return
 	}
 	res, err := m.Embedder.Embed(useModel(c, m), req)
@@ -231,13 +236,8 @@ type tokenizeResult struct {
 // tokenize serves POST /tokenize: {"text": "..."} or {"texts": [...]} with the
 // same input_type/instruction fields as /embed.
 func (s *Server) tokenize(c *gin.Context) {
-	req, ok := s.decodeNative(c, true)
+	req, m, ok := s.decodeNative(c, true)
 	if !ok {
-		return
-	}
-	m, _, err := s.resolve("", taskEmbed)
-	if err != nil {
-		writeError(c, err)
 		return
 	}
 	useModel(c, m)

@@ -19,11 +19,21 @@ type ModelInfo struct {
 	Aliases []string
 	// Task is what the model serves: "embedding" or "rerank".
 	Task string
-	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3; for
-	// an embedding model only.
+	// Pooling is how a sequence becomes one vector: "last" (token) for Qwen3,
+	// "mean" or "cls" for most encoders; for an embedding model only.
 	Pooling string
 	// Reranker describes a reranker's scoring; nil for an embedding model.
 	Reranker *RerankerInfo
+	// ContextLength is the model's context in tokens (its training context, or
+	// what it takes where the GGUF gives none); max_input_tokens is what requests
+	// may send.
+	ContextLength int
+	// Tokenizer is the tokenizer algorithm ("BPE", "WordPiece", "Unigram"), and
+	// SpecialTokens the tokens every input is framed in ("[CLS] and [SEP]").
+	Tokenizer     string
+	SpecialTokens string
+	// Prompts are an embedding model's query and document prompts.
+	Prompts *Prompts
 	routing.Limits
 	// File describes the GGUF: GET /info's source, file, size, quantization,
 	// architecture and sha256, the Ollama probes (GET /api/tags, POST /api/show)
@@ -77,9 +87,13 @@ type modelBody struct {
 	Quantization string   `json:"quantization"`
 	Architecture string   `json:"architecture"`
 	// SHA256 is null until known.
-	SHA256 *string `json:"sha256"`
+	SHA256        *string `json:"sha256"`
+	ContextLength int     `json:"context_length"`
+	Tokenizer     string  `json:"tokenizer"`
+	SpecialTokens string  `json:"special_tokens"`
 
 	Pooling       string   `json:"pooling,omitempty"`
+	Prompts       *Prompts `json:"prompts,omitempty"`
 	OutputTypes   []string `json:"output_types,omitempty"`
 	Dimensions    *int     `json:"dimensions,omitempty"`
 	MinDimensions *int     `json:"min_dimensions,omitempty"`
@@ -97,6 +111,7 @@ func (m ModelInfo) body() modelBody {
 	b := modelBody{
 		ID: m.ID, Aliases: m.Aliases, Task: m.Task, Source: f.Source, File: f.Name, SizeBytes: f.Size,
 		Quantization: f.FileType, Architecture: f.Architecture,
+		ContextLength: m.ContextLength, Tokenizer: m.Tokenizer, SpecialTokens: m.SpecialTokens,
 		MaxInputs: m.MaxInputs, MaxTotalTokens: m.MaxTotalTokens, MaxInputTokens: m.MaxInputTokens,
 		MaxInstructionBytes: m.MaxInstructionBytes,
 	}
@@ -113,8 +128,18 @@ func (m ModelInfo) body() modelBody {
 		return b
 	}
 	dims, minDims := m.Dim, m.MinDimensions
-	b.Pooling, b.OutputTypes, b.Dimensions, b.MinDimensions = m.Pooling, outputTypes, &dims, &minDims
+	b.Pooling, b.Prompts, b.OutputTypes, b.Dimensions, b.MinDimensions = m.Pooling, m.Prompts, outputTypes, &dims, &minDims
 	return b
+}
+
+// Prompts are a model's prompt convention as GET /info shows it: the text before
+// a query ({instruction} where the instruction goes) and a document, and the
+// default instruction.
+type Prompts struct {
+	Family      string `json:"family"`
+	Query       string `json:"query"`
+	Document    string `json:"document"`
+	Instruction string `json:"instruction"`
 }
 
 // Info is the body of GET /info, besides what the server adds itself (its own

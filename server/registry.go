@@ -1,6 +1,10 @@
 package server
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/embed-stack/embed-stack/openai"
+)
 
 // Model is one model served under its names (issue 17: several models behind one
 // address). Server.Models lists them; a request's "model" field picks one.
@@ -16,6 +20,8 @@ type Model struct {
 	// routes 404.
 	Embedder Embedder
 	Reranker Reranker
+	// Meta describes it in GET /v1/models.
+	Meta openai.ModelMeta
 }
 
 // taskName is what m does, as /v1/models and /info name it: "rerank" or "embedding".
@@ -46,7 +52,7 @@ func (s *Server) registry() []Model {
 	if len(s.Models) > 0 {
 		return s.Models
 	}
-	return []Model{{ID: s.Config.ModelName, Aliases: s.Config.Aliases, Embedder: s.Embedder, Reranker: s.Reranker}}
+	return []Model{{ID: s.Config.ModelName, Aliases: s.Config.Aliases, Embedder: s.Embedder, Reranker: s.Reranker, Meta: s.Config.ModelMeta}}
 }
 
 // lookup returns the model that name (without an input-type suffix) is the id or an

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	ModelName string
 	// Aliases are further accepted model names.
 	Aliases []string
+	// ModelMeta describes the model of ModelName in GET /v1/models when Models is
+	// empty.
+	ModelMeta openai.ModelMeta
 	// StrictModel answers 404 model_not_found for other names. Off by default because
 	// clients such as LangChain send their own default name (text-embedding-ada-002).
 	StrictModel bool

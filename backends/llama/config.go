@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 )
 
@@ -19,7 +20,7 @@ const (
 	// DefaultAttentionBytes bounds the attention scores of a long sequence's decode
 	// call at 512 MiB: the 0.6B model (16 heads) keeps LongCallTokens up to a
 	// 32768-token context.
-	DefaultAttentionBytes = 512 << 20
+	DefaultAttentionBytes = family.DefaultAttentionBytes
 )
 
 // FlashMaxTokens is the longest sequence embedded with flash attention; longer ones
@@ -114,6 +115,15 @@ type Config struct {
 	// 0 leaves the priority alone.
 	Nice int
 
+	// Pooling is how a sequence's per-token states become its vector:
+	// gguf.PoolingLast (the last token's), PoolingMean (the mean of every token's)
+	// or PoolingCLS (the first token's). 0 (PoolingNone, which makes no vector)
+	// means the model's declared pooling_type, and last-token when it declares none
+	// (or "none").
+	// The engine pools itself, from the outputs of a context without pooling (see
+	// Open); a reranker (Rerank) always reads its last token.
+	Pooling gguf.Pooling
+
 	// Rerank makes the engine a Qwen3-Reranker scorer: each sequence's output is
 	// [logit("yes"), logit("no")] at its last token instead of the hidden state, and
 	// Info.NEmbd is 2. The two rows of the LM head come from the GGUF (see
@@ -122,6 +132,9 @@ type Config struct {
 
 	// attention overrides the kernel choice, for measurements only.
 	attention attentionKind
+	// graphPooling has llama.cpp pool an encoder's sequences in its graph (the
+	// context's pooling_type) instead of the engine, for measurements only.
+	graphPooling bool
 }
 
 // attentionKind says which kernel a context uses, or (attnHybrid) how sequences are
@@ -158,7 +171,36 @@ func (cfg Config) check() error {
 	if cfg.Nice < 0 || cfg.Nice > 19 {
 		return fmt.Errorf("llama: Config.Nice is %d; it must be 0 to 19", cfg.Nice)
 	}
+	switch cfg.Pooling {
+	case gguf.PoolingNone, gguf.PoolingMean, gguf.PoolingCLS, gguf.PoolingLast:
+	default:
+		return fmt.Errorf("llama: Config.Pooling is %d (%s); the engine pools mean, cls or last", cfg.Pooling, cfg.Pooling)
+	}
 	return nil
+}
+
+// pooling is the pooling an engine computes for a model whose header declares
+// declared (see Config.Pooling).
+func (cfg Config) pooling(declared gguf.Pooling) (gguf.Pooling, error) {
+	p := cfg.Pooling
+	switch {
+	case cfg.Rerank:
+		// A Qwen3-Reranker's score is read at the last token, whatever it declares
+		// (llama.cpp's conversion declares rank).
+		if p != gguf.PoolingNone && p != gguf.PoolingLast {
+			return 0, fmt.Errorf("llama: Config.Pooling is %s; a reranker reads its last token", p)
+		}
+		return gguf.PoolingLast, nil
+	case p != gguf.PoolingNone:
+		return p, nil
+	}
+	switch declared {
+	case gguf.PoolingUnspecified, gguf.PoolingNone:
+		return gguf.PoolingLast, nil
+	case gguf.PoolingMean, gguf.PoolingCLS, gguf.PoolingLast:
+		return declared, nil
+	}
+	return 0, fmt.Errorf("llama: the model declares pooling type %d (%s); the engine pools mean, cls or last: set Config.Pooling", declared, declared)
 }
 
 // sizes is what a Config comes to for one model on one kind of device (resolve).
@@ -178,8 +220,14 @@ type sizes struct {
 	long     *contextSize
 	shortMax int
 	// shortJobs is Info.ShortJobs: what may run inside a long sequence's decoding
-	// (one decode call of the short context); nil without a long context.
+	// (one decode call of the short context); nil without a long context, and for
+	// an encoder, whose sequences each take one call.
 	shortJobs *backends.ShortJobs
+
+	// encoder says the model is an encoder (family.Arch): each sequence is encoded
+	// whole in one call. pooling is what the engine computes (Config.pooling).
+	encoder bool
+	pooling gguf.Pooling
 }
 
 // resolve sizes the contexts of an engine for a model of shape s on a device that
@@ -189,11 +237,23 @@ type sizes struct {
 // the context). It calls nothing of llama.cpp, so the sizing is unit-tested without
 // a model (config_test.go); Open turns its result into contexts.
 //
-// An encoder family that pools over every token (mean, CLS) will need its own
-// split: no packing limit from flash attention's crossover, and every token of a
-// sequence as an output. That decision belongs here, from s.Pooling.
+// An encoder (family.Arch.Encoder) has no KV cache: llama.cpp attends over the tokens of
+// one call, both ways, so a sequence is never split over calls. Its short
+// sequences are packed into calls of a flash-attention context (which skips the
+// cells of the other sequences, so a vector does not depend on its neighbours);
+// longer ones, and every sequence of an architecture without flash attention, are
+// encoded alone, in calls as long as the context, without flash attention.
 func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 	z := sizes{maxSeqs: cfg.MaxSeqs, threads: cfg.Threads, gpuLayers: 999}
+	var err error
+	if z.pooling, err = cfg.pooling(s.Pooling); err != nil {
+		return sizes{}, err
+	}
+	arch, _ := family.Lookup(s.Architecture)
+	z.encoder = arch.Encoder
+	if z.encoder && cfg.Rerank {
+		return sizes{}, fmt.Errorf("llama: Config.Rerank reads a Qwen3-Reranker's yes/no logits; %s is an encoder architecture", s.Architecture)
+	}
 	if z.maxSeqs == 0 {
 		z.maxSeqs = sched.maxSeqs
 	}
@@ -228,6 +288,17 @@ func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 	}
 	plainBatch := min(z.batchTokens, sched.longCallTokens, attentionFit(attnBytes, z.ctxTokens, s.Heads))
 
+	switch {
+	case z.encoder && cfg.attention == attnHybrid:
+		return z, z.resolveEncoder(arch, attnBytes, s, sched)
+	case z.encoder:
+		// A measurement's one kernel for every sequence: whole sequences, packed
+		// into calls of the context's size.
+		z.batchTokens = z.ctxTokens
+		z.short = contextSize{kernel: cfg.attention, ctxTokens: z.ctxTokens, batchTokens: z.ctxTokens, maxSeqs: z.maxSeqs}
+		z.shortMax = z.ctxTokens
+		return z, nil
+	}
 	switch cfg.attention {
 	case attnHybrid:
 		// A round of short sequences holds at most a decode call's worth, or one
@@ -253,6 +324,32 @@ func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 		z.shortMax = z.ctxTokens
 	}
 	return z, nil
+}
+
+// resolveEncoder sizes an encoder's contexts (see resolve): the short one packs
+// sequences of up to shortMax tokens into calls of batchTokens with flash
+// attention; the long one encodes each longer sequence alone in one call of up to
+// ctxTokens, without flash attention, whose f32 scores (ctxTokens squared, per
+// head) must fit attnBytes.
+func (z *sizes) resolveEncoder(arch family.Arch, attnBytes int64, s gguf.Shape, sched schedule) error {
+	z.shortMax = 0
+	if arch.Flash {
+		z.shortMax = min(z.ctxTokens, sched.shortMax, z.batchTokens)
+		// Flash attention over no KV cache: llama.cpp casts K and V to f16.
+		z.short = contextSize{kernel: attnFlash, ctxTokens: z.batchTokens, batchTokens: z.batchTokens, maxSeqs: z.maxSeqs}
+	}
+	if z.ctxTokens > z.shortMax {
+		if b := attentionBytes(z.ctxTokens, z.ctxTokens, s.Heads); b > attnBytes {
+			return fmt.Errorf("llama: an encoder attends over a whole sequence in one call, and at Config.ContextTokens %d the attention scores of one call take %d MiB, more than AttentionBytes (%d MiB); lower ContextTokens to %d or raise AttentionBytes",
+				z.ctxTokens, b>>20, attnBytes>>20, family.EncoderMaxTokens(s.Heads, attnBytes))
+		}
+		z.long = &contextSize{kernel: attnPlain, ctxTokens: z.ctxTokens, batchTokens: z.ctxTokens, maxSeqs: 1}
+	}
+	if !arch.Flash {
+		// Every sequence goes alone; the short context is never used.
+		z.short = *z.long
+	}
+	return nil
 }
 
 // attentionBytes is the size of the f32 attention scores of one decode call of

@@ -6,7 +6,6 @@ package llama
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -44,7 +43,11 @@ func (e *Engine) create(k *kctx) error {
 	cp.n_seq_max = C.uint32_t(k.maxSeqs + 1)
 	cp.n_threads = C.int32_t(e.threads)
 	cp.n_threads_batch = C.int32_t(e.threads)
+	// The engine pools itself (decode.go), from the outputs it reads.
 	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
+	if e.graphPooling {
+		cp.pooling_type = C.enum_llama_pooling_type(e.pooling)
+	}
 	cp.embeddings = true
 	// One KV buffer shared by all sequences of a round: with per-sequence streams each
 	// sequence would get only n_ctx/n_seq_max cells, too few for one long sequence.
@@ -57,9 +60,23 @@ func (e *Engine) create(k *kctx) error {
 	if lctx == nil {
 		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}
-	if C.llama_pooling_type(lctx) != C.LLAMA_POOLING_TYPE_NONE {
+	if C.llama_pooling_type(lctx) != cp.pooling_type {
 		C.llama_free(lctx)
-		return errors.New("llama: the context did not accept pooling_type NONE")
+		return fmt.Errorf("llama: the context did not accept pooling_type %d", int(cp.pooling_type))
+	}
+	// An architecture the engine runs as a decoder must keep its prefix in a KV
+	// cache (a long sequence's calls, and the outputs of the last token only); one
+	// llama.cpp runs without is an encoder that family.Archs does not list yet.
+	// And the other way round: an encoder's calls must be encoded as a whole, as
+	// llama.cpp does for an architecture it gives no KV cache or calls an encoder.
+	cached := C.llama_get_memory(lctx) != nil
+	if !e.encoder && !cached {
+		C.llama_free(lctx)
+		return fmt.Errorf("llama: llama.cpp runs this model's architecture as an encoder, without a KV cache, which the engine does not know it for; it cannot be served")
+	}
+	if e.encoder && cached && !bool(C.llama_model_has_encoder(e.model)) {
+		C.llama_free(lctx)
+		return fmt.Errorf("llama: llama.cpp runs this model's architecture as a decoder over a KV cache, but family.Archs lists it as an encoder")
 	}
 	k.lctx = lctx
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.

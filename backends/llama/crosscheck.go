@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"unsafe"
+
+	"github.com/embed-stack/embed-stack/gguf"
 )
 
 // pooledLast embeds one sequence the slow, obvious way: a fresh context with
@@ -18,6 +20,12 @@ import (
 // the owner goroutine because it shares the model.
 func (e *Engine) pooledLast(ctx context.Context, seq []int32) ([]float32, error) {
 	return e.pooled(ctx, seq, C.LLAMA_POOLING_TYPE_LAST, e.info.Hidden)
+}
+
+// pooledBy embeds one sequence alone with llama.cpp's own pooling p (mean, cls or
+// last) over every token's output, the reference of the engine's pooling.
+func (e *Engine) pooledBy(ctx context.Context, seq []int32, p gguf.Pooling) ([]float32, error) {
+	return e.pooled(ctx, seq, C.enum_llama_pooling_type(p), e.info.Hidden)
 }
 
 // pooledRank scores one sequence as llama-server --reranking does: a context with
@@ -56,7 +64,13 @@ func (e *Engine) pooled(ctx context.Context, seq []int32, pooling C.enum_llama_p
 		batch := C.llama_batch_init(C.int32_t(nt), 0, 1)
 		defer C.llama_batch_free(batch)
 		C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(nt))
-		if rc := C.llama_decode(lctx, batch); rc != 0 {
+		var rc C.int32_t
+		if e.encoder {
+			rc = C.llama_encode(lctx, batch)
+		} else {
+			rc = C.llama_decode(lctx, batch)
+		}
+		if rc != 0 {
 			return nil, fmt.Errorf("llama: pooling decode returned %d: %s", int(rc), llamaReason("see the debug log"))
 		}
 		p := C.llama_get_embeddings_seq(lctx, 0)

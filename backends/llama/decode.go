@@ -11,6 +11,8 @@ import (
 	"math"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/embed-stack/embed-stack/gguf"
 )
 
 // embed runs on the owner goroutine: each context embeds the sequences it takes.
@@ -65,7 +67,13 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 	clean := false
 	defer func() { C.llama_memory_clear(mem, C.bool(!clean)) }()
 
-	yieldable := k == e.long && !e.nested
+	// An encoder's call holds its sequences whole, so there is nothing to give way
+	// between.
+	yieldable := k == e.long && !e.nested && !e.encoder
+	var sums map[int][]float64 // mean pooling's, across a long sequence's calls
+	if e.pooling == gguf.PoolingMean {
+		sums = map[int][]float64{}
+	}
 	if !e.nested {
 		e.smallCalls = 0
 	}
@@ -103,7 +111,7 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 						mayYield = true
 					}
 				}
-				gaveWay, err := e.decodeCall(ctx, k, seqs, idx, call, out, mayYield, &finite)
+				gaveWay, err := e.decodeCall(ctx, k, seqs, idx, call, out, mayYield, &finite, sums)
 				if err != nil {
 					return err
 				}
@@ -130,20 +138,34 @@ func (e *Engine) decodeAll(ctx context.Context, k *kctx, seqs [][]int32, idx []i
 // decodeCall runs one decode call of the spans d of context k and reads its
 // outputs into out. With mayYield the call is aborted when a short job is waiting;
 // it then returns gaveWay, llama.cpp having removed the call's tokens from the cache,
-// so the same call can be made again.
-func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []int, d []span, out [][]float32, mayYield bool, finite *bool) (gaveWay bool, err error) {
+// so the same call can be made again. sums holds mean pooling's running sums of the
+// sequences that span several calls, by input index.
+func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []int, d []span, out [][]float32, mayYield bool, finite *bool, sums map[int][]float64) (gaveWay bool, err error) {
 	mem := C.llama_get_memory(k.lctx)
 	padSeq := C.llama_seq_id(k.maxSeqs) // the slot no input sequence uses
-	outIdx := make([]C.int32_t, 0, len(d))
-	outInput := make([]int, 0, len(d))
+	reads := make([]outputRead, 0, len(d))
+	marked := make([]C.int32_t, 0, 2) // batch indices of the first two outputs
 	k.batch.n_tokens = 0
 	for _, sp := range d {
 		toks := seqs[idx[sp.input]][sp.from:sp.to]
-		last := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
-			C.llama_seq_id(sp.slot), C.llama_pos(sp.from), C.bool(sp.last))
-		if sp.last {
-			outIdx = append(outIdx, last)
-			outInput = append(outInput, idx[sp.input])
+		n := C.int32_t(len(toks))
+		r, mode := e.outputsOf(sp, len(toks))
+		first := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), n,
+			C.llama_seq_id(sp.slot), C.llama_pos(sp.from), mode)
+		switch mode {
+		case C.ES_OUT_ALL:
+			for i := first; i < first+n && len(marked) < 2; i++ {
+				marked = append(marked, i)
+			}
+		case C.ES_OUT_FIRST:
+			marked = append(marked, first)
+		case C.ES_OUT_LAST:
+			marked = append(marked, first+n-1)
+		}
+		if r.rows > 0 {
+			r.at += first
+			r.input = idx[sp.input]
+			reads = append(reads, r)
 		}
 	}
 	// Two rows, always. ggml multiplies a single row through its matrix-vector
@@ -158,11 +180,11 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 	case k.batch.n_tokens == 1:
 		// A lone token: add a throwaway token of another sequence as a second
 		// row and second output; its cell is removed after the call.
-		C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, true)
+		C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, C.ES_OUT_ALL)
 		padded = true
-	case len(outIdx) == 1:
+	case len(marked) == 1:
 		other := C.int32_t(0)
-		if outIdx[0] == 0 {
+		if marked[0] == 0 {
 			other = 1
 		}
 		C.es_batch_mark_output(&k.batch, other)
@@ -174,7 +196,12 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 	if mayYield {
 		atomic.StoreInt64(yield, 1)
 	}
-	rc := C.llama_decode(k.lctx, k.batch)
+	var rc C.int32_t
+	if e.encoder {
+		rc = C.llama_encode(k.lctx, k.batch)
+	} else {
+		rc = C.llama_decode(k.lctx, k.batch)
+	}
 	atomic.StoreInt64(yield, 0)
 	if padded {
 		C.llama_memory_seq_rm(mem, padSeq, -1, -1)
@@ -195,24 +222,98 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 		return false, fmt.Errorf("llama: decode of %d tokens failed (llama_decode returned %d): %s", int(k.batch.n_tokens), int(rc), llamaReason("see the debug log"))
 	}
 	// Outputs live only until the next decode call, so read them now.
-	for j, bi := range outIdx {
-		p := C.llama_get_embeddings_ith(k.lctx, bi)
-		if p == nil {
-			return false, fmt.Errorf("llama: no embedding for batch index %d: %s", int(bi), llamaReason("see the debug log"))
+	for _, r := range reads {
+		if err := e.readOutputs(k, r, len(seqs[r.input]), out[r.input], sums); err != nil {
+			return false, err
 		}
-		v := out[outInput[j]]
-		e.readout(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), e.info.Hidden))
-		*finite = *finite && allFinite(v)
+		if r.done {
+			*finite = *finite && allFinite(out[r.input])
+		}
 	}
 	return false, nil
 }
 
-// readout writes a sequence's output v from h, the hidden state of its last token:
-// h itself for an embedding, the "yes" and "no" logits for a reranker (yesNoHead).
-// It and span.last (which tokens of a decode call are outputs) are where another
-// pooling plugs in: an encoder family that pools the mean of every token or takes
-// the first (issue 25) marks those tokens as outputs and combines their states
-// here, across the decode calls a long sequence spans.
+// outputRead is what decodeCall reads of one span after the call: rows output
+// rows from batch index at, for input sequence input, whose vector is complete
+// once they are read when done.
+type outputRead struct {
+	input int
+	slot  int
+	at    C.int32_t
+	rows  int
+	done  bool
+}
+
+// outputsOf says which of a span's n tokens are outputs (es_batch_add's mode), and
+// which rows the pooling reads, at an index relative to the span's first token:
+//
+//   - last: the last token of the sequence, in the span that ends it;
+//   - cls: the first token, in the span that starts it (complete then: a causal
+//     decoder's first token attends to itself alone);
+//   - mean: every token, summed over the spans of the sequence.
+//
+// An encoder call outputs every token whatever is read (llama.cpp's encoder does).
+func (e *Engine) outputsOf(sp span, n int) (outputRead, C.int) {
+	r := outputRead{slot: sp.slot, done: sp.last}
+	mode := C.int(C.ES_OUT_NONE)
+	switch {
+	case e.graphPooling:
+		// llama.cpp pools the sequence, which an encoder call holds whole.
+		return outputRead{slot: sp.slot, rows: 1, done: true}, C.ES_OUT_ALL
+	case e.pooling == gguf.PoolingMean:
+		r.rows, mode = n, C.ES_OUT_ALL
+	case e.pooling == gguf.PoolingCLS && sp.from == 0:
+		r.rows, r.done, mode = 1, true, C.ES_OUT_FIRST
+	case e.pooling == gguf.PoolingLast && sp.last:
+		r.at, r.rows, mode = C.int32_t(n-1), 1, C.ES_OUT_LAST
+	}
+	if e.encoder {
+		mode = C.ES_OUT_ALL
+	}
+	return r, mode
+}
+
+// readOutputs reads the rows r names into the vector v of a sequence of length
+// tokens: the row itself (through the reranker's head, if any) for last and cls
+// pooling; for mean pooling, the rows are added to the sequence's sum in sums,
+// which becomes v, divided by length, with the span that ends it.
+func (e *Engine) readOutputs(k *kctx, r outputRead, length int, v []float32, sums map[int][]float64) error {
+	hidden := e.info.Hidden
+	switch {
+	case e.graphPooling:
+		p := C.llama_get_embeddings_seq(k.lctx, C.llama_seq_id(r.slot))
+		if p == nil {
+			return fmt.Errorf("llama: no pooled embedding for sequence %d: %s", r.slot, llamaReason("see the debug log"))
+		}
+		copy(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), hidden))
+	case e.pooling == gguf.PoolingMean:
+		acc := sums[r.input]
+		if acc == nil {
+			acc = make([]float64, hidden)
+			sums[r.input] = acc
+		}
+		if !C.es_sum_rows(k.lctx, r.at, C.int32_t(r.rows), C.int32_t(hidden), (*C.double)(unsafe.Pointer(&acc[0]))) {
+			return fmt.Errorf("llama: no embedding for batch indices %d to %d: %s", int(r.at), int(r.at)+r.rows-1, llamaReason("see the debug log"))
+		}
+		if r.done {
+			for j := range v {
+				v[j] = float32(acc[j] / float64(length))
+			}
+			delete(sums, r.input)
+		}
+	default:
+		p := C.llama_get_embeddings_ith(k.lctx, r.at)
+		if p == nil {
+			return fmt.Errorf("llama: no embedding for batch index %d: %s", int(r.at), llamaReason("see the debug log"))
+		}
+		e.readout(v, unsafe.Slice((*float32)(unsafe.Pointer(p)), hidden))
+	}
+	return nil
+}
+
+// readout writes a sequence's output v from h, the hidden state of the token its
+// pooling reads: h itself for an embedding, the "yes" and "no" logits for a
+// reranker (yesNoHead).
 func (e *Engine) readout(v, h []float32) {
 	if e.head != nil {
 		e.head.apply(v, h)

@@ -1,8 +1,6 @@
 package llama
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -192,25 +190,7 @@ type minilmReference struct {
 // text, the same nearest neighbour for each retrieval query, and package tokenizer
 // giving HF's ids for every text.
 func TestMiniLMRealWeights(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "minilm-reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref minilmReference
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	want := make([][]float32, len(ref.Vectors))
-	for i, b := range ref.Vectors {
-		bs, err := base64.StdEncoding.DecodeString(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = make([]float32, len(bs)/4)
-		for j := range want[i] {
-			want[i][j] = math.Float32frombits(binary.LittleEndian.Uint32(bs[4*j:]))
-		}
-	}
+	ref, want := readMiniLMReference(t)
 	for _, tc := range []struct {
 		model string
 		min   float64
@@ -234,23 +214,32 @@ func TestMiniLMRealWeights(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lowest, at := 1.0, 0
-			for i := range got {
-				if c := cosine32(got[i], want[i]); c < lowest {
-					lowest, at = c, i
-				}
-			}
-			if lowest < tc.min {
-				t.Errorf("text %d %q: cosine %.6f with the reference, want >= %g", at, ref.Texts[at], lowest, tc.min)
-			}
-			for _, q := range ref.Queries {
-				if a, b := nearest(got, q), nearest(want, q); a != b {
-					t.Errorf("query %q: llama.cpp's nearest text is %q, the reference's %q", ref.Texts[q], ref.Texts[a], ref.Texts[b])
-				}
-			}
+			lowest, at := holdToReference(t, "llama.cpp", got, want, ref, tc.min)
 			t.Logf("%s: %d texts, lowest cosine %.7f (text %d), %d retrieval queries agree", tc.model, len(got), lowest, at, len(ref.Queries))
 		})
 	}
+}
+
+// holdToReference checks vectors got (from who) against the reference's want:
+// no cosine below least, and the same nearest text for each retrieval query.
+// It returns the lowest cosine and its text.
+func holdToReference(t *testing.T, who string, got, want [][]float32, ref minilmReference, least float64) (lowest float64, at int) {
+	t.Helper()
+	lowest = 1.0
+	for i := range got {
+		if c := cosine32(got[i], want[i]); c < lowest {
+			lowest, at = c, i
+		}
+	}
+	if lowest < least {
+		t.Errorf("text %d %q: cosine %.7f with the reference, want >= %g", at, ref.Texts[at], lowest, least)
+	}
+	for _, q := range ref.Queries {
+		if a, b := nearest(got, q), nearest(want, q); a != b {
+			t.Errorf("query %q: %s's nearest text is %q, the reference's %q", ref.Texts[q], who, ref.Texts[a], ref.Texts[b])
+		}
+	}
+	return lowest, at
 }
 
 func nearest(vecs [][]float32, q int) int {

@@ -1,14 +1,21 @@
 // Package llama is embed-stack's llama.cpp embedding engine and its only cgo package.
 //
 // It loads a GGUF model through llama.cpp (linked from github.com/ollama/ollama/llama),
-// takes token ids and returns each sequence's raw, un-normalised last-token hidden
-// state: the vector Qwen3-Embedding's LAST pooling yields. Contexts are created with
-// no pooling and only each sequence's last token marked as an output, which gives the
-// same vector as LAST pooling without running the vocabulary-wide LM head over every
-// token. Short sequences are packed into shared decode calls of a flash-attention
-// context; each long one is decoded alone in a context without flash attention (see
-// Open for why, and docs/routing.md for the measurements). The KV cache is emptied
-// between rounds, and a sequence's vector never depends on what it was packed with.
+// takes token ids and returns each sequence's raw, un-normalised pooled vector: the
+// last token's hidden state (Qwen3-Embedding), the mean of every token's (BERT-style
+// sentence encoders such as all-MiniLM, nomic-embed, E5) or the first token's (CLS:
+// BGE), as the model's GGUF declares or Config.Pooling says. Contexts are created
+// with no pooling and only the tokens the pooling reads marked as outputs (a causal
+// decoder's last token gives LAST pooling's vector without running the
+// vocabulary-wide LM head over every token), and the engine pools those outputs
+// itself, in float64, which keeps a vector the same bit for bit whatever it was
+// packed with (see Open). A causal decoder's short sequences are packed into shared
+// decode calls of a flash-attention context; each long one is decoded alone in a
+// context without flash attention. An encoder (bert, nomic-bert, jina-bert-v2,
+// t5encoder, ...: family.Arch.Encoder) attends both ways over one call with no KV cache, so
+// each of its sequences is encoded whole in one call, the short ones packed. The KV
+// cache is emptied between rounds, and a sequence's vector never depends on what it
+// was packed with.
 //
 // For a Qwen3-Reranker (Config.Rerank) each sequence's output is instead the two
 // logits its score needs, those of "yes" and "no" at the last token, computed from
@@ -22,7 +29,7 @@
 // schedule.go (the batching of each kind of device), device.go (GPU backends and
 // the device), model.go (loading), context.go (the llama.cpp contexts), owner.go
 // (the goroutine that owns them, and the job queue), pack.go (sequences into rounds
-// and decode calls), decode.go (the decode calls and reading their outputs),
+// and decode calls), decode.go (the decode calls, reading and pooling their outputs),
 // yield.go (a long sequence giving way to short jobs), warmup.go, rerank.go (the
 // reranker's head), observe.go (spans), log.go (llama.cpp's log); crosscheck.go and
 // encoders.go are llama.cpp's own pooling and tokenizer, references for the tests.
@@ -44,6 +51,7 @@ import (
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
 
 	// Links llama.cpp and ggml (CPU backend included) into the binary; this package
 	// calls the C API itself because ollama's wrapper does not expose pooling_type.
@@ -60,6 +68,14 @@ type Info struct {
 	BatchTokens   int    // tokens per decode call
 	TrainContext  int    // the model's training context
 	ModelName     string // general.name from the GGUF, else the file name
+	// Architecture is general.architecture ("qwen3", "bert"); Encoder says the
+	// engine runs it as an encoder (each sequence whole in one call, attending both
+	// ways), else as a causal decoder over a KV cache.
+	Architecture string
+	Encoder      bool
+	// Pooling is what a sequence's vector is: gguf.PoolingLast, PoolingMean or
+	// PoolingCLS (Config.Pooling).
+	Pooling gguf.Pooling
 	// Device is where the engine computes, as the worker protocol reports it.
 	Device backends.Device
 	// ShortJobs bounds the Embed calls that run inside a long sequence's (see
@@ -78,6 +94,11 @@ type Engine struct {
 	threads int
 	nice    int
 	head    *yesNoHead // the reranker's two LM-head rows; nil for embeddings
+	// encoder and pooling are Info's Encoder and Pooling; graphPooling is
+	// Config.graphPooling.
+	encoder      bool
+	pooling      gguf.Pooling
+	graphPooling bool
 
 	// short takes the sequences of up to shortMax tokens, long the others (nil when
 	// no sequence can be longer).
@@ -143,6 +164,15 @@ type Engine struct {
 // from KV cell 0, in a plain context whose decode calls keep the attention scores
 // within AttentionBytes. Either way a sequence's vector is a function of the
 // sequence alone, whatever it was sent with and whichever worker embeds it.
+//
+// An encoder has no KV cache: each sequence is encoded whole in one call, short
+// ones (up to FlashMaxTokens) packed with flash attention (llama.cpp casts K and V
+// to f16 there; all-MiniLM-L6-v2 keeps cosine 0.9999973 to a float64 reference),
+// longer ones alone in a call of up to the context without it. Mean pooling is
+// summed by the engine over the sequence's own output rows in float64: llama.cpp's
+// own MEAN pooling multiplies the whole call by a matrix of 1/n, whose rounding
+// moves (1.2e-7) with a sequence's place in the call, and is no faster
+// (docs/routing.md, "Encoders and pooling").
 func Open(cfg Config) (*Engine, error) {
 	if cfg.ModelPath == "" {
 		return nil, errors.New("llama: Config.ModelPath is empty; give the path of a GGUF model")
@@ -207,19 +237,25 @@ func Open(cfg Config) (*Engine, error) {
 			BatchTokens:   sz.batchTokens,
 			TrainContext:  shape.ContextLength,
 			ModelName:     modelName(shape, cfg.ModelPath),
+			Architecture:  shape.Architecture,
+			Encoder:       sz.encoder,
+			Pooling:       sz.pooling,
 			Device:        device,
 			ShortJobs:     sz.shortJobs,
 		},
-		threads:  sz.threads,
-		nice:     cfg.Nice,
-		short:    &kctx{contextSize: sz.short},
-		shortMax: sz.shortMax,
-		jobs:     make(chan func()),
-		prio:     make(chan func()),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
-		model:    model,
-		dev:      dev,
+		threads:      sz.threads,
+		nice:         cfg.Nice,
+		encoder:      sz.encoder,
+		pooling:      sz.pooling,
+		graphPooling: cfg.graphPooling && sz.encoder,
+		short:        &kctx{contextSize: sz.short},
+		shortMax:     sz.shortMax,
+		jobs:         make(chan func()),
+		prio:         make(chan func()),
+		quit:         make(chan struct{}),
+		done:         make(chan struct{}),
+		model:        model,
+		dev:          dev,
 		// Lets a cancelled or closing call stop inside a decode call, which can take
 		// tens of seconds for a full batch of a large model on a small CPU.
 		abort: (*C.es_abort)(C.calloc(1, C.sizeof_es_abort)),
@@ -248,7 +284,7 @@ func Open(cfg Config) (*Engine, error) {
 // Info describes the loaded model and context.
 func (e *Engine) Info() Info { return e.info }
 
-// Embed returns the raw (un-normalised) last-token vector of each sequence, in input
+// Embed returns the raw (un-normalised) pooled vector of each sequence, in input
 // order. Every sequence must be non-empty, at most Info().ContextTokens long and hold
 // ids in [0, Info().NVocab); otherwise it returns an *InputError and nothing reaches
 // llama.cpp. The vectors do not depend on how sequences are packed together.

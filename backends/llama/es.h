@@ -18,25 +18,48 @@
 #include "ggml.h"
 #include "ggml-backend.h"
 
-// es_batch_add appends n tokens of one sequence, at positions pos0.., to b and marks
-// the last of them as an output when output_last is set. It returns the batch index
-// of the last token added. One call per span keeps cgo crossings per decode call at
-// the number of sequences, not the number of tokens.
+// Which tokens of a span es_batch_add marks as outputs.
+enum { ES_OUT_NONE = 0, ES_OUT_LAST = 1, ES_OUT_FIRST = 2, ES_OUT_ALL = 3 };
+
+// es_batch_add appends n tokens of one sequence, at positions pos0.., to b, and marks
+// as outputs none of them, the last, the first or all (ES_OUT_*). It returns the
+// batch index of the first token added. One call per span keeps cgo crossings per
+// decode call at the number of sequences, not the number of tokens.
 static inline int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, int32_t n,
-                                   llama_seq_id seq, llama_pos pos0, bool output_last) {
+                                   llama_seq_id seq, llama_pos pos0, int outputs) {
 	int32_t at = b->n_tokens;
 	for (int32_t i = 0; i < n; i++) {
 		b->token[at + i] = tokens[i];
 		b->pos[at + i] = pos0 + i;
 		b->n_seq_id[at + i] = 1;
 		b->seq_id[at + i][0] = seq;
-		b->logits[at + i] = 0;
+		b->logits[at + i] = outputs == ES_OUT_ALL;
 	}
-	if (output_last && n > 0) {
+	if (n > 0 && outputs == ES_OUT_LAST) {
 		b->logits[at + n - 1] = 1;
 	}
+	if (n > 0 && outputs == ES_OUT_FIRST) {
+		b->logits[at] = 1;
+	}
 	b->n_tokens = at + n;
-	return at + n - 1;
+	return at;
+}
+
+// es_sum_rows adds the output rows of batch indices first..first+n-1 (width floats
+// each) to acc, in that order and in double precision, so that a mean pooled over
+// them is the same bit for bit whatever else the call held. It returns false when
+// llama.cpp has no output for one of them.
+static inline bool es_sum_rows(struct llama_context *ctx, int32_t first, int32_t n, int32_t width, double *acc) {
+	for (int32_t i = 0; i < n; i++) {
+		const float *row = llama_get_embeddings_ith(ctx, first + i);
+		if (row == NULL) {
+			return false;
+		}
+		for (int32_t j = 0; j < width; j++) {
+			acc[j] += (double)row[j];
+		}
+	}
+	return true;
 }
 
 // es_batch_mark_output makes token i of b an output too.

@@ -49,6 +49,20 @@ func TestMeasure(t *testing.T) {
 	default:
 		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want hybrid, plain, flash or flash-bf16v", a)
 	}
+	// EMBED_STACK_MEASURE_POOL=graph has llama.cpp pool an encoder's sequences
+	// (its context's pooling_type) instead of the engine; 31 sequences a round,
+	// since llama.cpp's MEAN graph aborts on the default 64 (see
+	// TestGraphPoolingPacking). EMBED_STACK_MEASURE_SEQS sets the sequences a round.
+	switch p := testenv.Get("EMBED_STACK_MEASURE_POOL"); p {
+	case "", "engine":
+	case "graph":
+		cfg.graphPooling, cfg.MaxSeqs = true, 31
+	default:
+		t.Fatalf("EMBED_STACK_MEASURE_POOL=%q: want engine or graph", p)
+	}
+	if n := testenv.Int(t, "EMBED_STACK_MEASURE_SEQS", 0); n > 0 {
+		cfg.MaxSeqs = n
+	}
 	runs := max(1, testenv.Int(t, "EMBED_STACK_MEASURE_RUNS", 0))
 	if testenv.Get("EMBED_STACK_MEASURE_RUNS") == "" {
 		runs = 2
@@ -73,8 +87,8 @@ func TestMeasure(t *testing.T) {
 		}
 	}
 	logs.mu.Unlock()
-	t.Logf("%s: ctx %d, batch %d, attention %v, opened in %s; RSS %d MiB (peak %d MiB); %s", rel, info.ContextTokens, info.BatchTokens,
-		cfg.attention, time.Since(start).Round(time.Millisecond), statusKiB(t, "VmRSS")>>10, peakRSS(t)>>10, strings.Join(buffers, "; "))
+	t.Logf("%s: ctx %d, batch %d, attention %v, pooling %s (llama.cpp's: %v), opened in %s; RSS %d MiB (peak %d MiB); %s", rel, info.ContextTokens, info.BatchTokens,
+		cfg.attention, info.Pooling, cfg.graphPooling, time.Since(start).Round(time.Millisecond), statusKiB(t, "VmRSS")>>10, peakRSS(t)>>10, strings.Join(buffers, "; "))
 	if spec == "open" {
 		return
 	}

@@ -49,16 +49,17 @@ func warmStartError(err error, warmMax int) error {
 
 // capacity returns the admission bounds of the engine's ephemeral workers: the
 // flags, with those left at 0 sized to this machine and model
-// (backends.CapacityConfig). warm is every model's warm worker memory when several
-// models share the machine (warmBytes), nil for one.
+// (backends.CapacityConfig), at the model's own input limits (engine.maxInput and
+// warmMax). warm is every model's warm worker memory when several models share
+// the machine (warmBytes), nil for one.
 func (e *engine) capacity(cfg engineConfig, warm []int64) (backends.Capacity, error) {
-	c, err := e.capacityConfig(cfg.MaxEphemeral, cfg.MaxEphemeralTokens, cfg.MaxInputTokens, cfg.WarmMaxTokens)
+	c, err := e.capacityConfig(cfg.MaxEphemeral, cfg.MaxEphemeralTokens, e.maxInput, e.warmMax)
 	if err != nil {
 		return backends.Capacity{}, err
 	}
 	c.Warm = warm
 	l := c.Capacity()
-	return l, checkEphemeralLimits(l, cfg.MaxInputTokens)
+	return l, checkEphemeralLimits(l, e.maxInput)
 }
 
 // warmBytes is what the engine's warm worker holds once loaded, with a context of

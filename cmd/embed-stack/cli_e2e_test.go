@@ -61,7 +61,7 @@ func TestCLIHelp(t *testing.T) {
 			groups = append(groups, strings.TrimSuffix(l, ":"))
 		}
 	}
-	wantGroups := "Essentials|Models and their names|Requests|Limits of one request|Cache|Workers (llama.cpp)|" +
+	wantGroups := "Essentials|Models and their names|Pooling and prompts, per model|Requests|Limits of one request|Cache|Workers (llama.cpp)|" +
 		"Batching across requests|Long inputs (ephemeral workers)|HTTP server|Observability"
 	if got := strings.Join(groups, "|"); got != wantGroups {
 		t.Errorf("groups %s\nwant %s", got, wantGroups)
@@ -75,6 +75,7 @@ func TestCLIHelp(t *testing.T) {
 		"--keep-alive [MODEL=]DURATION unload a model idle this long (Ollama's keep_alive, not HTTP's)",
 		"--decode-tokens N tokens per llama.cpp decode call of the warm worker",
 		"--batch-max-tokens N most tokens in one shared call of the warm worker (default 2048)",
+		"--pooling [MODEL=]MODE how vectors are pooled from the token states: mean, cls (the first token's) or last (the last token's)",
 		"Every flag is also an environment variable (--max-inputs: EMBED_STACK_MAX_INPUTS), and a key of the --config file (max_inputs); a flag wins over both.",
 	} {
 		if !strings.Contains(flat, want) {

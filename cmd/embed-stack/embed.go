@@ -12,7 +12,9 @@ import (
 
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/batch/chroma"
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
+	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
@@ -27,6 +29,9 @@ type embedFlags struct {
 	shardSpec, configPath                 string
 	shards                                int
 	storeText                             bool
+	// queryPrompt and documentPrompt are --query-prompt and --document-prompt,
+	// which engine takes when given: set rather than left at their default.
+	queryPrompt, documentPrompt string
 	// shard is the slice of the input this run embeds (Count 0: all of it), from
 	// --shard, or --shards with JOB_COMPLETION_INDEX.
 	shard batch.Shard
@@ -59,7 +64,9 @@ func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
 	s.Bool(&f.storeText, "store-text", false, "with a chroma:// --output, store each item's text as its record's document")
 	s.Group("Embedding")
 	s.String(&f.inputType, "input-type", "TYPE", "document", "embed the texts as document, or query (with the instruction)")
-	s.String(&f.instruction, "instruction", "TEXT", routing.DefaultInstruction, "the instruction of queries (--input-type query)")
+	s.String(&f.instruction, "instruction", "TEXT", "", "the instruction of queries (--input-type query), where the model's query prompt takes one").
+		More("Default: its convention's, Qwen3's \"" + routing.DefaultInstruction + "\".")
+	e.defineModelSettings(s, &f.queryPrompt, &f.documentPrompt)
 	s.Int(&f.dimensions, "dimensions", "N", 0, "dimensions of the vectors, from 32 up to the model's: the first N, L2-normalised again (0 = the model's)").AtLeast(0)
 	s.Group("The run")
 	s.Int(&f.batchSize, "batch-size", "N", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and the most a kill loses").AtLeast(1)
@@ -88,6 +95,21 @@ func parseEmbedFlags(args []string, stdout, stderr io.Writer, getenv func(string
 	if f.printConfig {
 		s.Print(stdout)
 		return f, nil
+	}
+	f.engine.noteSources(s)
+	if s.Source("query-prompt") != flagconfig.FromDefault {
+		f.engine.QueryPrompt = &f.queryPrompt
+	}
+	if s.Source("document-prompt") != flagconfig.FromDefault {
+		f.engine.DocumentPrompt = &f.documentPrompt
+	}
+	if f.engine.Pooling != "" {
+		if _, err := modelinfo.ParsePooling(f.engine.Pooling); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := family.PromptsNamed(f.engine.Prompts); !ok && f.engine.Prompts != "auto" {
+		return nil, fmt.Errorf("--prompts %q is not one of auto, %s", f.engine.Prompts, family.PromptNames())
 	}
 	switch {
 	case f.engine.Model == "":
@@ -251,9 +273,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	router := eng.router(routing.Config{
 		MaxInputs: f.batchSize,
 		// A batch is never refused for its total: every input fits alone.
-		MaxTotalTokens:     f.batchSize * f.engine.MaxInputTokens,
-		MaxInputTokens:     f.engine.MaxInputTokens,
-		WarmMaxTokens:      f.engine.WarmMaxTokens,
+		MaxTotalTokens:     f.batchSize * eng.maxInput,
 		DefaultInputType:   typ,
 		DefaultInstruction: f.instruction,
 		MaxEphemeral:       lim.Workers,

@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/hub"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
@@ -26,9 +29,16 @@ type engineConfig struct {
 	Model string
 	// Task is --task: auto, embed or rerank (see modelinfo.Read); "" means auto.
 	Task string
-	// AllowPoolingMismatch serves a GGUF that declares a pooling type other than
-	// last-token; see modelinfo.Read.
+	// Pooling is --pooling: mean, cls or last; "" means the model's.
+	Pooling string
+	// AllowPoolingMismatch is --allow-pooling-mismatch, --pooling last's older
+	// spelling (modelinfo.Options).
 	AllowPoolingMismatch bool
+	// Prompts names the prompt convention (--prompts; "" or auto recognizes it),
+	// and QueryPrompt and DocumentPrompt, when set, replace its prompts
+	// (--query-prompt, --document-prompt).
+	Prompts                     string
+	QueryPrompt, DocumentPrompt *string
 	// Threads per worker; 0 means the worker's default for its device.
 	Threads int
 	// DecodeTokens is the warm worker's tokens per decode call; 0 means its default.
@@ -41,9 +51,11 @@ type engineConfig struct {
 	// EphemeralNice lowers the CPU priority of ephemeral workers' decoding threads
 	// (their --nice), so that the warm worker's short requests go first.
 	EphemeralNice int
-	// MaxInputTokens is the longest input at all; it must fit the model's training
-	// context.
-	MaxInputTokens int
+	// MaxInputTokens is the longest input at all; it must fit the model's context
+	// (modelinfo.Facts.MaxTokens). WarmMaxTokens and MaxInputTokens left at their
+	// defaults (MaxInputSet and WarmMaxSet false) are cut to the model's.
+	MaxInputTokens          int
+	MaxInputSet, WarmMaxSet bool
 	// MaxEphemeral and MaxEphemeralTokens bound the ephemeral workers (0: sized to
 	// the machine; see capacity).
 	MaxEphemeral, MaxEphemeralTokens int
@@ -62,15 +74,49 @@ func (c *engineConfig) defineWorkerFlags(s *flagconfig.Set) {
 	s.Int(&c.Threads, "threads", "N", 0, "decode threads per worker (0 = one per CPU; a few on a GPU)").AtLeast(0)
 	s.Int(&c.DecodeTokens, "decode-tokens", "N", 0, "tokens per llama.cpp decode call of the warm worker, its batch size (0 = the default for the device)").AtLeast(0).Old("batch-tokens")
 	s.Int(&c.WarmMaxTokens, "warm-max-tokens", "N", 8192, "inputs of up to N tokens go to the warm worker, which stays loaded; each longer one gets an ephemeral worker of its own").AtLeast(1).
-		More("An ephemeral worker is sized to its input and exits when done (docs/routing.md).")
+		More("An ephemeral worker is sized to its input and exits when done (docs/routing.md). Left at its default, the model's input limit where that is shorter.")
 	s.Duration(&c.ReadyTimeout, "worker-ready-timeout", "DURATION", 2*time.Minute, "how long a loading worker may show no progress before it counts as hung")
-	s.Bool(&c.AllowPoolingMismatch, "allow-pooling-mismatch", false, "use a GGUF that declares a pooling other than last-token all the same").
-		More("Its vectors are last-token pooled, which is right only for a model trained that way.")
+	s.Bool(&c.AllowPoolingMismatch, "allow-pooling-mismatch", false, "the older spelling of --pooling last").
+		More("For every model without a --pooling of its own: its vectors are last-token pooled, which is right only for a model trained that way.")
 }
 
 // defineMaxInput defines --max-input-tokens.
 func (c *engineConfig) defineMaxInput(s *flagconfig.Set) {
-	s.Int(&c.MaxInputTokens, "max-input-tokens", "N", 32768, "longest input in tokens, instruction and end token included (longer: 400)").AtLeast(1)
+	s.Int(&c.MaxInputTokens, "max-input-tokens", "N", 32768, "longest input in tokens, prompt and special tokens included (longer: 400)").AtLeast(1).
+		More("Left at its default, the model's context where that is shorter (512 for BERT); a value given above what the model takes is refused at start.")
+}
+
+// Help of the model settings serve takes per model and embed for its one model.
+const (
+	poolingHelp        = "how vectors are pooled from the token states: mean, cls (the first token's) or last (the last token's)"
+	poolingMore        = "Default: what the GGUF declares (pooling_type), else its architecture's convention (nomic-bert: mean); a model with neither (a decoder-only chat model) is refused."
+	promptsMore        = "auto recognizes the convention from the GGUF's architecture and name (docs/models.md)."
+	queryPromptHelp    = "text before every query, in place of the convention's; {instruction} marks where the instruction goes"
+	queryPromptMore    = "A prompt without {instruction} takes none."
+	documentPromptHelp = "text before every document, in place of the convention's"
+)
+
+// promptsHelp is --prompts' help line.
+func promptsHelp() string {
+	return "prompt convention: auto, or one of " + family.PromptNames()
+}
+
+// defineModelSettings defines embed's --pooling, --prompts, --query-prompt and
+// --document-prompt, for its one model; serve's take MODEL=VALUE too
+// (parseModelSettings). A prompt given, even empty, is told from none by its
+// source (parseEmbedFlags).
+func (c *engineConfig) defineModelSettings(s *flagconfig.Set, query, document *string) {
+	s.String(&c.Pooling, "pooling", "MODE", "", poolingHelp).More(poolingMore)
+	s.String(&c.Prompts, "prompts", "NAME", "auto", promptsHelp()).More(promptsMore)
+	s.String(query, "query-prompt", "TEXT", "", queryPromptHelp).More(queryPromptMore)
+	s.String(document, "document-prompt", "TEXT", "", documentPromptHelp)
+}
+
+// noteSources records which input limits were set (flag, environment or file)
+// rather than left at their defaults, which are cut to each model's context.
+func (c *engineConfig) noteSources(s *flagconfig.Set) {
+	c.MaxInputSet = s.Source("max-input-tokens") != flagconfig.FromDefault
+	c.WarmMaxSet = s.Source("warm-max-tokens") != flagconfig.FromDefault
 }
 
 // defineEphemeralFlags defines the bounds of the ephemeral workers.
@@ -87,9 +133,13 @@ func defineLogFlags(s *flagconfig.Set, format, level *string) {
 	s.String(level, "log-level", "LEVEL", "info", "log level: debug, info, warn or error")
 }
 
-// check refuses what no single flag's bounds can: a warm worker's limit above the
-// longest input, and a malformed device.
+// check refuses what no single flag's bounds can: a warm worker's limit set above
+// the longest input (one left at its default is cut to it), and a malformed
+// device. noteSources comes first.
 func (c *engineConfig) check() error {
+	if c.WarmMaxTokens > c.MaxInputTokens && !c.WarmMaxSet {
+		c.WarmMaxTokens = c.MaxInputTokens
+	}
 	if c.WarmMaxTokens > c.MaxInputTokens {
 		return fmt.Errorf("--warm-max-tokens (%d) is larger than --max-input-tokens (%d); lower it", c.WarmMaxTokens, c.MaxInputTokens)
 	}
@@ -103,6 +153,13 @@ type engine struct {
 	modelPath string
 	facts     *modelinfo.Facts
 	tok       *tokenizer.Tokenizer
+	// frame and prompts are the special tokens and prompts of the model's inputs
+	// (modelinfo.Facts.Frame, the family's prompts with the flags' changes).
+	frame   routing.Frame
+	prompts routing.Prompts
+	// maxInput and warmMax are the model's input limits: the flags', cut to the
+	// model's context where left at their defaults (modelLimits).
+	maxInput, warmMax int
 	// warmArgs are the warm worker's command line, which warm.Spec runs as
 	// `embed-stack worker`; another warm backend (backends.WarmProgram.Spec) takes them too.
 	warmArgs backends.WorkerArgs
@@ -129,29 +186,31 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w%s", err, withoutHubAdvice(err))
 	}
-	facts, err := modelinfo.Read(modelPath, modelinfo.Options{Task: cfg.Task, AllowPoolingMismatch: cfg.AllowPoolingMismatch})
+	facts, err := modelinfo.Read(modelPath, modelinfo.Options{Task: cfg.Task, Pooling: cfg.Pooling, AllowPoolingMismatch: cfg.AllowPoolingMismatch, Prompts: cfg.Prompts})
 	if err != nil {
 		return nil, err
 	}
-	if facts.PoolingMismatch {
-		logger.Warn("serving a model whose declared pooling is not last-token (--allow-pooling-mismatch): vectors are last-token pooled all the same",
-			"model", modelPath, "pooling_type", int(facts.Pooling))
-	}
-	if facts.TrainContext > 0 && cfg.MaxInputTokens > facts.TrainContext {
-		return nil, fmt.Errorf("--max-input-tokens (%d) exceeds the model's training context (%d); lower it", cfg.MaxInputTokens, facts.TrainContext)
+	maxInput, warmMax, err := modelLimits(cfg, facts)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", modelPath, err)
 	}
 	start := time.Now()
 	tok, err := tokenizer.FromGGUF(modelPath)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", modelPath, err)
 	}
-	if err := facts.CheckVocabulary(tok); err != nil {
+	frame, err := facts.Frame(tok)
+	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", modelPath, err)
 	}
-	if facts.EOS >= 0 && facts.EOS != int(routing.EOS) {
+	if facts.Arch.Name == "qwen3" && facts.EOS >= 0 && facts.EOS != int(routing.EOS) {
 		logger.Warn("the GGUF's eos_token_id is not <|endoftext|>; sequences are closed with <|endoftext|> all the same, as Qwen3-Embedding was trained",
 			"eos_token_id", facts.EOS, "used", routing.EOS)
 	}
+	prompts := routingPrompts(facts.Prompts, cfg.QueryPrompt, cfg.DocumentPrompt)
+	logger.Info("model", "architecture", facts.Arch.Name, "pooling", facts.Pooling.String(), "pooling_from", facts.PoolingFrom,
+		"dim", facts.Dim, "max_input_tokens", maxInput, "warm_max_tokens", warmMax, "tokenizer", string(tok.Kind()),
+		"special_tokens", frame.Text, "prompts", prompts.Family)
 	logger.Info("tokenizer loaded", "vocab", tok.VocabSize(), "duration", time.Since(start).Round(time.Millisecond))
 
 	exe, err := os.Executable()
@@ -169,26 +228,31 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	}
 	// --threads only when set: a worker's default depends on its device (every
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
-	base := backends.WorkerArgs{Model: modelPath, Threads: cfg.Threads, LogFormat: cfg.LogFormat, LogLevel: cfg.LogLevel, DeviceArgs: cfg.Device}
+	base := backends.WorkerArgs{Model: modelPath, Threads: cfg.Threads, Pooling: facts.WorkerPooling(),
+		LogFormat: cfg.LogFormat, LogLevel: cfg.LogLevel, DeviceArgs: cfg.Device}
 	// A reranker's workers return the two logits of yes and no per sequence.
 	outputs := facts.Outputs()
 	if facts.Rerank {
 		base.Task = backends.TaskRerank
 	}
 	warmArgs, longArgs := base, base
-	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = cfg.WarmMaxTokens, cfg.DecodeTokens, cfg.WarmBuckets
+	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = warmMax, cfg.DecodeTokens, capLengths(cfg.WarmBuckets, warmMax)
 	longArgs.Nice = cfg.EphemeralNice
 	return &engine{
 		modelPath: modelPath,
 		device:    device,
 		facts:     facts,
 		tok:       tok,
+		frame:     frame,
+		prompts:   prompts,
+		maxInput:  maxInput,
+		warmMax:   warmMax,
 		warmArgs:  warmArgs,
 		warm: &backends.Warm{
 			Spec:         workerSpec(exe, warmArgs),
 			ReadyTimeout: cfg.ReadyTimeout,
 			Logger:       logger.With("worker", "warm"),
-			MinTokens:    cfg.WarmMaxTokens,
+			MinTokens:    warmMax,
 			NEmbd:        outputs,
 		},
 		long: &backends.Ephemeral{
@@ -198,6 +262,78 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 			NEmbd:        outputs,
 		},
 	}, nil
+}
+
+// contextLength is the model's context as /info and /v1/models report it: its
+// training context, or where the GGUF gives none, what it takes.
+func (e *engine) contextLength() int {
+	if e.facts.TrainContext > 0 {
+		return e.facts.TrainContext
+	}
+	return e.facts.MaxTokens
+}
+
+// modelLimits are a model's input limits: --max-input-tokens and
+// --warm-max-tokens as given, or where left at their defaults, cut to what the
+// model takes (modelinfo.Facts.MaxTokens: 512 for BERT), so that the warm and
+// ephemeral thresholds follow the model. A limit given above what the model takes
+// is refused.
+func modelLimits(cfg engineConfig, f *modelinfo.Facts) (maxInput, warmMax int, err error) {
+	maxInput, warmMax = cfg.MaxInputTokens, cfg.WarmMaxTokens
+	switch {
+	case !cfg.MaxInputSet:
+		maxInput = min(maxInput, f.MaxTokens)
+	case maxInput > f.MaxTokens:
+		return 0, 0, fmt.Errorf("--max-input-tokens (%d) exceeds what the model takes (%d tokens: %s); lower it", maxInput, f.MaxTokens, limitBasis(f))
+	}
+	switch {
+	case !cfg.WarmMaxSet:
+		warmMax = min(warmMax, maxInput)
+	case warmMax > maxInput:
+		return 0, 0, fmt.Errorf("--warm-max-tokens (%d) exceeds the model's input limit (%d tokens: %s); lower it", warmMax, maxInput, limitBasis(f))
+	}
+	return maxInput, warmMax, nil
+}
+
+// limitBasis says where a model's input limit comes from, for messages.
+func limitBasis(f *modelinfo.Facts) string {
+	if f.Arch.Encoder && f.MaxTokens < f.TrainContext {
+		return fmt.Sprintf("an encoder takes a sequence in one call, whose attention scores must fit %d MiB; its training context is %d", family.DefaultAttentionBytes>>20, f.TrainContext)
+	}
+	if f.TrainContext > 0 {
+		return "its training context"
+	}
+	return "the default where the GGUF gives no context length"
+}
+
+// routingPrompts turns a family's prompts into routing's, with a query and a
+// document prompt given by flag in their place; the convention is then named
+// "custom". A query prompt given without {instruction} takes none; one with it and
+// no default instruction of its family's takes Qwen3's web-search task.
+func routingPrompts(p family.Prompts, query, document *string) routing.Prompts {
+	r := routing.Prompts{Family: p.Name, Query: p.Query, Instruction: p.Instruction, Document: p.Document}
+	if query != nil {
+		r.Family, r.Query = "custom", *query
+		switch {
+		case !strings.Contains(r.Query, family.Placeholder):
+			r.Instruction = ""
+		case r.Instruction == "":
+			r.Instruction = family.Qwen3Instruction
+		}
+	}
+	if document != nil {
+		r.Family, r.Document = "custom", *document
+	}
+	return r
+}
+
+// capLengths caps each length at most, without repeats.
+func capLengths(lengths []int, most int) []int {
+	out := make([]int, 0, len(lengths))
+	for _, n := range lengths {
+		out = append(out, min(n, most))
+	}
+	return slices.Compact(out)
 }
 
 // workerSpec runs this executable as `embed-stack worker` with a.
@@ -210,6 +346,8 @@ func workerSpec(exe string, a backends.WorkerArgs) backends.WorkerSpec {
 func (e *engine) router(c routing.Config) *routing.Router {
 	c.Dim = e.facts.Dim
 	c.Rerank = e.facts.Rerank
+	c.Prompts, c.Frame = e.prompts, e.frame
+	c.MaxInputTokens, c.WarmMaxTokens = e.maxInput, e.warmMax
 	// Queries go to the warm worker beside a batch of documents in flight, which
 	// it interrupts for them (backends.ShortJobs).
 	info := e.warm.Info

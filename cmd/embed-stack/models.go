@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/modelinfo"
+	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
@@ -28,6 +31,11 @@ type modelEntry struct {
 	// keepAlive is its --keep-alive: how long its warm worker may idle before it
 	// is stopped (0 = never).
 	keepAlive time.Duration
+	// pooling and prompts are its --pooling and --prompts ("" = the model's), and
+	// queryPrompt and documentPrompt its --query-prompt and --document-prompt
+	// (nil = its convention's).
+	pooling, prompts            string
+	queryPrompt, documentPrompt *string
 	// flag is the entry as given, for messages.
 	flag string
 }
@@ -96,35 +104,89 @@ func parseModelEntries(models, aliases []string, modelName string) ([]modelEntry
 // DURATION for every model, MODEL=DURATION for the entry named MODEL, which wins
 // whatever the order (Ollama's keep_alive is per model as well).
 func parseKeepAlive(values []string, entries []modelEntry) error {
-	all := time.Duration(0)
+	return perModel("--keep-alive", "duration", values, entries, false, func(e *modelEntry, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION")
+		}
+		e.keepAlive = d
+		return nil
+	})
+}
+
+// parseModelSettings sets each entry's --pooling, --prompts, --query-prompt and
+// --document-prompt, each VALUE for every model or MODEL=VALUE for one (see
+// perModel). A prompt may hold '=': its text before one is a MODEL only when a
+// model has that name.
+func parseModelSettings(f *serveFlags) error {
+	if err := perModel("--pooling", "pooling", f.pooling, f.entries, false, func(e *modelEntry, v string) error {
+		if _, err := modelinfo.ParsePooling(v); err != nil {
+			return errors.New("give mean, cls or last, or MODEL=POOLING")
+		}
+		e.pooling = v
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := perModel("--prompts", "prompt convention", f.prompts, f.entries, false, func(e *modelEntry, v string) error {
+		if _, ok := family.PromptsNamed(v); !ok && v != "auto" {
+			return fmt.Errorf("give auto or one of %s, or MODEL=NAME", family.PromptNames())
+		}
+		e.prompts = v
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := perModel("--query-prompt", "query prompt", f.queryPrompt, f.entries, true, func(e *modelEntry, v string) error {
+		e.queryPrompt = &v
+		return nil
+	}); err != nil {
+		return err
+	}
+	return perModel("--document-prompt", "document prompt", f.documentPrompt, f.entries, true, func(e *modelEntry, v string) error {
+		e.documentPrompt = &v
+		return nil
+	})
+}
+
+// perModel applies the values of a repeatable per-model flag to the entries: a
+// VALUE sets every model's, MODEL=VALUE the entry named MODEL's, which wins
+// whatever the order; at most one VALUE is for every model. With textual, a value
+// whose text before '=' names no model is a VALUE whole (a prompt may hold '=');
+// otherwise that is an unknown model. set checks and applies one value.
+func perModel(flag, what string, values []string, entries []modelEntry, textual bool, set func(*modelEntry, string) error) error {
+	// Each value is kept with the argument it came in, for messages.
+	type value struct{ text, arg string }
+	var all value
 	seenAll := false
-	per := map[int]time.Duration{}
+	per := map[int]value{}
 	for _, v := range values {
 		target, text, named := strings.Cut(v, "=")
-		if !named {
-			target, text = "", v
+		i := -1
+		if named {
+			i = entryNamed(entries, target)
 		}
-		d, err := time.ParseDuration(text)
-		if err != nil || d < 0 {
-			return fmt.Errorf("--keep-alive %q: give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION", v)
-		}
-		if !named {
-			if seenAll {
-				return fmt.Errorf("--keep-alive %q: a duration for every model is already given; name the model for the others: --keep-alive MODEL=%s", v, v)
-			}
-			all, seenAll = d, true
+		switch {
+		case i >= 0:
+			per[i] = value{text, v}
 			continue
+		case named && !textual:
+			return fmt.Errorf("%s %q: %q is not the NAME of a --model NAME=MODEL (or --model-name)", flag, v, target)
+		case seenAll:
+			return fmt.Errorf("%s %q: a %s for every model is already given; name the model for the others: %s MODEL=%s", flag, v, what, flag, v)
 		}
-		i := entryNamed(entries, target)
-		if i < 0 {
-			return fmt.Errorf("--keep-alive %q: %q is not the NAME of a --model NAME=MODEL (or --model-name)", v, target)
-		}
-		per[i] = d
+		all, seenAll = value{v, v}, true
 	}
 	for i := range entries {
-		entries[i].keepAlive = all
-		if d, ok := per[i]; ok {
-			entries[i].keepAlive = d
+		v, ok := per[i]
+		if !ok {
+			if !seenAll {
+				continue
+			}
+			v = all
+		}
+		if err := set(&entries[i], v.text); err != nil {
+			return fmt.Errorf("%s %q: %w", flag, v.arg, err)
 		}
 	}
 	return nil
@@ -205,6 +267,8 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 	for _, e := range f.entries {
 		cfg := f.engine
 		cfg.Model = e.ref
+		cfg.Pooling, cfg.Prompts = e.pooling, e.prompts
+		cfg.QueryPrompt, cfg.DocumentPrompt = e.queryPrompt, e.documentPrompt
 		eng, err := newEngine(ctx, cfg, logger)
 		if err != nil {
 			if len(f.entries) > 1 {
@@ -230,7 +294,7 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 	var warm []int64
 	if len(models.list) > 1 {
 		for _, m := range models.list {
-			b, err := m.eng.warmBytes(f.engine.WarmMaxTokens)
+			b, err := m.eng.warmBytes(m.eng.warmMax)
 			if err != nil {
 				return nil, err
 			}
@@ -278,7 +342,13 @@ func loadModels(ctx context.Context, f *serveFlags, limits routing.Config, logge
 func (ms *servedModels) registry() []server.Model {
 	out := make([]server.Model, len(ms.list))
 	for i, m := range ms.list {
-		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: m.eng.facts.Rerank, Embedder: m.router, Reranker: m.router}
+		f := m.eng.facts
+		meta := openai.ModelMeta{Architecture: f.Arch.Name, ContextLength: m.eng.contextLength(), Tokenizer: f.Vocab.Algorithm()}
+		if !f.Rerank {
+			// A reranker's vectors are its two logits: no pooling, no dimensions.
+			meta.Pooling, meta.Dimensions = f.Pooling.String(), f.Dim
+		}
+		out[i] = server.Model{ID: m.name, Aliases: m.entry.aliases, Rerank: f.Rerank, Embedder: m.router, Reranker: m.router, Meta: meta}
 	}
 	return out
 }
@@ -288,14 +358,16 @@ func (ms *servedModels) registry() []server.Model {
 func (ms *servedModels) info() []server.ModelInfo {
 	out := make([]server.ModelInfo, len(ms.list))
 	for i, m := range ms.list {
-		facts := m.eng.facts
+		f, e := m.eng.facts, m.eng
 		file := m.file
-		file.Source, file.Name = m.entry.ref, filepath.Base(m.eng.modelPath)
-		info := server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: facts.TaskName(), Limits: m.router.Limits(), File: file}
-		if facts.Rerank {
-			info.Reranker = rerankerInfo(facts)
+		file.Source, file.Name = m.entry.ref, filepath.Base(e.modelPath)
+		info := server.ModelInfo{ID: m.name, Aliases: m.entry.aliases, Task: f.TaskName(), ContextLength: e.contextLength(),
+			Tokenizer: f.Vocab.Algorithm(), SpecialTokens: e.frame.Text, Limits: m.router.Limits(), File: file}
+		if f.Rerank {
+			info.Reranker = rerankerInfo(f)
 		} else {
-			info.Pooling = "last"
+			info.Pooling = f.Pooling.String()
+			info.Prompts = &server.Prompts{Family: e.prompts.Family, Query: e.prompts.Query, Document: e.prompts.Document, Instruction: m.router.DefaultInstruction()}
 		}
 		out[i] = info
 	}

@@ -198,11 +198,11 @@ func TestServeSeveralModels(t *testing.T) {
 		{"/v1/rerank", `{"model":"big","query":"q","documents":["a"]}`, 400,
 			"{\"error\":{\"message\":\"The model `big` is an embedding model, which does not rerank; name a reranker (GET /v1/models lists them), or compare embeddings.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_task_mismatch\"}}"},
 		{"/v1/models", "", 200, `{"object":"list","data":[` +
-			`{"id":"small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding"},` +
-			`{"id":"text-embedding-3-small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding"},` +
-			`{"id":"big","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding"},` +
-			`{"id":"rr","object":"model","created":0,"owned_by":"embed-stack","root":"rr","task":"rerank"}]}`},
-		{"/v1/models/big:query", "", 200, `{"id":"big:query","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding"}`},
+			`{"id":"small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
+			`{"id":"text-embedding-3-small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
+			`{"id":"big","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
+			`{"id":"rr","object":"model","created":0,"owned_by":"embed-stack","root":"rr","task":"rerank","architecture":"qwen3","context_length":32768,"tokenizer":"BPE"}]}`},
+		{"/v1/models/big:query", "", 200, `{"id":"big:query","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"}`},
 		{"/v1/models/nope", "", 404,
 			"{\"error\":{\"message\":\"The model `nope` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"},
 	}

@@ -47,6 +47,10 @@ type serveFlags struct {
 	// Batching and long inputs (admission.go, docs/routing.md).
 	batchWindow                    time.Duration
 	batchMaxTokens, ephemeralQueue int
+	// pooling, prompts, queryPrompt and documentPrompt are the per-model
+	// --pooling, --prompts, --query-prompt and --document-prompt values
+	// (parseModelSettings puts them on the entries).
+	pooling, prompts, queryPrompt, documentPrompt []string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see backends.WarmProgram.Resolve).
 	warm backends.WarmProgram
@@ -92,9 +96,16 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 	s.String(&e.Task, "task", "TASK", modelinfo.TaskAuto, "what the model does: auto (from the GGUF), embed or rerank").
 		More("auto: a reranker when the GGUF declares llama.cpp's rank pooling or has a classifier head cls.output.weight, as llama.cpp's conversion of Qwen3-Reranker writes it, else an embedding model; rerank: a Qwen3-Reranker whose GGUF keeps the whole LM head (the rows of the tokens yes and no are used). A reranker serves POST /v1/rerank and POST /rerank; an embedding model serves /v1/embeddings, /embed and /tokenize.")
 
+	s.Group("Pooling and prompts, per model")
+	s.List(&f.pooling, "pooling", "[MODEL=]MODE", poolingHelp).More(poolingMore + " MODEL=MODE sets one model's (MODEL being a --model NAME or --model-name), over a MODE for all.")
+	s.List(&f.prompts, "prompts", "[MODEL=]NAME", promptsHelp()).More(promptsMore + " MODEL=NAME sets one model's.")
+	s.List(&f.queryPrompt, "query-prompt", "[MODEL=]TEXT", queryPromptHelp).More("The instruction is the request's, or --default-instruction. " + queryPromptMore + " MODEL=TEXT sets one model's; a TEXT whose part before = names no model is a prompt for all.")
+	s.List(&f.documentPrompt, "document-prompt", "[MODEL=]TEXT", documentPromptHelp).More("MODEL=TEXT sets one model's.")
+
 	s.Group("Requests")
 	s.String(&f.defaultInputType, "default-input-type", "TYPE", "document", "input_type of requests that give none: document, or query (embedded with the instruction)")
-	s.String(&f.defaultInstr, "default-instruction", "TEXT", routing.DefaultInstruction, "instruction of queries whose request gives none")
+	s.String(&f.defaultInstr, "default-instruction", "TEXT", "", "instruction of queries whose request gives none, for every model whose query prompt takes one").
+		More("Default: each model's convention's: Qwen3's \"" + routing.DefaultInstruction + "\", nomic's search_query, ...")
 	s.String(&f.tokenIDs, "token-ids", "MODE", "cl100k", "inputs of token ids are read as cl100k (what LangChain sends; decoded and tokenized again), native (the model's ids) or reject").
 		More("cl100k is tiktoken's cl100k_base, LangChain Python's default.")
 
@@ -183,6 +194,10 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 	if err := parseKeepAlive(f.keepAlive, f.entries); err != nil {
 		return nil, err
 	}
+	if err := parseModelSettings(f); err != nil {
+		return nil, err
+	}
+	f.engine.noteSources(s)
 	if err := f.engine.check(); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/llama"
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
@@ -58,6 +59,10 @@ func (c *workerCommand) Run(ctx context.Context) error {
 			ModelPath: a.Model, ContextTokens: a.Ctx, BatchTokens: a.Batch,
 			Threads: a.Threads, MaxSeqs: a.Seqs, Nice: a.Nice,
 			Rerank: a.Task == backends.TaskRerank,
+		}
+		if a.Pooling != "" {
+			// WorkerArgs.Parse accepted only mean, cls and last.
+			c.Pooling, _ = gguf.ParsePooling(a.Pooling)
 		}
 		deviceConfig(a.DeviceArgs, &c)
 		e, err := llama.Open(c)

@@ -186,6 +186,8 @@ func bertTensors(s bertShape, nVocab uint64) []bertTensor {
 
 // bertOptions says what buildBert writes.
 type bertOptions struct {
+	// arch is the architecture, one of encoderArchs; "" is bert.
+	arch  string
 	shape bertShape
 	typ   gguf.GGMLType // of the 2-D matrices; F32 or F16 (what llama.cpp's converter offers)
 	seed  uint64
@@ -209,22 +211,33 @@ func buildBert(w *gguf.Writer, o bertOptions) (parameters uint64, tensors int, e
 	if s.hidden%s.heads != 0 {
 		return 0, 0, fmt.Errorf("shape %s: hidden size %d is not a multiple of %d heads", s.name, s.hidden, s.heads)
 	}
-	w.AddKV("general.architecture", "bert")
+	arch := o.arch
+	if arch == "" {
+		arch = "bert"
+	}
+	ts, err := encoderTensors(arch, s, uint64(o.vocab.tokens))
+	if err != nil {
+		return 0, 0, err
+	}
+	if o.weights != nil && arch != "bert" {
+		return 0, 0, fmt.Errorf("-convert writes bert only, not %s", arch)
+	}
+	w.AddKV("general.architecture", arch)
 	w.AddKV("general.name", o.name)
 	w.AddKV("general.file_type", ftype)
-	w.AddKV("bert.context_length", s.context)
-	w.AddKV("bert.embedding_length", s.hidden)
-	w.AddKV("bert.feed_forward_length", s.ffn)
-	w.AddKV("bert.attention.head_count", s.heads)
-	w.AddKV("bert.block_count", s.layers)
-	w.AddKV("bert.attention.layer_norm_epsilon", s.layerNormEps)
-	w.AddKV("bert.attention.causal", false)
-	w.AddKV("bert.pooling_type", s.pooling)
+	w.AddKV(arch+".context_length", s.context)
+	w.AddKV(arch+".embedding_length", s.hidden)
+	w.AddKV(arch+".feed_forward_length", s.ffn)
+	w.AddKV(arch+".attention.head_count", s.heads)
+	w.AddKV(arch+".block_count", s.layers)
+	for _, k := range encoderKeys(arch, s) {
+		w.AddKV(arch+"."+k.key, k.value)
+	}
 	w.AddKV("tokenizer.ggml.token_type_count", s.tokenTypes)
 	for _, e := range o.vocab.kv {
 		w.AddKV(e.key, e.value)
 	}
-	for _, t := range bertTensors(s, uint64(o.vocab.tokens)) {
+	for _, t := range ts {
 		typ := gguf.TypeF32
 		if t.matrix {
 			typ = o.typ

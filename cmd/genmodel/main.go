@@ -54,8 +54,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
 		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head)")
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
-		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or bert (an encoder with mean pooling; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf)")
-		vocabGGUF = fs.String("vocab-gguf", "", "with -arch bert: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
+		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or an encoder ("+strings.Join(encoderArchs, ", ")+"; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf, mean pooling but neo-bert's CLS)")
+		vocabGGUF = fs.String("vocab-gguf", "", "with an encoder -arch: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
 		convert   = fs.String("convert", "", "convert the real sentence-transformers BertModel checkpoint in this `folder` (config.json, model.safetensors, tokenizer.json, 1_Pooling/config.json) instead of drawing random weights; -type f32 or f16")
 	)
 	fs.Usage = func() {
@@ -71,21 +71,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return errors.New("-out is required (for example -out models/tiny.gguf)")
 	}
-	if *convert != "" || *arch == "bert" {
+	if *convert != "" || slices.Contains(encoderArchs, *arch) {
 		tokenizerSet := false
 		fs.Visit(func(f *flag.Flag) { tokenizerSet = tokenizerSet || f.Name == "tokenizer" })
 		tok := ""
 		if tokenizerSet {
 			tok = *tokenizer
 		}
-		return runBert(bertRun{out: *out, shape: *shapeName, typ: *typeName, seed: *seed, name: *name,
+		return runBert(bertRun{arch: *arch, out: *out, shape: *shapeName, typ: *typeName, seed: *seed, name: *name,
 			tokenizer: tok, vocabGGUF: *vocabGGUF, convert: *convert, hf: *hfDir, task: *task}, stdout)
 	}
 	if *arch != "qwen3" {
-		return fmt.Errorf("-arch %q is unknown; use qwen3 or bert", *arch)
+		return fmt.Errorf("-arch %q is unknown; use qwen3 or an encoder: %s", *arch, strings.Join(encoderArchs, ", "))
 	}
 	if *vocabGGUF != "" {
-		return errors.New("-vocab-gguf is for -arch bert")
+		return errors.New("-vocab-gguf is for an encoder -arch")
 	}
 	s, ok := shapes[*shapeName]
 	if !ok {
@@ -171,8 +171,8 @@ func shapeNames() []string {
 
 // bertRun is the command line of a BERT model.
 type bertRun struct {
-	out, shape, typ, name, tokenizer, vocabGGUF, convert, hf, task string
-	seed                                                           uint64
+	arch, out, shape, typ, name, tokenizer, vocabGGUF, convert, hf, task string
+	seed                                                                 uint64
 }
 
 func runBert(r bertRun, stdout io.Writer) error {
@@ -184,7 +184,10 @@ func runBert(r bertRun, stdout io.Writer) error {
 		return fmt.Errorf("-type %q is not supported for bert; use f32 or f16", r.typ)
 	}
 	start := time.Now()
-	o := bertOptions{typ: typ, seed: r.seed, name: r.name}
+	o := bertOptions{arch: r.arch, typ: typ, seed: r.seed, name: r.name}
+	if r.convert != "" {
+		o.arch = "bert"
+	}
 	what := "random weights"
 	if r.convert != "" {
 		if r.tokenizer != "" || r.vocabGGUF != "" {
@@ -202,6 +205,9 @@ func runBert(r bertRun, stdout io.Writer) error {
 		if !ok {
 			return fmt.Errorf("-shape %q is unknown for bert; use tiny or minilm", r.shape)
 		}
+		if r.arch == "neo-bert" {
+			s.pooling = poolingCLS // NeoBERT's
+		}
 		o.shape = s
 		switch {
 		case r.vocabGGUF != "" && r.tokenizer != "":
@@ -218,14 +224,14 @@ func runBert(r bertRun, stdout io.Writer) error {
 			return err
 		}
 		if o.name == "" {
-			o.name = fmt.Sprintf("bert-%s-random-seed%d", s.name, r.seed)
+			o.name = fmt.Sprintf("%s-%s-random-seed%d", r.arch, s.name, r.seed)
 		}
 	}
 	sum, err := writeModel(r.out, func(w *gguf.Writer) (uint64, int, error) { return buildBert(w, o) })
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d bytes (%.1f MiB), %d parameters in %d tensors, bert %s, %s matrices, %s, %.1fs\n",
-		r.out, sum.bytes, float64(sum.bytes)/(1<<20), sum.parameters, sum.tensors, o.shape.name, typ, what, time.Since(start).Seconds())
+	fmt.Fprintf(stdout, "wrote %s: %d bytes (%.1f MiB), %d parameters in %d tensors, %s %s, %s matrices, %s, %.1fs\n",
+		r.out, sum.bytes, float64(sum.bytes)/(1<<20), sum.parameters, sum.tensors, o.arch, o.shape.name, typ, what, time.Since(start).Seconds())
 	return nil
 }
