@@ -189,18 +189,24 @@ def test_rate_limit_retry_waits_retry_after(server, guarded):
 
 
 def child_pid(parent, timeout=30.0):
-    """The first child process of parent (Linux /proc), waiting for it to appear."""
+    """The worker child process of parent (Linux /proc: its command line's first argument is
+    "worker"), waiting for it to appear. Other children come and go first: with a backend
+    folder (GPU backends or CPU kernel variants in lib/embed-stack) serve asks a short-lived
+    `embed-stack devices --json` child for the device before it starts the warm worker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) != parent:
+                    continue
+                argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue  # gone meanwhile
-            if int(fields[1]) == parent:
+            if len(argv) > 1 and argv[1] == b"worker":
                 return int(stat.parent.name)
         time.sleep(0.002)
-    pytest.fail(f"process {parent} started no child in {timeout}s")
+    pytest.fail(f"process {parent} started no worker child in {timeout}s")
 
 
 def ready_status(s):
