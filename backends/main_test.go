@@ -183,11 +183,17 @@ func fakeWorkerMain(args []string) int {
 		return &fakeEngine{child: true, crashOnce: crashOnce},
 			EngineInfo{NEmbd: fakeNEmbd, MaxTokens: *nCtx, MaxBatchTokens: *nCtx, Model: filepath.Base(*model)}, nil
 	}
+	if testenv.Get("FAKE_WEDGE_ON_EXIT") == "1" {
+		// A wedged worker survives SIGTERM after RunWorker returns. Ignoring the
+		// signal only once RunWorker has returned leaves a window in which
+		// the default action still ends the process (stop closes stdin and
+		// signals at once); a channel that stays registered, and is never read,
+		// keeps the signal caught for the whole life of the process while
+		// RunWorker still receives it on its own channel.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT)
+	}
 	err := RunWorker(context.Background(), cfg, load)
 	if testenv.Get("FAKE_WEDGE_ON_EXIT") == "1" {
-		// RunWorker has stopped handling SIGTERM; a signal now would end the
-		// process, which a wedged one would not.
-		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
 		select {}
 	}
 	if err != nil {
