@@ -29,7 +29,9 @@
 //	.npy     NumPy format 1.0, '<f4', C order, shape (N, dim), with a fixed 128-byte
 //	         header that is rewritten after every batch, so the file loads with
 //	         numpy.load even while a job runs or after it was killed. Row i belongs to
-//	         the id on line i+1 of the sidecar FILE.npy.ids (one JSON id per line).
+//	         the id on line i+1 of the sidecar FILE.npy.ids, one id a line as plain
+//	         text (a string's value, a number as written); the header's form says so,
+//	         and marks older files (and a .parquet job's work file) whose ids are JSON.
 //	.parquet id (string), embedding (list<float32>), optional passthrough fields.
 //
 // Files opens a run's input and names what it writes as the embed command's

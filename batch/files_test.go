@@ -151,7 +151,7 @@ func TestResumeBoundedRead(t *testing.T) {
 	}
 	// A .npy whose ids file has no newline.
 	np := filepath.Join(dir, "v.npy")
-	os.WriteFile(np, append(npyHeader(1, testDim), make([]byte, 4*testDim)...), 0o644)
+	os.WriteFile(np, append(npyHeader(1, testDim, idsJSON), make([]byte, 4*testDim)...), 0o644)
 	os.WriteFile(IDsPath(np), []byte(`"`+strings.Repeat("z", 6<<20)), 0o644)
 	_, err = runJob(t, &Job{Input: strings.NewReader("x\n"), Reader: ReaderConfig{MaxLineBytes: 4 << 20}, Output: np, Format: FormatNPY, Embedder: &fakeEmbedder{}})
 	if err == nil || !strings.Contains(err.Error(), "longer than any this job writes") {
@@ -214,7 +214,7 @@ func TestReaderRepeatedKeys(t *testing.T) {
 func TestTextIDs(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "v.parquet.npy")
 	_, err := runJob(t, &Job{Input: strings.NewReader(`{"id":"7","text":"a"}` + "\n" + `{"id":7,"text":"b"}` + "\n"), Reader: ReaderConfig{Format: JSONL}, Output: p, Format: FormatNPY, TextIDs: true, Embedder: &fakeEmbedder{}})
-	if want := `input line 2 repeats the id 7 of line 1 (as text, which the Parquet id column holds: "7" and 7 are one id there)`; err == nil || !strings.HasPrefix(err.Error(), want) {
+	if want := `input line 2 repeats the id 7 of line 1 (as text, which a .parquet or .npy output holds: "7" and 7 are one id there)`; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("err = %v, want %q", err, want)
 	}
 }

@@ -77,8 +77,8 @@ func (x *idIndex) see(id json.RawMessage, line int64) (written bool, err error) 
 	}
 	if e.line != 0 {
 		how := ""
-		if x.text {
-			how = ` (as text, which the Parquet id column holds: "7" and 7 are one id there)`
+		if x.text && isNumberText(jsonText(id)) {
+			how = ` (as text, which a .parquet or .npy output holds: "7" and 7 are one id there)`
 		}
 		return false, &LineError{Line: line, Repeats: e.line, Msg: fmt.Sprintf("repeats the id %s of line %d%s: every id must be unique, since the output holds each id once", id, e.line, how)}
 	}
@@ -100,4 +100,11 @@ func (x *idIndex) dropRows() (rows []int64, foreign int64) {
 	}
 	slices.Sort(rows)
 	return rows, foreign
+}
+
+// isNumberText says whether an id's text reads as a JSON number: only such an id can
+// repeat another as text while differing in its JSON ("7" and 7).
+func isNumberText(t []byte) bool {
+	var n json.Number
+	return len(t) > 0 && t[0] != '"' && json.Unmarshal(t, &n) == nil
 }

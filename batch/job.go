@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,15 +40,20 @@ const (
 type Job struct {
 	// Input is read to its end, a line at a time.
 	Input io.Reader
-	// InputSize is Input's size in bytes when known (a file), for the progress
-	// percentage and ETA; 0 when unknown (standard input).
-	InputSize int64
+	// CountItems, when set, counts Input's items for the progress percentage and
+	// ETA (OpenFiles.CountItems reads the input file a second time). It runs beside
+	// the job; until it returns, and when it fails or is nil (standard input), the
+	// progress shows the items done without a total.
+	CountItems func(context.Context) (int64, error)
 	// Reader says how lines are read.
 	Reader ReaderConfig
 
 	// Output is the output file ("-": standard output, JSONL only); Format its format.
 	Output string
-	Format Format
+	// OutputAttrs name the output in log lines as the user knows it (Output may be
+	// a .parquet output's work file): key-value pairs; nil means "output", Output.
+	OutputAttrs []any
+	Format      Format
 	// Store, when set, is the output instead of Output: a database, already opened
 	// (Store.Open). Each batch's items are looked up in it before they are embedded,
 	// and those it holds are skipped; nothing is read back or repaired at the start.
@@ -59,6 +66,11 @@ type Job struct {
 	// output, so that the ids "7" and 7 are refused as one id (issue 28) instead of
 	// becoming two rows with the same id.
 	TextIDs bool
+	// JSONIDs writes a new .npy output's ids file as JSON, one id a line, instead of
+	// as plain text: set it for a .parquet output's work file, which must keep every
+	// id the job accepts (line breaks, and "7" versus 7 in TextIDs' absence) for the
+	// Parquet file. A resumed .npy output keeps the form it was written in.
+	JSONIDs bool
 	// Dim is the dimension of every vector the Embedder returns.
 	Dim int
 
@@ -108,9 +120,10 @@ type Stats struct {
 type batchWork struct {
 	items []Item
 	// resumed is the number of items the reader had skipped as already written when
-	// it sent this batch, so that progress counts every item done, not only this run's.
-	resumed int64
-	done    chan batchResult // buffered 1: the embedder never waits for the writer
+	// it sent this batch, so that progress counts every item done, not only this run's;
+	// invalid the lines it had skipped as invalid.
+	resumed, invalid int64
+	done             chan batchResult // buffered 1: the embedder never waits for the writer
 }
 
 type batchResult struct {
@@ -136,19 +149,29 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		return Stats{}, errors.New("batch: Job.Dim must be set")
 	}
 	idx := newIDIndex()
-	idx.text = j.TextIDs || j.Store != nil
+	// Plain ids in a .npy output are text: "7" and 7 would be one id there.
+	idx.text = j.TextIDs || j.Store != nil || (j.Format == FormatNPY && !j.JSONIDs)
 	out := &output{stream: true}
 	if j.Store == nil {
+		form := idsText
+		if j.JSONIDs {
+			form = idsJSON
+		}
 		var err error
-		if out, err = openOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), j.Overwrite, idx); err != nil {
+		if out, err = openOutput(j.Output, j.Format, j.Dim, j.Reader.maxLine(), j.Overwrite, idx, form); err != nil {
 			return Stats{}, err
 		}
 	}
+	named := j.OutputAttrs
+	if named == nil {
+		named = []any{"output", j.Output}
+	}
 	if out.rows > 0 {
-		log.Info("resuming: the output already holds vectors; their items are skipped", "output", j.Output, "records", out.rows)
+		log.Info("resuming: the output already holds vectors; their items are skipped", append(named[:len(named):len(named)], "records", out.rows)...)
 	}
 	if n := len(idx.dupRows); n > 0 {
-		log.Warn("the output holds rows that repeat an earlier row's id; they are dropped when the run completes", "output", j.Output, "rows", n, "first_row", idx.dupRows[0]+1, "id", string(idx.firstDup))
+		log.Warn("the output holds rows that repeat an earlier row's id; they are dropped when the run completes",
+			append(named[:len(named):len(named)], "rows", n, "first_row", idx.dupRows[0]+1, "id", string(idx.firstDup))...)
 	}
 	batchSize, inFlight := j.BatchSize, j.InFlight
 	if batchSize <= 0 {
@@ -176,7 +199,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		defer wg.Done()
 		defer close(work)
 		defer close(order)
-		if err := j.read(ctx, reader, idx, batchSize, &readStats, log, work, order); err != nil {
+		if err := j.read(ctx, reader, idx, batchSize, &readStats, log, work, order, j.Format == FormatNPY && out.form == idsText); err != nil {
 			cancel(err)
 		}
 	}()
@@ -190,7 +213,19 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		}()
 	}
 
-	prog := newProgress(j, log)
+	// total is the input's items once counted, -1 until then.
+	var total atomic.Int64
+	total.Store(-1)
+	if j.CountItems != nil {
+		go func() {
+			if n, err := j.CountItems(ctx); err == nil {
+				total.Store(n)
+			} else if ctx.Err() == nil {
+				log.Warn("the progress shows no percentage: the input's items could not be counted", "error", err.Error())
+			}
+		}()
+	}
+	prog := newProgress(j, log, total.Load)
 	for b := range order {
 		var res batchResult
 		select {
@@ -208,9 +243,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		}
 		stats.Embedded += int64(len(res.vecs))
 		stats.Invalid += res.invalid
-		if n := len(b.items); n > 0 {
-			prog.update(b.resumed, stats.Embedded, b.items[n-1].End)
-		}
+		prog.update(count{done: b.resumed + stats.Embedded, embedded: stats.Embedded, skipped: b.invalid + stats.Invalid})
 	}
 	// The first error, if any, is the cause; a cancelled parent is an interruption.
 	var runErr error
@@ -227,7 +260,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		}
 	}()
 	wg.Wait()
-	prog.finish(readStats.Resumed, stats.Embedded)
+	prog.finish(count{done: readStats.Resumed + stats.Embedded, embedded: stats.Embedded, skipped: readStats.Invalid + stats.Invalid}, runErr == nil)
 
 	stats.Resumed, stats.Invalid = readStats.Resumed, stats.Invalid+readStats.Invalid
 	stats.Blank = reader.Blank()
@@ -247,15 +280,16 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 			return stats, err
 		}
 		stats.Dropped = int64(len(drop))
-		log.Warn("repaired the output: dropped rows that repeated an earlier row's id or whose id the input does not hold", "output", j.Output,
-			"repeated", int64(len(drop))-foreign, "not_in_input", foreign, "first_dropped_id", string(first))
+		log.Warn("repaired the output: dropped rows that repeated an earlier row's id or whose id the input does not hold",
+			append(named[:len(named):len(named)], "repeated", int64(len(drop))-foreign, "not_in_input", foreign, "first_dropped_id", string(first))...)
 	}
 	stats.Elapsed = time.Since(start)
 	return stats, nil
 }
 
 // read is the reader stage: items not in the output, in batches, to both channels.
-func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork) error {
+// plainIDs refuses ids with a line break, which a .npy output's plain ids cannot hold.
+func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork, plainIDs bool) error {
 	var items []Item
 	send := func() error {
 		if len(items) == 0 {
@@ -270,7 +304,7 @@ func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats
 				return nil
 			}
 		}
-		b := &batchWork{items: items, resumed: stats.Resumed, done: make(chan batchResult, 1)}
+		b := &batchWork{items: items, resumed: stats.Resumed, invalid: stats.Invalid, done: make(chan batchResult, 1)}
 		items = nil
 		select {
 		case order <- b:
@@ -295,6 +329,9 @@ func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats
 		written := false
 		if err == nil {
 			written, err = idx.see(it.ID, it.Line)
+		}
+		if err == nil && !written && plainIDs && bytes.ContainsAny(jsonText(it.ID), "\r\n") {
+			err = &LineError{Line: it.Line, Msg: fmt.Sprintf("has the id %s, which holds a line break: a .npy output's ids file holds one id a line, as text; choose a .jsonl or .parquet --output for such ids", it.ID)}
 		}
 		var le *LineError
 		if errors.As(err, &le) {

@@ -341,8 +341,8 @@ func TestJobRefusesForeignOutput(t *testing.T) {
 	}{
 		{"not records", "a.jsonl", "hello\n", "line 1 is not a record of this job"},
 		{"other dimension", "b.jsonl", `{"id":1,"embedding":[1,2]}` + "\n", "it holds 2-dimensional vectors and this job makes 4"},
-		{"other npy dimension", "c.npy", string(npyHeader(0, 8)), "it holds 8-dimensional vectors and this job makes 4"},
-		{"foreign npy", "d.npy", strings.Replace(string(npyHeader(0, 4)), "<f4", "<f8", 1), "not little-endian float32"},
+		{"other npy dimension", "c.npy", string(npyHeader(0, 8, idsText)), "it holds 8-dimensional vectors and this job makes 4"},
+		{"foreign npy", "d.npy", strings.Replace(string(npyHeader(0, 4, idsText)), "<f4", "<f8", 1), "not little-endian float32"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -480,56 +480,6 @@ func TestJobBoundedMemory(t *testing.T) {
 		t.Errorf("%d rows written, %d embedded; want whole batches", rows, st.Embedded)
 	}
 	_ = lineBytes
-}
-
-func TestProgress(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := t0
-	var bar bytes.Buffer
-	p := newProgress(&Job{Progress: &bar, Terminal: true, InputSize: 10000}, quietLogger())
-	p.now = func() time.Time { return clock }
-	p.update(0, 100, 1000) // first batch: the clock starts here
-	clock = t0.Add(2 * time.Second)
-	p.update(0, 500, 3000)
-	want := "\r 10% [==>                     ] 100 items  0.0 items/s  ETA --" +
-		"\r 30% [=======>                ] 500 items  200.0 items/s  ETA 7s"
-	if bar.String() != want {
-		t.Errorf("bar\n%q\nwant\n%q", bar.String(), want)
-	}
-
-	var logs bytes.Buffer
-	lp := newProgress(&Job{InputSize: 0, ProgressInterval: time.Second}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: dropTime})))
-	clock = t0
-	lp.now = func() time.Time { return clock }
-	lp.update(0, 10, 100)
-	clock = t0.Add(500 * time.Millisecond)
-	lp.update(0, 20, 200) // under the interval: no line
-	clock = t0.Add(4 * time.Second)
-	lp.update(0, 90, 900)
-	if want := "level=INFO msg=\"embed progress\" done=90 embedded=90 items_per_s=20\n"; logs.String() != want {
-		t.Errorf("log\n%q\nwant\n%q", logs.String(), want)
-	}
-}
-
-// TestProgressResumed: on a resumed run the item count is of the whole input, as the
-// percentage is (7000 items of an earlier run plus this run's), and the rate is this
-// run's alone.
-func TestProgressResumed(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := t0
-	var bar bytes.Buffer
-	p := newProgress(&Job{Progress: &bar, Terminal: true, InputSize: 10000}, quietLogger())
-	p.now = func() time.Time { return clock }
-	p.update(7000, 100, 7100)
-	clock = t0.Add(2 * time.Second)
-	p.update(7000, 500, 7500)
-	p.finish(7000, 500)
-	want := "\r 71% [=================>      ] 7100 items  0.0 items/s  ETA --" +
-		"\r 75% [==================>     ] 7500 items  200.0 items/s  ETA 13s" +
-		"\r 75% [==================>     ] 7500 items  200.0 items/s  ETA 13s\n"
-	if bar.String() != want {
-		t.Errorf("bar\n%q\nwant\n%q", bar.String(), want)
-	}
 }
 
 func dropTime(_ []string, a slog.Attr) slog.Attr {

@@ -56,6 +56,9 @@ type Merge struct {
 	// Overwrite replaces an existing Output that does not read as an output of this
 	// package; without it such a file is refused, never replaced.
 	Overwrite bool
+	// Shards says the parts are a sharded job's (`embed-stack merge`); false, the one
+	// part is a .parquet job's work file, which the summary does not mention.
+	Shards bool
 	// Logger receives the summary; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -133,7 +136,11 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 	}
 	ok = true
 	st.Elapsed = time.Since(start)
-	log.Info("merged", "output", m.Output, "rows", st.Rows, "parts", len(m.Parts), "missing", st.Missing, "invalid_lines", st.Invalid, "seconds", round1(st.Elapsed.Seconds()))
+	msg, attrs := "wrote the output", []any{"output", m.Output, "rows", st.Rows}
+	if m.Shards {
+		msg, attrs = "merged the shards' parts", append(attrs, "shards", len(m.Parts))
+	}
+	log.Info(msg, append(attrs, "missing", st.Missing, "invalid_lines", st.Invalid, "seconds", round1(st.Elapsed.Seconds()))...)
 	return st, nil
 }
 
@@ -143,7 +150,8 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 // AllowMissing) when an item has no row.
 func (m *Merge) walk(ctx context.Context, parts []*partReader, st *MergeStats, sink *mergeSink) error {
 	idx := newIDIndex()
-	idx.text = m.Format == FormatParquet
+	// A Parquet id column and a .npy output's plain ids hold ids as text.
+	idx.text = m.Format == FormatParquet || m.Format == FormatNPY
 	var firstMissing string
 	n := len(parts)
 	line := int64(1)
@@ -359,9 +367,10 @@ type partReader struct {
 	ids  *bufio.Reader // .npy: the ids file
 	idsF *os.File
 	npy  bool
-	dim  int   // 0 for an empty JSONL part
-	rows int64 // .npy: rows in the header
-	row  int64 // index of the current row
+	form idsForm // .npy: its ids' form
+	dim  int     // 0 for an empty JSONL part
+	rows int64   // .npy: rows in the header
+	row  int64   // index of the current row
 
 	maxLine int // the longest line read (JSONL rows, .npy ids)
 
@@ -384,8 +393,11 @@ type parquetID struct {
 // matches says whether the current row is the item with id: the same JSON, or for
 // a Parquet output the same text.
 func (p *partReader) matches(id json.RawMessage) bool {
-	if p.pq != nil {
+	switch {
+	case p.pq != nil:
 		return string(jsonText(id)) == string(p.id)
+	case p.npy:
+		return string(jsonText(id)) == string(jsonText(p.id))
 	}
 	return bytes.Equal(p.id, id)
 }
@@ -408,6 +420,7 @@ func openPart(path string, maxID int) (*partReader, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		p.form = npyIDsForm(h)
 		if p.idsF, err = os.Open(IDsPath(path)); err != nil {
 			f.Close()
 			return nil, err
@@ -498,7 +511,10 @@ func (p *partReader) advance() error {
 		for i := range p.vec {
 			p.vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(p.buf[4*i:]))
 		}
-		p.id, p.ok = json.RawMessage(id[:len(id)-1]), true
+		if p.id, err = lineID(id[:len(id)-1], p.form); err != nil {
+			return fmt.Errorf("%s: line %d: %w", IDsPath(p.path), p.row+2, err)
+		}
+		p.ok = true
 		p.row++
 		return nil
 	}
@@ -581,7 +597,7 @@ func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*me
 		}
 		return s, nil
 	}
-	out, err := openOutput(tmp, format, dim, DefaultMaxLineBytes, true, newIDIndex())
+	out, err := openOutput(tmp, format, dim, DefaultMaxLineBytes, true, newIDIndex(), idsText)
 	if err != nil {
 		return nil, err
 	}

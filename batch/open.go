@@ -51,9 +51,11 @@ type OpenFiles struct {
 	// writes: Output, or for a .parquet output its work file.
 	Output, Work string
 
-	files   Files
-	file    *os.File // the input file; nil for standard input
-	parquet *Merge   // writes a .parquet Output from Work
+	files Files
+	file  *os.File // the input file; nil for standard input
+	// start is where the input (a shard's slice) begins in the file.
+	start   int64
+	parquet *Merge // writes a .parquet Output from Work
 }
 
 // Open opens the input, checks the files the run writes (CheckFiles) and names the
@@ -87,7 +89,7 @@ func (f Files) Open() (*OpenFiles, error) {
 				file.Close()
 				return nil, fmt.Errorf("--input: %w", err)
 			}
-			o.In, o.Size, o.Reader.FirstLine = si.Reader(file), si.End-si.Start, si.FirstLine
+			o.In, o.Size, o.Reader.FirstLine, o.start = si.Reader(file), si.End-si.Start, si.FirstLine, si.Start
 			f.Logger.Info("shard", "shard", f.Shard.String(), "first_line", si.FirstLine, "bytes", o.Size, "input_offset", si.Start)
 		}
 	}
@@ -139,6 +141,21 @@ func (o *OpenFiles) Finish(ctx context.Context) error {
 		return err
 	}
 	return errors.Join(os.Remove(o.Work), os.Remove(IDsPath(o.Work)))
+}
+
+// CountItems counts the items of the input (a shard's slice of it) for the progress,
+// reading the file a second time, sequentially,
+// beside the model's loading and the job (CountItems). nil when the input is no
+// regular file (standard input), which cannot be read twice. It reads by offset
+// (pread), which leaves the job's own reading of the file where it is.
+func (o *OpenFiles) CountItems() func(context.Context) (int64, error) {
+	if o.file == nil || o.Size <= 0 {
+		return nil
+	}
+	f, start, size, format := o.file, o.start, o.Size, o.Reader.Format
+	return func(ctx context.Context) (int64, error) {
+		return CountItems(ctx, io.NewSectionReader(f, start, size), format)
+	}
 }
 
 // Close closes the input file.

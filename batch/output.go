@@ -145,13 +145,21 @@ type npySink struct {
 	dim    int
 	rows   int64
 	buf    []byte
+	form   idsForm
 }
 
 func (s *npySink) write(ids []json.RawMessage, vecs [][]float32) error {
+	lines := make([][]byte, len(vecs))
 	for i, v := range vecs {
 		if len(v) != s.dim {
 			return fmt.Errorf("vector for id %s has %d dimensions, want %d", ids[i], len(v), s.dim)
 		}
+		var err error
+		if lines[i], err = idLine(ids[i], s.form); err != nil {
+			return err
+		}
+	}
+	for i, v := range vecs {
 		b := s.buf[:0]
 		for _, x := range v {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
@@ -160,7 +168,7 @@ func (s *npySink) write(ids []json.RawMessage, vecs [][]float32) error {
 		if _, err := s.w.Write(b); err != nil {
 			return fmt.Errorf("write output: %w", err)
 		}
-		if _, err := s.iw.Write(append(ids[i], '\n')); err != nil {
+		if _, err := s.iw.Write(append(lines[i], '\n')); err != nil {
 			return fmt.Errorf("write ids: %w", err)
 		}
 	}
@@ -174,7 +182,7 @@ func (s *npySink) write(ids []json.RawMessage, vecs [][]float32) error {
 		return fmt.Errorf("write ids: %w", err)
 	}
 	s.rows += int64(len(vecs))
-	if _, err := s.f.WriteAt(npyHeader(s.rows, s.dim), 0); err != nil {
+	if _, err := s.f.WriteAt(npyHeader(s.rows, s.dim, s.form), 0); err != nil {
 		return fmt.Errorf("write .npy header: %w", err)
 	}
 	return nil
@@ -191,6 +199,8 @@ func (s *npySink) close() error {
 type output struct {
 	sink sink
 	rows int64
+	// form is a .npy output's ids form.
+	form idsForm
 	// stream says the output is not a regular file (a pipe, a terminal, /dev/null):
 	// it is written to and never read back, so there is nothing to resume or repair.
 	stream bool
@@ -210,7 +220,7 @@ func maxRecordBytes(dim, maxID int) int { return maxID + 16*dim + 64 }
 // in idx. An existing path that is not a regular file (/dev/stdout, a FIFO,
 // /dev/null) is written as a stream, never read back or truncated; a .npy output,
 // which is rewritten in place, refuses one.
-func openOutput(path string, format Format, dim, maxID int, overwrite bool, idx *idIndex) (*output, error) {
+func openOutput(path string, format Format, dim, maxID int, overwrite bool, idx *idIndex, ids idsForm) (*output, error) {
 	if path == "-" {
 		if format != FormatJSONL {
 			return nil, errors.New("standard output takes JSONL only; give a .npy file name for --output")
@@ -234,7 +244,7 @@ func openOutput(path string, format Format, dim, maxID int, overwrite bool, idx 
 		return nil, err
 	}
 	if format == FormatNPY {
-		return openNPY(path, dim, maxID, overwrite, idx)
+		return openNPY(path, dim, maxID, overwrite, idx, ids)
 	}
 	return openJSONL(path, dim, maxID, overwrite, idx)
 }
@@ -386,7 +396,9 @@ func idPrefixLen(b []byte) (n int, complete bool) {
 	return i, i < len(b)
 }
 
-func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output, error) {
+// openNPY opens a .npy output: a new one writes its ids in form ids, one resumed
+// keeps the form its header names (npyIDsForm).
+func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex, form idsForm) (*output, error) {
 	idsPath := IDsPath(path)
 	fi, err := os.Stat(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -412,12 +424,12 @@ func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output
 			f.Close()
 			return nil, fmt.Errorf("open ids: %w", err)
 		}
-		if _, err := f.Write(npyHeader(0, dim)); err != nil {
+		if _, err := f.Write(npyHeader(0, dim, form)); err != nil {
 			f.Close()
 			ids.Close()
 			return nil, fmt.Errorf("write .npy header: %w", err)
 		}
-		return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim}}, nil
+		return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, form: form}, form: form}, nil
 	}
 
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -434,7 +446,7 @@ func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output
 		ids.Close()
 		return nil, err
 	}
-	rows, keepIDs, err := scanNPY(f, ids, dim, maxID+2, idx)
+	rows, keepIDs, form, err := scanNPY(f, ids, dim, maxID+2, idx)
 	if err != nil {
 		return fail(fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err))
 	}
@@ -445,7 +457,7 @@ func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output
 	if err := ids.Truncate(keepIDs); err != nil {
 		return fail(fmt.Errorf("truncate ids: %w", err))
 	}
-	if _, err := f.WriteAt(npyHeader(rows, dim), 0); err != nil {
+	if _, err := f.WriteAt(npyHeader(rows, dim, form), 0); err != nil {
 		return fail(fmt.Errorf("write .npy header: %w", err))
 	}
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
@@ -454,27 +466,29 @@ func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex) (*output
 	if _, err := ids.Seek(0, io.SeekEnd); err != nil {
 		return fail(fmt.Errorf("seek ids: %w", err))
 	}
-	return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, rows: rows}, rows: rows}, nil
+	return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, rows: rows, form: form}, rows: rows, form: form}, nil
 }
 
 // scanNPY returns how many rows of an existing .npy output are complete, in the array
-// and in the ids file both, and the size of the ids file's first rows lines; it records
-// each of those rows' ids in idx. No ids line longer than maxLine is read.
-func scanNPY(f, ids *os.File, dim, maxLine int, idx *idIndex) (rows, keepIDs int64, err error) {
+// and in the ids file both, the size of the ids file's first rows lines and the form
+// of its ids; it records each of those rows' ids in idx. No ids line longer than
+// maxLine is read.
+func scanNPY(f, ids *os.File, dim, maxLine int, idx *idIndex) (rows, keepIDs int64, form idsForm, err error) {
 	h := make([]byte, npyHeaderLen)
 	if _, err := io.ReadFull(f, h); err != nil {
-		return 0, 0, fmt.Errorf("read .npy header: %w", err)
+		return 0, 0, form, fmt.Errorf("read .npy header: %w", err)
 	}
 	_, d, err := parseNPYHeader(h)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, form, err
 	}
+	form = npyIDsForm(h)
 	if d != dim {
-		return 0, 0, fmt.Errorf("it holds %d-dimensional vectors and this job makes %d", d, dim)
+		return 0, 0, form, fmt.Errorf("it holds %d-dimensional vectors and this job makes %d", d, dim)
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, 0, fmt.Errorf("stat: %w", err)
+		return 0, 0, form, fmt.Errorf("stat: %w", err)
 	}
 	// The header may lag the data (it is rewritten after each batch); the size is what
 	// counts, rounded down to whole rows.
@@ -486,17 +500,17 @@ func scanNPY(f, ids *os.File, dim, maxLine int, idx *idIndex) (rows, keepIDs int
 			break // an incomplete last id is dropped
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("read ids line %d: %w", rows+1, err)
+			return 0, 0, form, fmt.Errorf("read ids line %d: %w", rows+1, err)
 		}
-		id, err := compactID(line[:len(line)-1])
+		id, err := lineID(line[:len(line)-1], form)
 		if err != nil {
-			return 0, 0, fmt.Errorf("ids line %d: %v", rows+1, err)
+			return 0, 0, form, fmt.Errorf("ids line %d: %v", rows+1, err)
 		}
 		idx.addRow(rows, id)
 		keepIDs += int64(len(line))
 		rows++
 	}
-	return rows, keepIDs, nil
+	return rows, keepIDs, form, nil
 }
 
 // errLineTooLong is a line of an output or ids file longer than any this package

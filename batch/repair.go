@@ -135,7 +135,8 @@ func repairNPY(path string, dim, maxLine int, drop []int64) (json.RawMessage, er
 	defer os.Remove(tmpIDs)
 	kept := rows - int64(len(drop))
 	w, iw := bufio.NewWriterSize(out, 1<<20), bufio.NewWriter(outIDs)
-	w.Write(npyHeader(kept, dim))
+	form := npyIDsForm(h)
+	w.Write(npyHeader(kept, dim, form))
 	r, ir := bufio.NewReaderSize(f, 1<<20), bufio.NewReader(ids)
 	vec := make([]byte, dim*4)
 	var first json.RawMessage
@@ -152,7 +153,8 @@ func repairNPY(path string, dim, maxLine int, drop []int64) (json.RawMessage, er
 		if len(drop) > 0 && drop[0] == row {
 			drop = drop[1:]
 			if first == nil {
-				first = json.RawMessage(id[:len(id)-1])
+				// For the log, as the file holds it.
+				first = append(json.RawMessage(nil), id[:len(id)-1]...)
 			}
 			continue
 		}

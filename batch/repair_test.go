@@ -2,6 +2,7 @@ package batch
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -38,6 +39,15 @@ func rowsOf(t *testing.T, path string, format Format) (ids []string, vecs []stri
 	if rows == 0 {
 		ids = nil
 	}
+	// As JSON, whatever the ids file's form, so that they compare with the input's.
+	h, _ := os.ReadFile(path)
+	for i, l := range ids {
+		id, err := lineID([]byte(l), npyIDsForm(h))
+		if err != nil {
+			t.Fatalf("%s: ids line %d: %v", IDsPath(path), i+1, err)
+		}
+		ids[i] = string(id)
+	}
 	if len(ids) != rows {
 		t.Fatalf("%s: %d rows and %d ids", path, rows, len(ids))
 	}
@@ -73,13 +83,18 @@ func rewriteRows(t *testing.T, path string, format Format, order []int, foreign 
 	idb, _ := os.ReadFile(IDsPath(path))
 	idLines := strings.SplitAfter(strings.TrimSuffix(string(idb), "\n"), "\n")
 	row := testDim * 4
-	data := append([]byte(nil), npyHeader(int64(len(order)), testDim)...)
+	form := npyIDsForm(b)
+	data := append([]byte(nil), npyHeader(int64(len(order)), testDim, form)...)
 	var ids strings.Builder
 	for k, i := range order {
 		data = append(data, b[npyHeaderLen+i*row:npyHeaderLen+(i+1)*row]...)
 		id := strings.TrimSuffix(idLines[i], "\n")
 		if f, ok := foreign[k]; ok {
-			id = f
+			l, err := idLine(json.RawMessage(f), form)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = string(l)
 		}
 		ids.WriteString(id + "\n")
 	}

@@ -293,17 +293,25 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 			logger.Warn("stop warm worker", "error", err)
 		}
 	}()
-	logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond), "dim", dim, "output", files.Work)
+	// Logs name the output as the user gave it (not a .parquet output's work file),
+	// and a shard's part as docs/batch.md names it.
+	named := []any{"output", f.output}
+	if f.shard.Count > 0 {
+		named = append(named, "shard", f.shard.String(), "part", files.Work)
+	}
+	logger.Info("warm worker ready", append([]any{"duration", time.Since(start).Round(time.Millisecond), "dim", dim}, named...)...)
 
 	job := &batch.Job{
 		Input:            files.In,
-		InputSize:        files.Size,
+		CountItems:       files.CountItems(),
 		Reader:           files.Reader,
 		Output:           files.Work,
+		OutputAttrs:      named,
 		Format:           batch.FormatFor(files.Work),
 		Store:            store,
 		Overwrite:        f.overwrite,
 		TextIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
+		JSONIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		Dim:              dim,
 		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
 		BatchSize:        f.batchSize,
@@ -321,7 +329,8 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		rate = float64(st.Embedded) / s
 	}
 	attrs := []any{"embedded", st.Embedded, "resumed", st.Resumed, "invalid", st.Invalid, "blank_lines", st.Blank, "dropped", st.Dropped,
-		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate), "output", files.Work}
+		"seconds", round1(st.Elapsed.Seconds()), "items_per_s", round1(rate)}
+	attrs = append(attrs, named...)
 	if err != nil {
 		logger.Info("embedding stopped", attrs...)
 		return err

@@ -285,7 +285,7 @@ func TestEmbedIDRules(t *testing.T) {
 		if r.code != 1 {
 			t.Fatalf("parquet ids: exit status %d, want 1\n%s", r.code, r.output)
 		}
-		if got, want := lastError(t, r.output), `input line 2 repeats the id 7 of line 1 (as text, which the Parquet id column holds: "7" and 7 are one id there): every id must be unique, since the output holds each id once (fix the input, or pass --skip-invalid to skip such lines)`; got != want {
+		if got, want := lastError(t, r.output), `input line 2 repeats the id 7 of line 1 (as text, which a .parquet or .npy output holds: "7" and 7 are one id there): every id must be unique, since the output holds each id once (fix the input, or pass --skip-invalid to skip such lines)`; got != want {
 			t.Errorf("parquet ids error\n%s\nwant\n%s", got, want)
 		}
 	})

@@ -116,6 +116,7 @@ func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
 		Passthrough:  splitList(f.reader.passthrough),
 		AllowMissing: f.allowMissing,
 		Overwrite:    f.overwrite,
+		Shards:       true,
 		Logger:       logger,
 	}
 	_, err = m.Run(ctx)
