@@ -94,3 +94,41 @@ func TestNPYResumesJSONIDs(t *testing.T) {
 	requireSameFiles(t, ref, out)
 	requireSameFiles(t, IDsPath(ref), IDsPath(out))
 }
+
+// TestMergeReadsJSONIDParts: merge reads parts of either ids form (a shard finished by
+// an older version beside shards run by this one) and writes plain ids: the result is
+// byte-identical to one plain run over the whole input.
+func TestMergeReadsJSONIDParts(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(jsonlCorpus(120)), 0o644)
+	single := filepath.Join(dir, "single.npy")
+	if _, err := runJob(t, &Job{Input: strings.NewReader(jsonlCorpus(120)), Reader: ReaderConfig{Format: JSONL}, Output: single, Format: FormatNPY, Embedder: &fakeEmbedder{}, BatchSize: 7}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(in)
+	defer f.Close()
+	fi, _ := f.Stat()
+	out := filepath.Join(dir, "v.npy")
+	var parts []string
+	for i := range 3 {
+		si, err := OpenShard(f, fi.Size(), Shard{i, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := ShardPath(out, Shard{i, 3})
+		parts = append(parts, part)
+		if _, err := runJob(t, &Job{Input: si.Reader(f), Reader: ReaderConfig{Format: JSONL, FirstLine: si.FirstLine}, Output: part, Format: FormatNPY,
+			JSONIDs: i == 1, Embedder: &fakeEmbedder{}, BatchSize: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, _ := os.ReadFile(IDsPath(parts[1])); !strings.HasPrefix(string(ids), `"d`) {
+		t.Fatalf("part 1's ids %q… are not JSON", ids[:10])
+	}
+	if st, err := runMerge(t, in, out, FormatNPY, parts, Merge{}); err != nil || st.Rows != 120 {
+		t.Fatalf("merge: %+v, %v", st, err)
+	}
+	requireSameFiles(t, single, out)
+	requireSameFiles(t, IDsPath(single), IDsPath(out))
+}
