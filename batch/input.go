@@ -66,8 +66,6 @@ type Item struct {
 	Text string
 	// Line is the item's line number in the input, from 1.
 	Line int64
-	// End is the input offset just past the item's line, for progress.
-	End int64
 	// Fields holds the ReaderConfig.Fields the line has, raw.
 	Fields map[string]json.RawMessage
 }
@@ -139,13 +137,13 @@ func (r *Reader) Next() (Item, error) {
 			continue
 		}
 		if r.cfg.Format == Lines {
-			return Item{ID: json.RawMessage(strconv.FormatInt(r.line, 10)), Text: string(line), Line: r.line, End: r.offset}, nil
+			return Item{ID: json.RawMessage(strconv.FormatInt(r.line, 10)), Text: string(line), Line: r.line}, nil
 		}
 		it, msg := r.parseJSON(line)
 		if msg != "" {
 			return Item{}, &LineError{Line: r.line, Msg: msg}
 		}
-		it.Line, it.End = r.line, r.offset
+		it.Line = r.line
 		return it, nil
 	}
 }
