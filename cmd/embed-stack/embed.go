@@ -55,7 +55,7 @@ func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
 	s.Group("Essentials")
 	s.String(&e.Model, "model", "MODEL", "", "the model: a GGUF file, or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve (required)")
 	s.String(&f.input, "input", "FILE", "-", "the texts: one per line, or JSONL objects with an id and a text (.jsonl and .ndjson files, or --input-format); - is standard input")
-	s.String(&f.output, "output", "FILE", "", "where the vectors go, by extension: .parquet, .npy (float32 [N, dim], with the ids in FILE.npy.ids), else JSONL; - is standard output (JSONL). An existing output is resumed (required)").
+	s.String(&f.output, "output", "FILE", "", "where the vectors go, by extension: .parquet, .npy (float32 [N, dim], with the ids in FILE.npy.ids, one a line as text), else JSONL; - is standard output (JSONL). An existing output is resumed (required)").
 		More("chroma://HOST[:PORT]/COLLECTION[?tenant=T&database=D] upserts into a running Chroma server's collection instead.")
 	s.String(&f.configPath, flagconfig.ConfigFlag, "FILE", "", "read settings from a TOML, YAML or JSON file, a key per flag (batch_size = 128); it may hold serve's settings too, which embed ignores")
 	s.Bool(&f.printConfig, "print-config", false, "print the effective settings, each with its source, as a --config file, and exit")
