@@ -6,9 +6,11 @@
 // or the in-process engine (Floor, fed the same token ids with no HTTP and no worker
 // hop). A shape is a workload: one request of some inputs sent again and again, N
 // clients sending single short queries for a fixed time, or short queries while a
-// long input is in flight. Every input is real text from the repository's
-// public-domain corpus cut to an exact token count (Corpus), so every target does
-// the same work.
+// long input is in flight, or a re-index of a corpus most of which was embedded
+// before (reindex.go: a priming pass, one timed pass, and the vectors compared bit
+// for bit with those of embed-stack without its cache). Every input is real text
+// from the repository's public-domain corpus cut to an exact token count (Corpus),
+// so every target does the same work.
 //
 // Before any target is timed, Check compares its vectors with the floor's for the
 // same wrapped text (cosine): a peer that computes something else (another pooling,

@@ -63,12 +63,14 @@ type Host struct {
 
 // ContenderReport is what the run found about one contender.
 type ContenderReport struct {
-	Name        string       `json:"name"`
-	Role        Role         `json:"role"`
-	About       string       `json:"about,omitempty"`
-	PID         int          `json:"pid,omitempty"`
-	ColdStartMS float64      `json:"cold_start_ms,omitempty"`
-	Check       *CheckResult `json:"check,omitempty"`
+	Name        string  `json:"name"`
+	Role        Role    `json:"role"`
+	About       string  `json:"about,omitempty"`
+	PID         int     `json:"pid,omitempty"`
+	ColdStartMS float64 `json:"cold_start_ms,omitempty"`
+	// CacheMiB is its embedding cache (serve --cache-size), 0 without one.
+	CacheMiB int          `json:"cache_mib,omitempty"`
+	Check    *CheckResult `json:"check,omitempty"`
 	// Excluded says why it was not timed.
 	Excluded string `json:"excluded,omitempty"`
 	// Idle is its process tree before the first shape; After once the last shape
@@ -133,6 +135,10 @@ type Result struct {
 	LongMS        float64  `json:"long_ms,omitempty"`
 	LongCancelled bool     `json:"long_cancelled,omitempty"`
 	DrainMS       float64  `json:"drain_ms,omitempty"`
+
+	// Reindex is the re-index shape's account: priming, cache use, the timed
+	// pass and the comparison of its vectors with the reference's.
+	Reindex *ReindexResult `json:"reindex,omitempty"`
 }
 
 func (r *Result) line() string {
@@ -140,6 +146,9 @@ func (r *Result) line() string {
 		return "skipped: " + r.Skipped
 	}
 	s := fmt.Sprintf("%d req, %d err, p50 %.1f ms, p95 %.1f ms, %.1f tok/s", r.Requests, r.Errors, r.LatencyMS.Median, r.LatencyMS.P95, r.TokensPerSec.Median)
+	if r.Reindex != nil {
+		s += "; " + r.Reindex.line()
+	}
 	if r.InFlightMS != nil {
 		s += fmt.Sprintf(", idle p50 %.1f ms, in flight p95 %.1f ms (n=%d)", r.IdleMS.Median, r.InFlightMS.P95, r.InFlightMS.N)
 	}
@@ -341,6 +350,7 @@ func (rep *Report) Table(w io.Writer) error {
 				r.InFlightMS.P95/r.IdleMS.Median, long, r.DrainMS/1000)
 		}
 	}
+	rep.reindexTable(&b)
 	var skipped []string
 	for _, r := range rep.Results {
 		if r.Skipped != "" {
@@ -416,4 +426,38 @@ func memPair(s *TreeSnapshot) string {
 		return fmt.Sprintf("%s (%s)", mib(s.RSS), mib(s.PSS))
 	}
 	return mib(s.RSS)
+}
+
+// reindexTable writes the re-index shape's own table: priming, the timed pass, the
+// cache's share and the comparison with the reference, one row per contender.
+func (rep *Report) reindexTable(b *strings.Builder) {
+	for _, s := range rep.Shapes {
+		if s.Kind != KindReindex {
+			continue
+		}
+		fmt.Fprintf(b, "\nRe-index (%s; times are the sums of each contender's own requests):\n\n", s.About)
+		b.WriteString("| contender | cache | priming pass | timed pass | docs/s | cached tokens | tok/s ÷ reference | vectors bit-identical to the reference | lowest cosine |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, c := range rep.Contenders {
+			r := rep.Result(s.ID, c.Name)
+			if r == nil || r.Skipped != "" || r.Reindex == nil {
+				continue
+			}
+			a := r.Reindex
+			cache := "none"
+			if c.CacheMiB > 0 {
+				cache = fmt.Sprintf("%d MiB", c.CacheMiB)
+			}
+			speed, same, cos := "reference", "reference", "–"
+			if a.Reference != "" {
+				speed = fmt.Sprintf("%.2f× %s", a.Speedup, a.Reference)
+				same = fmt.Sprintf("%d of %d", a.BitIdentical, a.Compared)
+				if a.FirstDiffer != "" {
+					same += "; first differing: " + a.FirstDiffer
+				}
+				cos = fmt.Sprintf("%.6f", a.MinCosine)
+			}
+			fmt.Fprintf(b, "| %s | %s | %.2f s | %.2f s | %.1f | %d of %d | %s | %s | %s |\n",
+				c.Name, cache, a.PrimeSeconds, a.Seconds, a.DocsPerSec, a.CachedTokens, a.Tokens, speed, same, cos)
+		}
+	}
 }

@@ -41,6 +41,10 @@ type Contender struct {
 	About string
 	// ColdStart is process start to its first 200, when the harness started it.
 	ColdStart time.Duration
+	// CacheMiB is the embedding cache the server runs with (serve --cache-size; 0:
+	// none). A contender with a cache runs the re-index shape only: every other
+	// shape sends texts no target has seen, where a cache is only overhead.
+	CacheMiB int
 }
 
 // cpuClock returns how to read the CPU time c uses: its process tree when it runs
@@ -112,7 +116,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 
 	cr := make([]*ContenderReport, len(r.Contenders))
 	for i, c := range r.Contenders {
-		cr[i] = &ContenderReport{Name: c.Name, Role: c.Role, About: c.About, PID: c.PID}
+		cr[i] = &ContenderReport{Name: c.Name, Role: c.Role, About: c.About, PID: c.PID, CacheMiB: c.CacheMiB}
 		if c.ColdStart > 0 {
 			cr[i].ColdStartMS = ms(c.ColdStart)
 		}
@@ -172,6 +176,9 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		maxLoad = max(maxLoad, load[0])
 		var active []int
 		for i, c := range r.Contenders {
+			if c.CacheMiB > 0 && s.Kind != KindReindex {
+				continue // not a result: the cached server is there for the re-index shape
+			}
 			reason := ""
 			switch {
 			case cr[i].Excluded != "":
@@ -196,6 +203,8 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 			results = r.runClients(ctx, s, active)
 		case KindInFlight:
 			results = r.runInFlight(ctx, s, active)
+		case KindReindex:
+			results = r.runReindex(ctx, s, active)
 		default:
 			return nil, fmt.Errorf("bench: shape %s has unknown kind %q", s.ID, s.Kind)
 		}

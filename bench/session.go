@@ -29,6 +29,10 @@ type Session struct {
 	URL   string
 	PID   int
 	Serve *peers.EmbedStack
+	// CacheMiB is the cache of the second embed-stack the re-index shape needs
+	// (Plan.HasReindex): a copy of Serve with serve --cache-size CacheMiB (0: 256),
+	// named "embed-stack+cache", which runs that shape only.
+	CacheMiB int
 	// Ollama, when set, is started on the same GGUF; NumCtx 0 is OllamaNumCtx.
 	Ollama *peers.Ollama
 	// Peers are other servers, already running.
@@ -181,6 +185,22 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		}
 		procs = append(procs, p)
 		contenders = append(contenders, serverContender(p, RoleOurs, client))
+		if s.Plan.HasReindex() {
+			cached := *s.Serve
+			cached.CacheMiB = orInt(s.CacheMiB, 256)
+			logf("starting embed-stack serve --cache-size %d for the re-index shape", cached.CacheMiB)
+			p, err := cached.Start(ctx)
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, p)
+			c := serverContender(p, RoleOurs, client)
+			c.Name, c.CacheMiB = CachedName, cached.CacheMiB
+			contenders = append(contenders, c)
+		}
+	}
+	if s.URL != "" && s.Plan.HasReindex() {
+		logf("the re-index shape runs without a cached server: the harness starts one only beside the embed-stack it starts (no --url)")
 	}
 	if s.Ollama != nil {
 		o := *s.Ollama
@@ -219,6 +239,9 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 	rep.Goals = Goals(rep, s.Goals)
 	return rep, nil
 }
+
+// CachedName is the contender name of the embed-stack started with its cache on.
+const CachedName = "embed-stack+cache"
 
 func serverContender(p *peers.Process, role Role, client *http.Client) *Contender {
 	return &Contender{

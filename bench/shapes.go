@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -17,6 +18,10 @@ const (
 	// KindInFlight sends short queries one after another while a long input is in
 	// flight, after measuring the same queries on an idle server.
 	KindInFlight ShapeKind = "in-flight"
+	// KindReindex re-indexes a corpus of which most documents were embedded before:
+	// an untimed priming pass sends the seen documents, then the whole corpus is
+	// sent once, timed, and the vectors are compared across contenders (reindex.go).
+	KindReindex ShapeKind = "reindex"
 )
 
 // Shape IDs that Goals reads.
@@ -27,6 +32,7 @@ const (
 	ShapeShortLong = "seed/short+long"
 	ShapeOverLimit = "seed/over-limit"
 	ShapeInFlight  = "in-flight"
+	ShapeReindex   = "reindex"
 )
 
 // GridShape is the ID of the grid cell of batch b and sequence length n.
@@ -74,6 +80,13 @@ type Shape struct {
 	Long   Input         `json:"-"`
 	Idle   int           `json:"idle,omitempty"`
 	Window time.Duration `json:"window_ns,omitempty"`
+
+	// Prime (KindReindex) holds the requests of the untimed priming pass: the
+	// documents "seen before", in requests of the same size as Requests, which
+	// then hold the whole corpus (seen and new documents interleaved) for the one
+	// timed pass. Seen is the number of documents Prime sends.
+	Prime [][]Input `json:"-"`
+	Seen  int       `json:"seen,omitempty"`
 }
 
 // Tokens is the token count of one request of a KindRequest shape.
@@ -139,6 +152,14 @@ type Plan struct {
 	// ({4000, 8000}): documents under the warm limit, which the warm worker embeds
 	// while the queries arrive (ShapeInFlight's goes to an ephemeral worker).
 	InFlightTokens []int
+	// Reindex adds the re-index shape (ShapeReindex), which a run leaves out
+	// unless this is set or Only names it: it needs a second embed-stack server,
+	// with the cache on (Session.CacheMiB), and its priming pass costs as much as
+	// the timed one. ReindexDocs documents (1000) of ReindexTokens tokens (64),
+	// ReindexSeenPercent of them (80) embedded before, sent in requests of
+	// ReindexBatch (100).
+	Reindex                                                      bool
+	ReindexDocs, ReindexTokens, ReindexSeenPercent, ReindexBatch int
 	// Skip lists shape IDs to leave out; Only, when not empty, the only ones to run.
 	Skip, Only []string
 }
@@ -180,11 +201,27 @@ func (p Plan) withDefaults() Plan {
 	if p.InFlightTokens == nil {
 		p.InFlightTokens = []int{4000, 8000}
 	}
+	p.ReindexDocs = orInt(p.ReindexDocs, 1000)
+	p.ReindexTokens = orInt(p.ReindexTokens, 64)
+	p.ReindexSeenPercent = orInt(p.ReindexSeenPercent, 80)
+	p.ReindexBatch = orInt(p.ReindexBatch, 100)
 	return p
 }
 
+// HasReindex says whether the plan runs the re-index shape, which needs a second
+// embed-stack server with the cache on.
+func (p Plan) HasReindex() bool {
+	if slices.Contains(p.Skip, ShapeReindex) {
+		return false
+	}
+	if len(p.Only) > 0 {
+		return slices.Contains(p.Only, ShapeReindex)
+	}
+	return p.Reindex
+}
+
 // Shapes builds the run's shapes from c, in the order they run: the seed's table,
-// the grid, the concurrency levels, the in-flight shape.
+// the grid, the concurrency levels, the in-flight shapes, the re-index shape.
 func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 	p = p.withDefaults()
 	skipped := map[string]bool{}
@@ -299,6 +336,13 @@ func (p Plan) Shapes(c *Corpus) ([]Shape, error) {
 			About: fmt.Sprintf("%d-token queries one after another while a %d-token document is in flight (at most %s), against the same queries idle",
 				p.QueryTokens, f.tokens, p.InFlightWindow),
 		})
+	}
+	if p.HasReindex() {
+		s, err := p.reindexShape(c)
+		if err != nil {
+			return nil, fmt.Errorf("shape %s: %w", ShapeReindex, err)
+		}
+		shapes = append(shapes, s)
 	}
 	return shapes, nil
 }

@@ -31,6 +31,10 @@ type Outcome struct {
 	Status int
 	// Tokens is the number of tokens the target says it embedded (usage.prompt_tokens).
 	Tokens int
+	// CachedTokens is how many of them it says it answered from a cache
+	// (usage.prompt_tokens_details.cached_tokens, as embed-stack's --cache-size
+	// reports them; 0 where absent).
+	CachedTokens int
 	// Vectors in input order, when asked for.
 	Vectors [][]float32
 	// Err is a transport failure, an error body, or a malformed response.
@@ -114,6 +118,9 @@ type embeddingsResponse struct {
 	} `json:"data"`
 	Usage struct {
 		PromptTokens int `json:"prompt_tokens"`
+		Details      struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -164,7 +171,7 @@ func (s *Server) Embed(ctx context.Context, inputs []Input, vectors bool) Outcom
 		o.Err = fmt.Errorf("decode response: %w", err)
 		return o
 	}
-	o.Tokens = r.Usage.PromptTokens
+	o.Tokens, o.CachedTokens = r.Usage.PromptTokens, r.Usage.Details.CachedTokens
 	if len(r.Data) != len(inputs) {
 		o.Err = fmt.Errorf("%d embeddings for %d inputs", len(r.Data), len(inputs))
 		return o

@@ -27,6 +27,8 @@ type fakeServer struct {
 	tokens func(texts []string) int
 	// delay, when set, is how long a request takes; a client that goes away ends it.
 	delay func(texts []string) time.Duration
+	// cached, when set, is the request's usage.prompt_tokens_details.cached_tokens.
+	cached func(texts []string) int
 
 	mu    sync.Mutex // guards calls and last
 	calls int
@@ -88,10 +90,11 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.tokens != nil {
 		tokens = f.tokens(req.Input)
 	}
-	json.NewEncoder(w).Encode(map[string]any{
-		"object": "list", "data": data, "model": req.Model,
-		"usage": map[string]int{"prompt_tokens": tokens, "total_tokens": tokens},
-	})
+	usage := map[string]any{"prompt_tokens": tokens, "total_tokens": tokens}
+	if f.cached != nil {
+		usage["prompt_tokens_details"] = map[string]int{"cached_tokens": f.cached(req.Input)}
+	}
+	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "model": req.Model, "usage": usage})
 }
 
 // textVec is a deterministic vector of a text: its length and first byte.

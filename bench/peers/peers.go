@@ -163,11 +163,16 @@ type EmbedStack struct {
 	Threads int
 	// Args are further serve flags.
 	Args []string
+	// CacheMiB turns the embedding cache on (serve --cache-size; 0: off). Start
+	// then also waits until the cache is in use: it keys on the model file's
+	// sha256, hashed in the background after start, and is skipped until then.
+	CacheMiB int
 	// ReadyTimeout bounds start-up (0: 5 minutes).
 	ReadyTimeout time.Duration
 }
 
-// Start starts the server and waits for its first 200.
+// Start starts the server and waits for its first 200 (and, with CacheMiB, for its
+// model's digest; the cold start ends at the first 200).
 func (e EmbedStack) Start(ctx context.Context) (*Process, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -177,6 +182,9 @@ func (e EmbedStack) Start(ctx context.Context) (*Process, error) {
 	if e.Threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(e.Threads))
 	}
+	if e.CacheMiB > 0 {
+		args = append(args, "--cache-size", strconv.Itoa(e.CacheMiB))
+	}
 	args = append(args, e.Args...)
 	began := time.Now()
 	p, err := start("embed-stack", exec.Command(e.Bin, args...))
@@ -185,12 +193,46 @@ func (e EmbedStack) Start(ctx context.Context) (*Process, error) {
 	}
 	p.BaseURL, p.Model = "http://"+addr+"/v1", "bench"
 	p.About = "embed-stack " + strings.Join(args[:1], " ") + " " + strings.Join(redactPaths(args[1:]), " ")
-	if err := p.waitFirst200(ctx, orDuration(e.ReadyTimeout, 5*time.Minute)); err != nil {
+	timeout := orDuration(e.ReadyTimeout, 5*time.Minute)
+	if err := p.waitFirst200(ctx, timeout); err != nil {
 		p.Stop()
 		return nil, err
 	}
 	p.ColdStart = time.Since(began)
+	if e.CacheMiB > 0 {
+		if err := p.waitDigest(ctx, "http://"+addr, timeout); err != nil {
+			p.Stop()
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// waitDigest polls GET /api/tags until every model there has its digest: the
+// point from which embed-stack's cache is used.
+func (p *Process) waitDigest(ctx context.Context, base string, timeout time.Duration) error {
+	return p.poll(ctx, timeout, func(c *http.Client) (bool, string) {
+		resp, err := c.Get(base + "/api/tags")
+		if err != nil {
+			return false, err.Error()
+		}
+		var tags struct {
+			Models []struct {
+				Digest string `json:"digest"`
+			} `json:"models"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&tags)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || len(tags.Models) == 0 {
+			return false, fmt.Sprintf("GET /api/tags: HTTP %d (%v)", resp.StatusCode, err)
+		}
+		for _, m := range tags.Models {
+			if m.Digest == "" {
+				return false, "GET /api/tags: a model without its digest yet"
+			}
+		}
+		return true, ""
+	})
 }
 
 // Ollama starts `ollama serve` with a private store and registers the GGUF in it as

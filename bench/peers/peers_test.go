@@ -73,6 +73,14 @@ func fakeMain(args []string) int {
 		os.WriteFile(filepath.Join(testenv.Get("HOME"), "env.json"), env, 0o644)
 		fmt.Fprint(w, `{"version":"9.9.9"}`)
 	})
+	var tags atomic.Int64
+	mux.HandleFunc("GET /api/tags", func(w http.ResponseWriter, r *http.Request) {
+		digest := "" // embed-stack: the model's digest from the fourth call on
+		if tags.Add(1) > 3 {
+			digest = "sha256:0123"
+		}
+		fmt.Fprintf(w, `{"models":[{"name":"bench","digest":%q}]}`, digest)
+	})
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
 		if testenv.Get("OLLAMA_MODELS") != "" {
 			var req struct{ Model string }
@@ -161,6 +169,31 @@ func TestEmbedStackStart(t *testing.T) {
 	}
 	if strings.Contains(p.About, "/some/dir") {
 		t.Errorf("About %q holds an absolute path", p.About)
+	}
+	checkStopped(t, p, childPid)
+}
+
+// With CacheMiB, serve gets --cache-size and Start returns once /api/tags shows the
+// model's digest, from when the cache is in use.
+func TestEmbedStackStartCache(t *testing.T) {
+	childPid := fakeEnv(t)
+	exe, _ := os.Executable()
+	p, err := EmbedStack{Bin: exe, Model: "m.gguf", CacheMiB: 8, ReadyTimeout: 30 * time.Second}.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.About, " --cache-size 8") {
+		t.Errorf("About %q lacks --cache-size 8", p.About)
+	}
+	resp, err := http.Get(strings.TrimSuffix(p.BaseURL, "/v1") + "/api/tags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tags struct{ Models []struct{ Digest string } }
+	err = json.NewDecoder(resp.Body).Decode(&tags)
+	resp.Body.Close()
+	if err != nil || len(tags.Models) != 1 || tags.Models[0].Digest != "sha256:0123" {
+		t.Errorf("after Start, /api/tags: %+v (%v); want the digest, which the fake gives from its fourth call", tags, err)
 	}
 	checkStopped(t, p, childPid)
 }

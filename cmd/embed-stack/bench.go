@@ -27,6 +27,7 @@ type benchFlags struct {
 	cpuVariant                              string
 	jsonOut, mdOut, logLevel                string
 	threads, pid, ollamaNumCtx, warmContext int
+	cacheMiB                                int
 	floor, serve, quick                     bool
 	serveArgs, peerSpecs                    []string
 	minCosine                               float64
@@ -81,6 +82,12 @@ func newBenchFlagSet(f *benchFlags) *flagconfig.Set {
 	s.Int(&p.InFlightIdle, "in-flight-idle", "N", 10, "idle queries timed before the long input starts")
 	s.Duration(&p.InFlightWindow, "in-flight-window", "DURATION", 15*time.Second, "longest time queries run beside the long input (it is cancelled after)")
 	s.String(&f.inFlightTokens, "in-flight-tokens", "N,N,...", "4000,8000", "lengths in tokens of further in-flight shapes' documents (in-flight/N), under the warm limit so the warm worker embeds them beside the queries; \"\" = none")
+	s.Bool(&p.Reindex, "reindex", false, "add the re-index shape (reindex; also run by --only reindex): a second embed-stack serve with --cache-size is primed with the documents seen before, then it and the others embed the whole corpus, timed, and their vectors are compared bit for bit")
+	s.Int(&p.ReindexDocs, "reindex-docs", "N", 1000, "the re-index shape's documents")
+	s.Int(&p.ReindexTokens, "reindex-tokens", "TOKENS", 64, "the length of each of its documents")
+	s.Int(&p.ReindexSeenPercent, "reindex-seen", "PERCENT", 80, "the share of its documents embedded before, in the untimed priming pass")
+	s.Int(&p.ReindexBatch, "reindex-batch", "N", 100, "documents per request of the re-index shape")
+	s.Int(&f.cacheMiB, "reindex-cache-size", "MiB", 256, "the --cache-size of the second embed-stack serve the re-index shape starts")
 	s.String(&f.skip, "skip", "IDS", "", "comma-separated shape IDs to leave out (e.g. seed/long,in-flight)")
 	s.String(&f.only, "only", "IDS", "", "comma-separated shape IDs to run, and no other (e.g. seed/short,grid/32x512)")
 	return s
@@ -199,6 +206,9 @@ func (f *benchFlags) finish() error {
 	if f.only != "" {
 		f.plan.Only = strings.Split(f.only, ",")
 	}
+	if f.cacheMiB < 1 {
+		return fmt.Errorf("--reindex-cache-size %d: give the cache of the re-index shape's second server in MiB, at least 1", f.cacheMiB)
+	}
 	if f.pid != 0 && f.url == "" {
 		return errors.New("--pid goes with --url (the harness knows the pid of a server it starts)")
 	}
@@ -246,7 +256,7 @@ func findRepoRoot() (string, error) {
 // error of the run, as it was before the session existed.
 func (f *benchFlags) session(args []string, stderr io.Writer) (*bench.Session, error) {
 	s := &bench.Session{Model: f.model, Corpus: f.corpus, Plan: f.plan, URL: f.url, PID: f.pid,
-		MinCosine: f.minCosine, Goals: bench.GoalSpec{WarmContext: f.warmContext},
+		CacheMiB: f.cacheMiB, MinCosine: f.minCosine, Goals: bench.GoalSpec{WarmContext: f.warmContext},
 		Command: "embed-stack bench " + strings.Join(args, " "), Log: stderr}
 	for _, spec := range f.peerSpecs {
 		p, err := bench.ParsePeer(spec)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,26 +22,9 @@ import (
 // and reports what it must: the vector check passed, the over-limit input got 400,
 // token counts match, no request failed, the long path left no process behind.
 func TestBenchSmoke(t *testing.T) {
-	bin, model := e2e.Paths(t)
-	dir := t.TempDir()
-	jsonPath, mdPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "table.md")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--model", model, "--quick", "--json", jsonPath, "--markdown", mdPath)
-	cmd.Dir = e2e.RepoRoot(t)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep bench.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	_, model := e2e.Paths(t)
+	mdPath := filepath.Join(t.TempDir(), "table.md")
+	rep, stdout := runBench(t, "--model", model, "--quick", "--markdown", mdPath)
 
 	if len(rep.Contenders) != 2 || rep.Contenders[0].Role != bench.RoleFloor || rep.Contenders[1].Role != bench.RoleOurs {
 		t.Fatalf("contenders %+v, want the floor and embed-stack", rep.Contenders)
@@ -125,6 +109,32 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// runBench runs `embed-stack bench args --json FILE` from the repository root and
+// returns the report it wrote and its stdout (the table).
+func runBench(t *testing.T, args ...string) (bench.Report, *bytes.Buffer) {
+	t.Helper()
+	bin, _ := e2e.Paths(t)
+	jsonPath := filepath.Join(t.TempDir(), "report.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{"bench"}, args...), "--json", jsonPath)...)
+	cmd.Dir = e2e.RepoRoot(t)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, &stdout
+}
+
 // TestBenchFlags covers the command line's refusals: each names what to change.
 func TestBenchFlags(t *testing.T) {
 	tests := []struct {
@@ -137,6 +147,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "nourl"}, "use name=URL"},
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "x=http://h/v1,pid=abc"}, "is not a process id"},
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "x=http://h/v1,colour=red"}, "unknown option \"colour\""},
+		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--reindex-cache-size", "0"}, "--reindex-cache-size 0: give the cache of the re-index shape's second server in MiB, at least 1"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
@@ -144,5 +155,72 @@ func TestBenchFlags(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("bench %v: exit %d, stderr %q; want it to contain %q", tt.args, code, stderr.String(), tt.want)
 		}
+	}
+}
+
+// TestBenchReindex runs the re-index shape through the binary on the tiny model:
+// the harness starts a second serve with --cache-size, primes it and the plain one
+// with the seen documents, times the whole corpus on both and compares the vectors.
+// The cache answered exactly the seen documents' tokens (none while priming), every
+// vector is bit-identical to the plain server's, and the ratio is the two servers'
+// tokens/s. Whether it reaches 4× is the benchmark's to say, not a test's.
+func TestBenchReindex(t *testing.T) {
+	bin, model := e2e.Paths(t)
+	rep, stdout := runBench(t, "--model", model, "--quick", "--only", "reindex", "--reindex-docs", "20",
+		"--reindex-tokens", "16", "--reindex-batch", "5", "--reindex-cache-size", "8")
+	if len(rep.Contenders) != 3 || rep.Contenders[1].Name != "embed-stack" || rep.Contenders[1].CacheMiB != 0 ||
+		rep.Contenders[2].Name != bench.CachedName || rep.Contenders[2].CacheMiB != 8 || !strings.Contains(rep.Contenders[2].About, "--cache-size 8") {
+		t.Fatalf("contenders %+v, want the floor, embed-stack and embed-stack+cache with --cache-size 8", rep.Contenders)
+	}
+	if c := rep.Contenders[2].Check; c == nil || !c.Pass {
+		t.Errorf("the cached server's vector check: %+v", c)
+	}
+	if len(rep.Shapes) != 1 || rep.Shapes[0].ID != bench.ShapeReindex || rep.Shapes[0].Tokens != 5*16 {
+		t.Fatalf("shapes %+v, want reindex alone, 80 tokens per request", rep.Shapes)
+	}
+	if f := rep.Result(bench.ShapeReindex, "floor"); f == nil || f.Skipped != "not applicable to the in-process engine" {
+		t.Errorf("floor: %+v", f)
+	}
+	plain, cached := rep.Result(bench.ShapeReindex, "embed-stack"), rep.Result(bench.ShapeReindex, bench.CachedName)
+	for _, r := range []*bench.Result{plain, cached} {
+		if r == nil || r.Reindex == nil || r.Requests != 4 || r.Statuses["200"] != 4 || r.Errors != 0 || r.WarmupErrors != 0 || r.TokenMismatches != 0 || r.TokensPerSec.N != 1 {
+			t.Fatalf("result %+v, want 4 timed requests answered 200 with the token counts sent", r)
+		}
+		if a := r.Reindex; a.Docs != 20 || a.Seen != 16 || a.Tokens != 320 || a.PrimeCachedTokens != 0 || a.Seconds <= 0 || a.PrimeSeconds <= 0 {
+			t.Errorf("%s: %+v, want 20 documents of 16 tokens, 16 primed, nothing cached while priming", r.Contender, a)
+		}
+	}
+	if a := plain.Reindex; a.CachedTokens != 0 || a.Reference != "" {
+		t.Errorf("embed-stack without a cache: %d cached tokens, reference %q", a.CachedTokens, a.Reference)
+	}
+	a := cached.Reindex
+	if a.CachedTokens != 16*16 {
+		t.Errorf("the cache answered %d tokens in the timed pass, want the 16 seen documents' 256", a.CachedTokens)
+	}
+	if a.Reference != "embed-stack" || a.Compared != 20 || a.BitIdentical != 20 || a.FirstDiffer != "" || a.MinCosine < 0.9999999 {
+		t.Errorf("comparison: %+v, want all 20 vectors bit-identical to embed-stack's", a)
+	}
+	if a.Speedup != cached.TokensPerSec.Median/plain.TokensPerSec.Median || cached.TokensPerSec.Median != 320/a.Seconds {
+		t.Errorf("speedup %v, tokens/s %v against %v over %v s", a.Speedup, cached.TokensPerSec.Median, plain.TokensPerSec.Median, a.Seconds)
+	}
+	var goal *bench.Goal
+	for i, g := range rep.Goals {
+		if g.Name == "re-index with the cache (reindex)" {
+			goal = &rep.Goals[i]
+		}
+	}
+	if goal == nil || goal.Met == nil || !strings.HasSuffix(goal.Measured, "20 of 20 vectors bit-identical, 256 of 320 tokens answered from the cache") {
+		t.Errorf("goal %+v", goal)
+	}
+	if !strings.Contains(stdout.String(), "\nRe-index (re-index of 20 documents of 16 tokens in requests of 5, 16 of them (80%) embedded before in an untimed priming pass;") ||
+		!strings.Contains(stdout.String(), "| embed-stack+cache | 8 MiB | ") || !strings.Contains(stdout.String(), " embed-stack | 20 of 20 | ") {
+		t.Errorf("table:\n%s", stdout.String())
+	}
+
+	// A share out of range is refused before any server starts.
+	out, err := exec.Command(bin, "bench", "--model", model, "--only", "reindex", "--reindex-seen", "120").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "embed-stack bench: shape reindex: re-index of 1000 documents of 64 tokens, 120% seen, in requests of 100: give") {
+		t.Errorf("--reindex-seen 120: %v\n%s", err, out)
 	}
 }
