@@ -22,7 +22,7 @@ OLLAMA_MOD  := github.com/ollama/ollama
 # packages a later build needs; clean removes bin/). Any other goal, a new one included,
 # resolves it while make reads this file, and stops here when it cannot, naming the fix,
 # instead of passing include paths rooted at / to the compiler.
-NO_CGO_GOALS := deps clean unit test-pure models tokenizer bench-model fuzz
+NO_CGO_GOALS := deps clean unit test-pure models tokenizer bench-model bench-st fuzz
 ifneq ($(filter-out $(NO_CGO_GOALS),$(or $(MAKECMDGOALS),all)),)
 OLLAMA_DIR  := $(shell $(GO) mod download $(OLLAMA_MOD) >/dev/null 2>&1; $(GO) list -m -f '{{.Dir}}' $(OLLAMA_MOD) 2>/dev/null)
 LLAMA_H     := $(OLLAMA_DIR)/llama/llama.cpp/include/llama.h
@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -210,6 +210,31 @@ bench: build bench-model bench-peers
 	bin/embed-stack bench --model $(BENCH_MODEL) --ollama bin/ollama \
 		--json .cache/bench/report.json --markdown .cache/bench/table.md $(BENCH_PLAN) $(BENCH_FLAGS)
 
+# sentence-transformers on torch's CPU backend, the bench's peer for the real MiniLM
+# checkpoint (bench/peers/sentence_transformers/server.py): every package pinned,
+# installed without their own dependencies. torch from PyPI brings its CUDA libraries
+# (about 5 GB), so only the bench targets install it, never make test.
+ST_VENV  ?= .cache/venv-st
+ST_REQS  := bench/peers/sentence_transformers/requirements.txt
+$(ST_VENV)/installed: $(ST_REQS)
+	rm -rf $(ST_VENV)
+	python3 -m venv $(ST_VENV)
+	$(ST_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(ST_REQS)
+	touch $@
+bench-st: $(ST_VENV)/installed
+
+# The MiniLM benchmark of docs/performance.md: the real all-MiniLM-L6-v2 (F32 GGUF)
+# through the floor, embed-stack and Ollama, and its original checkpoint through
+# sentence-transformers on torch CPU, on a short query, 32 x 128 and 16 concurrent
+# clients, interleaved; a few minutes on 2 idle cores. MINILM_BENCH_MODEL=$(MINILM_F16)
+# runs the F16 file. The report lands in .cache/bench/minilm.*.
+MINILM_BENCH_MODEL ?= $(MINILM_F32)
+MINILM_PLAN ?= --only seed/short,grid/32x128,clients/16 --long-tokens 512 --heavy-tokens 8192 --reps 3
+bench-minilm: build $(MINILM_BENCH_MODEL) bench-peers bench-st
+	@mkdir -p .cache/bench
+	bin/embed-stack bench --model $(MINILM_BENCH_MODEL) --ollama bin/ollama --sentence-transformers .cache/minilm \
+		--st-python $(ST_VENV)/bin/python --json .cache/bench/minilm.json --markdown .cache/bench/minilm.md $(MINILM_PLAN) $(BENCH_FLAGS)
+
 # The generated models are prerequisites (built when missing); any other MODEL is a
 # file or a Hub reference that serve resolves itself.
 run: build $(filter $(TINY_MODEL) $(TINY_RERANKER) $(BENCH_MODEL),$(MODEL))
@@ -319,6 +344,7 @@ test-python: build models $(VENV)/installed
 	bin/embed-stack tiktoken-cache $(TIKTOKEN_DIR) >/dev/null
 	cd conformance/python && TIKTOKEN_CACHE_DIR=$(CURDIR)/$(TIKTOKEN_DIR) EMBED_STACK_REQUIRE_E2E=1 \
 		$(CURDIR)/$(VENV)/bin/python -m pytest
+	cd bench/peers/sentence_transformers && $(CURDIR)/$(VENV)/bin/python -m unittest test_server
 
 # The OpenAPI fuzzer (conformance/openapi_fuzz_test.go): schemathesis, pinned in
 # conformance/python/requirements.txt and installed with the Python clients into

@@ -17,8 +17,9 @@ type Tokenizer interface {
 }
 
 // Input is one text a target embeds. Text is what a server is sent; Tokens is what
-// it must embed: Text tokenized, with the end-of-text id a Qwen3 embedding server
-// appends. The floor is fed Tokens directly.
+// it must embed: Text tokenized, in the special tokens the model frames every input
+// in (Qwen3's end-of-text id after it, BERT's [CLS] before and [SEP] after). The
+// floor is fed Tokens directly.
 type Input struct {
 	Text   string
 	Tokens []int32
@@ -43,35 +44,56 @@ func ReadCorpus(root string) (string, error) {
 // request, and of successive requests, differ: no target can serve a repeat from a
 // cache. A Corpus is not safe for concurrent use.
 type Corpus struct {
-	tok         Tokenizer
-	ids         []int32 // the whole text's tokens
-	next        int     // where the next cut starts
-	instruction string
+	tok     Tokenizer
+	ids     []int32 // the whole text's tokens
+	next    int     // where the next cut starts
+	prompts routing.Prompts
+	frame   routing.Frame
 }
 
-// NewCorpus tokenizes text once. Queries are wrapped with instruction (Qwen3's
-// "Instruct: {task}\nQuery:{text}"); "" means routing.DefaultInstruction.
+// NewCorpus tokenizes text once, for a Qwen3-Embedding model. Queries are wrapped
+// with instruction (Qwen3's "Instruct: {task}\nQuery:{text}"); "" means
+// routing.DefaultInstruction.
 func NewCorpus(tok Tokenizer, text, instruction string) (*Corpus, error) {
+	p := routing.Qwen3Prompts
+	if instruction != "" {
+		p.Instruction = instruction
+	}
+	return NewModelCorpus(tok, text, p, routing.Qwen3Frame)
+}
+
+// NewModelCorpus tokenizes text once, for a model of any family: queries and
+// documents are wrapped in prompts (the query with prompts.Instruction where it
+// takes one) and their tokens framed in frame, as the server does for that model
+// (modelinfo.Facts: Prompts and Frame).
+func NewModelCorpus(tok Tokenizer, text string, prompts routing.Prompts, frame routing.Frame) (*Corpus, error) {
 	ids := tok.Encode(text)
 	if len(ids) < 64 {
 		return nil, fmt.Errorf("bench: the corpus is only %d tokens; give a longer text", len(ids))
 	}
-	if instruction == "" {
-		instruction = routing.DefaultInstruction
+	if frame.Text == "" {
+		frame = routing.Qwen3Frame
 	}
-	return &Corpus{tok: tok, ids: ids, instruction: instruction}, nil
+	return &Corpus{tok: tok, ids: ids, prompts: prompts, frame: frame}, nil
+}
+
+// framed returns ids in f's special tokens, in a new array.
+func framed(f routing.Frame, ids []int32) []int32 {
+	out := make([]int32, 0, len(f.Head)+len(ids)+len(f.Tail))
+	return append(append(append(out, f.Head...), ids...), f.Tail...)
 }
 
 // Tokens is the corpus length in tokens.
 func (c *Corpus) Tokens() int { return len(c.ids) }
 
-// Document returns a document of exactly n tokens, end-of-text included.
+// Document returns a document of exactly n tokens, its frame's special tokens
+// included.
 func (c *Corpus) Document(n int) (Input, error) { return c.cut(n, routing.Document) }
 
-// Query returns a query of exactly n tokens once wrapped with the instruction, end of
-// text included. Its Text is the wrapped text: servers are sent it as a document,
-// so that every server embeds the same tokens whether or not it knows Qwen3's query
-// wrapping.
+// Query returns a query of exactly n tokens once wrapped in the query prompt, its
+// frame's special tokens included. Its Text is the wrapped text: servers are sent it
+// as a document, so that every server embeds the same tokens whether or not it knows
+// the model's query prompt.
 func (c *Corpus) Query(n int) (Input, error) { return c.cut(n, routing.Query) }
 
 // Documents returns k documents of n tokens each.
@@ -95,16 +117,20 @@ func (c *Corpus) many(k, n int, typ routing.InputType) ([]Input, error) {
 // errNoCut is returned when no stretch near the cursor re-tokenizes to the length.
 var errNoCut = errors.New("bench: no corpus cut re-tokenizes to the wanted length")
 
-// cut finds text whose tokens, once wrapped and closed with EOS, number exactly n.
+// cut finds text whose tokens, once wrapped and framed, number exactly n.
 // Decoding a run of corpus tokens and encoding it again gives the same run except
 // near its ends (a word cut in two may merge differently), so the run's length is
 // corrected a few times; a start that does not converge is moved on by a token.
 func (c *Corpus) cut(n int, typ routing.InputType) (Input, error) {
-	prefix := routing.Wrap(typ, c.instruction, "")
-	want := n - 1 // the text's own tokens; the server appends EOS
-	body := want - len(c.tok.Encode(prefix))
+	instruction := c.prompts.Instruction
+	prefix := c.prompts.Wrap(typ, instruction, "")
+	want := n - c.frame.Len() // the text's own tokens; the server adds the frame
+	body := want
+	if prefix != "" {
+		body -= len(c.tok.Encode(prefix))
+	}
 	if body < 1 {
-		return Input{}, fmt.Errorf("bench: a %s of %d tokens leaves no room for text after its wrapping and end-of-text token", typ, n)
+		return Input{}, fmt.Errorf("bench: a %s of %d tokens leaves no room for text after its wrapping and special tokens", typ, n)
 	}
 	if body+8 > len(c.ids) {
 		return Input{}, fmt.Errorf("bench: a %s of %d tokens is longer than the corpus (%d tokens)", typ, n, len(c.ids))
@@ -123,11 +149,11 @@ func (c *Corpus) cut(n int, typ routing.InputType) (Input, error) {
 			if err != nil {
 				break
 			}
-			text = routing.Wrap(typ, c.instruction, text)
+			text = c.prompts.Wrap(typ, instruction, text)
 			ids := c.tok.Encode(text)
 			if len(ids) == want {
 				c.next = start + j
-				return Input{Text: text, Tokens: append(ids, routing.EOS)}, nil
+				return Input{Text: text, Tokens: framed(c.frame, ids)}, nil
 			}
 			j += want - len(ids)
 		}

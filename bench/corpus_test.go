@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
+	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
@@ -146,6 +147,81 @@ func TestCorpusExactLengths(t *testing.T) {
 				t.Errorf("%s of %d repeats an earlier text", typ, n)
 			}
 			seen[in.Text] = true
+		}
+	}
+}
+
+// TestModelCorpusFramed: a corpus for another family wraps inputs in its prompts and
+// frames their tokens in its special tokens, head and tail, within the wanted length.
+func TestModelCorpusFramed(t *testing.T) {
+	text := strings.Repeat("abcdefghij", 20)
+	prompts := routing.Prompts{Family: "e5", Query: "q: ", Document: "p: "}
+	frame := routing.Frame{Head: []int32{1000}, Tail: []int32{1001}, Text: "[CLS] and [SEP]"}
+	c, err := NewModelCorpus(byteTok{}, text, prompts, frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		cut      func(int) (Input, error)
+		n        int
+		wantText string
+	}{
+		{c.Document, 8, "p: abc"}, // 2 special tokens, 3 of prompt, 3 of text
+		{c.Query, 7, "q: de"},
+	} {
+		in, err := tt.cut(tt.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(append([]int32{1000}, byteTok{}.Encode(tt.wantText)...), 1001)
+		if in.Text != tt.wantText || !slices.Equal(in.Tokens, want) {
+			t.Errorf("cut of %d: %q %v, want %q %v", tt.n, in.Text, in.Tokens, tt.wantText, want)
+		}
+	}
+	if _, err := c.Document(5); err == nil || !strings.Contains(err.Error(), "special tokens") {
+		t.Errorf("Document(5) with a 3-token prompt and 2 special tokens: err %v, want 'leaves no room'", err)
+	}
+}
+
+// TestModelCorpusMiniLM cuts the real corpus with MiniLM's WordPiece tokenizer (from
+// bert-tiny.gguf, which carries it) in the frame the server reads from the model:
+// [CLS] text [SEP], exactly n tokens, no prompt.
+func TestModelCorpusMiniLM(t *testing.T) {
+	path := filepath.Join(e2e.RepoRoot(t), "models", "bert-tiny.gguf")
+	if _, err := os.Stat(path); err != nil {
+		e2e.Require(t, "missing models/bert-tiny.gguf: run `make models` first")
+	}
+	tok, err := tokenizer.FromGGUF(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts, err := modelinfo.Read(path, modelinfo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := facts.Frame(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := ReadCorpus(e2e.RepoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewModelCorpus(tok, text, modelPrompts(facts.Prompts), frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{16, 32, 100, 128, 512} {
+		for _, cut := range []func(int) (Input, error){c.Document, c.Query} {
+			in, err := cut(n)
+			if err != nil {
+				t.Fatalf("cut of %d: %v", n, err)
+			}
+			want := append(append([]int32{101}, tok.Encode(in.Text)...), 102)
+			if len(in.Tokens) != n || !slices.Equal(in.Tokens, want) {
+				t.Errorf("cut of %d: %d tokens, starting %v and ending %v; want [CLS] Encode(Text) [SEP] = %d tokens",
+					n, len(in.Tokens), in.Tokens[:2], in.Tokens[len(in.Tokens)-2:], len(want))
+			}
 		}
 	}
 }

@@ -26,6 +26,7 @@ type Flags struct {
 	Threads                         int
 	Floor, Quick                    bool
 	corpus, url, ollama, ollamaHome string
+	stModel, stPython, stScript     string
 	jsonOut, mdOut                  string
 	pid, ollamaNumCtx, warmContext  int
 	cacheMiB                        int
@@ -59,6 +60,8 @@ func NewFlagSet(f *Flags) *flagconfig.Set {
 	s.String(&f.ollama, "ollama", "PATH", "", "ollama executable (bin/ollama from `make bench-peers`): start it on the same GGUF and compare")
 	s.String(&f.ollamaHome, "ollama-home", "DIR", ".cache/bench/ollama", "directory for Ollama's private store and keys, kept between runs")
 	s.Int(&f.ollamaNumCtx, "ollama-num-ctx", "N", 0, "Ollama's num_ctx (0 = the smallest power of two holding --long-tokens, so that it embeds the long input instead of truncating it)")
+	s.String(&f.stModel, "sentence-transformers", "DIR", "", "start sentence-transformers on torch's CPU backend ("+peers.STServerScript+") on this checkpoint folder, the original of the GGUF, and compare")
+	s.String(&f.stPython, "st-python", "PATH", ".cache/venv-st/bin/python", "the Python that runs it, with torch and sentence-transformers (`make bench-st`)")
 	s.List(&f.peerSpecs, "peer", "NAME=URL[,model=NAME][,pid=PID]", "another OpenAI-compatible server (repeatable); its vectors are checked before it is timed")
 	s.Float(&f.minCosine, "min-cosine", "X", DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
 	s.Int(&f.warmContext, "warm-context", "TOKENS", 8192, "the warm worker's context, for the memory goal (serve's --warm-max-tokens)")
@@ -168,6 +171,13 @@ func (f *Flags) finish() error {
 	if f.pid != 0 && f.url == "" {
 		return errors.New("--pid goes with --url (the harness knows the pid of a server it starts)")
 	}
+	if f.stModel != "" {
+		root, err := findRepoRoot()
+		if err != nil {
+			return fmt.Errorf("--sentence-transformers runs %s of the repository, and %w", peers.STServerScript, err)
+		}
+		f.stScript = filepath.Join(root, peers.STServerScript)
+	}
 	if f.corpus == "" {
 		root, err := findRepoRoot()
 		if err != nil {
@@ -233,6 +243,9 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 			args = append(slices.Clone(args), "--cpu-variant="+f.CPUVariant)
 		}
 		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.Model, Threads: f.Threads, Args: args}
+	}
+	if f.stModel != "" {
+		s.SentenceTransformers = &peers.SentenceTransformers{Python: f.stPython, Script: f.stScript, Model: f.stModel, Threads: f.Threads}
 	}
 	if f.ollama != "" {
 		s.Ollama = &peers.Ollama{Bin: f.ollama, Model: f.Model, Home: f.ollamaHome, Threads: f.Threads, NumCtx: f.ollamaNumCtx}

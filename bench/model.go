@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 )
 
@@ -21,6 +22,9 @@ type Model struct {
 	HeadDim   int    `json:"head_dim"`
 	// Context is the training context (0 when the file does not say).
 	Context int `json:"context,omitempty"`
+	// Encoder says every token attends to every other of its sequence (BERT and
+	// the other encoder families, family.Arch.Encoder), not only to those before it.
+	Encoder bool `json:"encoder,omitempty"`
 	// Params counts every weight; LinearParams only those of the layers' matrices
 	// (attention projections and feed-forward), which every token multiplies
 	// through. The token embedding is a lookup, and the tied output head runs on
@@ -56,6 +60,9 @@ func ReadModel(path string) (Model, error) {
 	}
 	m := Model{Path: path, FileBytes: st.Size(), Arch: s.Architecture, Layers: s.Layers, Embd: s.EmbeddingLength,
 		Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: s.KeyLength, Context: s.ContextLength}
+	if a, ok := family.Lookup(s.Architecture); ok {
+		m.Encoder = a.Encoder
+	}
 	byType := map[string]int64{}
 	for _, t := range f.Tensors() {
 		n := int64(t.Elements())
@@ -77,9 +84,14 @@ func ReadModel(path string) (Model, error) {
 // n tokens: 2 per linear weight (a multiply and an add), plus attention's QKᵀ and
 // AV, which for the token at position p (counting from 1) cost
 // 2 × heads × head_dim × p each, per layer; their mean over the sequence is at
-// (n+1)/2. Norms, RoPE and softmax are left out (well under 1%).
+// (n+1)/2. An encoder's token attends to all n. Norms, RoPE and softmax are left
+// out (well under 1%).
 func (m Model) FLOPsPerToken(n int) float64 {
-	attn := 4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim) * float64(n+1) / 2
+	span := float64(n+1) / 2
+	if m.Encoder {
+		span = float64(n)
+	}
+	attn := 4 * float64(m.Layers) * float64(m.Heads) * float64(m.HeadDim) * span
 	return 2*float64(m.LinearParams) + attn
 }
 

@@ -74,6 +74,12 @@ func TestReadModel(t *testing.T) {
 			t.Errorf("FLOPsPerToken(%d) = %v, want %v", tt.n, got, tt.want)
 		}
 	}
+	// An encoder's token attends to all n tokens of its sequence.
+	enc := m
+	enc.Encoder = true
+	if got, want := enc.FLOPsPerToken(128), 448+4*2*2*4*128.0; got != want {
+		t.Errorf("encoder FLOPsPerToken(128) = %v, want %v", got, want)
+	}
 	// K and V, 2 layers, 1 KV head of 4, 2 bytes each.
 	if got := m.KVBytesPerToken(2); got != 32 {
 		t.Errorf("KVBytesPerToken(2) = %d, want 32", got)

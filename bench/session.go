@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	"github.com/embed-stack/embed-stack/bench/peers"
+	"github.com/embed-stack/embed-stack/family"
+	"github.com/embed-stack/embed-stack/modelinfo"
+	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
 )
 
@@ -35,6 +38,9 @@ type Session struct {
 	CacheMiB int
 	// Ollama, when set, is started on the same GGUF; NumCtx 0 is OllamaNumCtx.
 	Ollama *peers.Ollama
+	// SentenceTransformers, when set, is started on the checkpoint the GGUF was
+	// converted from.
+	SentenceTransformers *peers.SentenceTransformers
 	// Peers are other servers, already running.
 	Peers []Peer
 
@@ -115,14 +121,18 @@ func OllamaNumCtx(longTokens int) int {
 }
 
 // CheckInputs are the vector check's texts: a query and documents of growing
-// length, long enough that a different attention or pooling shows.
-func CheckInputs(c *Corpus) ([]Input, error) {
+// length, long enough that a different attention or pooling shows, up to
+// maxTokens (the model's longest input; 0: no limit).
+func CheckInputs(c *Corpus, maxTokens int) ([]Input, error) {
 	q, err := c.Query(40)
 	if err != nil {
 		return nil, err
 	}
 	in := []Input{q}
 	for _, n := range []int{128, 512, 2048} {
+		if maxTokens > 0 && n > maxTokens {
+			break
+		}
 		d, err := c.Document(n)
 		if err != nil {
 			return nil, err
@@ -139,15 +149,23 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	facts, err := modelinfo.Read(s.Model, modelinfo.Options{})
+	if err != nil {
+		return nil, err
+	}
 	tok, err := tokenizer.FromGGUF(s.Model)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	frame, err := facts.Frame(tok)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", s.Model, err)
 	}
 	text, err := os.ReadFile(s.Corpus)
 	if err != nil {
 		return nil, fmt.Errorf("corpus: %w", err)
 	}
-	corpus, err := NewCorpus(tok, string(text), "")
+	corpus, err := NewModelCorpus(tok, string(text), modelPrompts(facts.Prompts), frame)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +173,7 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	checks, err := CheckInputs(corpus)
+	checks, err := CheckInputs(corpus, facts.MaxTokens)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +189,16 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 			}
 		}
 	}()
+	// launch starts a server the harness runs and adds it to the contenders.
+	launch := func(role Role, start func(context.Context) (*peers.Process, error)) error {
+		p, err := start(ctx)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		contenders = append(contenders, serverContender(p, role, client))
+		return nil
+	}
 	switch {
 	case s.URL != "":
 		contenders = append(contenders, &Contender{
@@ -179,12 +207,9 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		})
 	case s.Serve != nil:
 		logf("starting embed-stack serve")
-		p, err := s.Serve.Start(ctx)
-		if err != nil {
+		if err := launch(RoleOurs, s.Serve.Start); err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
-		contenders = append(contenders, serverContender(p, RoleOurs, client))
 		if s.Plan.HasReindex() {
 			cached := *s.Serve
 			cached.CacheMiB = orInt(s.CacheMiB, 256)
@@ -208,12 +233,15 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 			o.NumCtx = OllamaNumCtx(s.Plan.LongTokens)
 		}
 		logf("starting ollama (the first run copies the model into %s)", o.Home)
-		p, err := o.Start(ctx)
-		if err != nil {
+		if err := launch(RolePeer, o.Start); err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
-		contenders = append(contenders, serverContender(p, RolePeer, client))
+	}
+	if s.SentenceTransformers != nil {
+		logf("starting sentence-transformers (importing torch takes a while)")
+		if err := launch(RolePeer, s.SentenceTransformers.Start); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range s.Peers {
 		contenders = append(contenders, &Contender{
@@ -242,6 +270,11 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 
 // CachedName is the contender name of the embed-stack started with its cache on.
 const CachedName = "embed-stack+cache"
+
+// modelPrompts is a family's prompt convention as routing writes it.
+func modelPrompts(p family.Prompts) routing.Prompts {
+	return routing.Prompts{Family: p.Name, Query: p.Query, Instruction: p.Instruction, Document: p.Document}
+}
 
 func serverContender(p *peers.Process, role Role, client *http.Client) *Contender {
 	return &Contender{

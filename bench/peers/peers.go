@@ -352,7 +352,7 @@ func (o Ollama) Start(ctx context.Context) (*Process, error) {
 	if version == "" {
 		version = "(version unknown)"
 	}
-	p.About = fmt.Sprintf("Ollama %s, ollama serve (defaults: OLLAMA_NUM_PARALLEL 1, its Go engine for qwen3), Modelfile FROM the same GGUF, %s", version, strings.Join(params, ", "))
+	p.About = fmt.Sprintf("Ollama %s, ollama serve (defaults: OLLAMA_NUM_PARALLEL 1), Modelfile FROM the same GGUF, %s", version, strings.Join(params, ", "))
 	return p, nil
 }
 

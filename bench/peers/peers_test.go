@@ -43,7 +43,7 @@ func fakeMain(args []string) int {
 			return 1
 		}
 		return exitErr(os.WriteFile(filepath.Join(testenv.Get("OLLAMA_MODELS"), "created-"+args[1]), mf, 0o644))
-	case len(args) > 0 && args[0] == "serve":
+	case len(args) > 0 && (args[0] == "serve" || args[0] == "st-server.py"):
 		if testenv.Get("PEERS_FAKE_EXIT") == "1" {
 			fmt.Fprintln(os.Stderr, "fake: refusing to start")
 			return 3
@@ -60,7 +60,11 @@ func fakeMain(args []string) int {
 		return exitErr(err)
 	}
 	addr := testenv.Get("OLLAMA_HOST")
+	flags := map[string]string{}
 	for i, a := range args {
+		if strings.HasPrefix(a, "--") && i+1 < len(args) {
+			flags[a] = args[i+1]
+		}
 		if a == "--addr" {
 			addr = args[i+1]
 		}
@@ -80,6 +84,14 @@ func fakeMain(args []string) int {
 			digest = "sha256:0123"
 		}
 		fmt.Fprintf(w, `{"models":[{"name":"bench","digest":%q}]}`, digest)
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		// server.py's: what it was started with, and the environment for the test.
+		threads, _ := strconv.Atoi(flags["--threads"])
+		maxSeq, _ := strconv.Atoi(flags["--max-seq-length"])
+		json.NewEncoder(w).Encode(map[string]any{"status": "ok", "threads": threads, "max_seq_length": maxSeq,
+			"versions": map[string]string{"torch": "9.1", "sentence_transformers": "9.2", "transformers": "9.3", "python": "3.x"},
+			"model":    flags["--model"], "env": os.Environ()})
 	})
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
 		if testenv.Get("OLLAMA_MODELS") != "" {
@@ -257,6 +269,48 @@ func TestOllamaStart(t *testing.T) {
 		t.Errorf("About %q", p.About)
 	}
 	checkStopped(t, p, childPid)
+}
+
+// TestSentenceTransformersStart: server.py is started on the checkpoint with the
+// thread count, 512 tokens and no hub access, and About says what runs from its
+// /health.
+func TestSentenceTransformersStart(t *testing.T) {
+	childPid := fakeEnv(t)
+	exe, _ := os.Executable()
+	p, err := SentenceTransformers{Python: exe, Script: "st-server.py", Model: "/some/dir/all-MiniLM-L6-v2", Threads: 3, ReadyTimeout: 30 * time.Second}.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Model != "all-MiniLM-L6-v2" || !strings.HasPrefix(p.BaseURL, "http://127.0.0.1:") || !strings.HasSuffix(p.BaseURL, "/v1") || p.PID <= 0 {
+		t.Errorf("process %+v", p)
+	}
+	want := "sentence-transformers 9.2, torch 9.1 (CPU), transformers 9.3, Python 3.x: st-server.py on all-MiniLM-L6-v2, torch.set_num_threads(3), max_seq_length 512, one request at a time, one forward pass per request"
+	if p.About != want {
+		t.Errorf("About\n%q\nwant\n%q", p.About, want)
+	}
+	resp, err := http.Get(strings.TrimSuffix(p.BaseURL, "/v1") + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Model string
+		Env   []string
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h.Model != "/some/dir/all-MiniLM-L6-v2" {
+		t.Errorf("--model %q, want the checkpoint folder", h.Model)
+	}
+	for _, kv := range []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"} {
+		if !contains(h.Env, kv) {
+			t.Errorf("the server's environment lacks %s", kv)
+		}
+	}
+	checkStopped(t, p, childPid)
+
+	if _, err := (SentenceTransformers{Python: exe, Script: "st-server.py", Model: "m"}).Start(context.Background()); err == nil || !strings.Contains(err.Error(), "thread count") {
+		t.Errorf("no thread count: err %v", err)
+	}
 }
 
 func contains(ss []string, s string) bool {
