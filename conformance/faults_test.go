@@ -71,6 +71,7 @@ func TestWarmWorkerKilledMidRequest(t *testing.T) {
 	}
 	require503(t, a.r)
 
+	s.waitReplaced(t, old)
 	if err := s.Ready(readyTimeout); err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +254,7 @@ func TestRequestDeadline(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		s.waitReplaced(t, warm)
 		if err := s.Ready(readyTimeout); err != nil {
 			t.Fatal(err)
 		}

@@ -342,7 +342,7 @@ func TestSocketDirVanishes(t *testing.T) {
 	if err := syscall.Kill(workers[0].pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	s.waitReplaced(t, workers[0].pid)
 	if err := s.Ready(readyTimeout); err != nil {
 		t.Fatalf("%v\n%s", err, s.Out)
 	}

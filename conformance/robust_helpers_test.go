@@ -187,6 +187,16 @@ func (s *server) warmPID(t *testing.T) int {
 	return waitWorkers(t, s, 1, 10*time.Second)[0].pid
 }
 
+// waitReplaced waits until a worker other than old runs, and returns its pid. The
+// supervisor starts a replacement only after it has reaped old and stopped
+// calling the server ready, so readiness checked after this is the replacement's:
+// checked before it, /ready can still answer for old in the moment between old's
+// death (which fails the request in flight at once) and its reaping.
+func (s *server) waitReplaced(t *testing.T, old int) int {
+	t.Helper()
+	return otherWorker(t, s, old, 30*time.Second).pid
+}
+
 // requireExactError requires the exact status and body (OpenAI's envelope).
 func requireExactError(t *testing.T, r httpResult, status int, body string) {
 	t.Helper()
