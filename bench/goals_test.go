@@ -162,3 +162,24 @@ func TestTable(t *testing.T) {
 		t.Errorf("JSON round trip lost results or goals")
 	}
 }
+
+// TestTableRatioPerPeer: with two peers, every row has its ratio to each of them.
+func TestTableRatioPerPeer(t *testing.T) {
+	rep := sampleReport()
+	rep.Contenders = append(rep.Contenders, &ContenderReport{Name: "sentence-transformers", Role: RolePeer})
+	rep.Results = append(rep.Results, Result{Shape: GridShape(32, 512), Contender: "sentence-transformers", LatencyMS: lat(40000, 40000), TokensPerSec: tps(392)})
+	var b bytes.Buffer
+	if err := rep.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| spread | tok/s ÷ floor | tok/s ÷ ollama | tok/s ÷ sentence-transformers | tok/CPU-s (÷ floor) |",
+		// 196 / 200, 196 / 150 and 196 / 392.
+		"| grid/32x512 | embed-stack | 0 | 0 | 81000.0 | 81000.0 | 81000.0 | 196.0 | ±10% | 0.98× | 1.31× | 0.50× |",
+		"| grid/32x512 | sentence-transformers | 0 | 0 | 40000.0 | 40000.0 | 40000.0 | 392.0 | ±10% | 1.96× | 2.61× | 1.00× |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

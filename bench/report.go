@@ -209,7 +209,7 @@ func (h Host) cpuLabel() string {
 }
 
 // Table writes the report as Markdown: the machine, the contenders, one row per
-// shape and contender with its ratio to the floor and to the first peer, memory,
+// shape and contender with its ratio to the floor and to each peer, memory,
 // and the goals.
 func (rep *Report) Table(w io.Writer) error {
 	var b strings.Builder
@@ -222,7 +222,12 @@ func (rep *Report) Table(w io.Writer) error {
 			m.FLOPsPerToken(128)/1e9, m.FLOPsPerToken(2048)/1e9, float64(m.KVBytesPerToken(2))/1024)
 	}
 	floor := rep.ByRole(RoleFloor)
-	peer := rep.ByRole(RolePeer)
+	var peers []*ContenderReport
+	for _, c := range rep.Contenders {
+		if c.Role == RolePeer {
+			peers = append(peers, c)
+		}
+	}
 
 	b.WriteString("| contender | role | vector check | cold start | idle RSS (PSS) | peak RSS (PSS) | processes idle → after |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range rep.Contenders {
@@ -277,7 +282,7 @@ func (rep *Report) Table(w io.Writer) error {
 	if floor != nil {
 		ratioHead += " tok/s ÷ floor |"
 	}
-	if peer != nil {
+	for _, peer := range peers {
 		ratioHead += fmt.Sprintf(" tok/s ÷ %s |", peer.Name)
 	}
 	fmt.Fprintf(&b, "| shape | contender | req | err | p50 ms | p95 ms | p99 ms | tok/s | spread |%s tok/CPU-s (÷ floor) | GFLOP/s | load |\n", ratioHead)
@@ -296,7 +301,7 @@ func (rep *Report) Table(w io.Writer) error {
 			if floor != nil {
 				ratios += " " + ratio(r, rep.Result(s.ID, floor.Name)) + " |"
 			}
-			if peer != nil {
+			for _, peer := range peers {
 				ratios += " " + ratio(r, rep.Result(s.ID, peer.Name)) + " |"
 			}
 			gflops := "–"
