@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
 // writeModel writes a GGUF with the metadata and tensor shapes ReadModel reads
@@ -105,6 +106,29 @@ func TestReadModel06B(t *testing.T) {
 	}
 	if got := m.KVBytesPerToken(2); got != 114688 {
 		t.Errorf("KV bytes per token %d, want 114688 (112 KiB)", got)
+	}
+}
+
+// TestReadModelEncoder: a BERT GGUF (MiniLM's shape and vocabulary, random weights) is
+// read as an encoder, so that its attention counts the whole sequence.
+func TestReadModelEncoder(t *testing.T) {
+	path := filepath.Join(e2e.RepoRoot(t), "models", "bert-tiny.gguf")
+	if _, err := os.Stat(path); err != nil {
+		e2e.Require(t, "missing models/bert-tiny.gguf: run `make models` first")
+	}
+	m, err := ReadModel(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Arch != "bert" || !m.Encoder {
+		t.Errorf("ReadModel(bert-tiny.gguf): arch %q, encoder %v; want bert, true", m.Arch, m.Encoder)
+	}
+	q, err := ReadModel(writeModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Encoder {
+		t.Error("a qwen3 GGUF read as an encoder")
 	}
 }
 
