@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -314,16 +313,14 @@ func (c *serveCommand) serve(ctx context.Context) error {
 	for _, m := range models.list {
 		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.Dim, "rerank", m.eng.facts.Rerank)
 	}
-	r := &running{api: api, srv: api.HTTPServer(), fleet: &models.fleet, warmErr: make(chan error, 1), serveErr: make(chan error, 1)}
-	// The warm workers start under their own context, so that a shutdown can
-	// abandon a start still in progress.
-	var warmCtx context.Context
-	warmCtx, r.abandonStart = context.WithCancel(ctx)
-	defer r.abandonStart()
-	go func() { r.warmErr <- startFleet(warmCtx, r.fleet, f.engine.WarmMaxTokens) }()
-	go func() { r.serveErr <- r.srv.Serve(ln) }()
-	runErr := c.wait(ctx, r, start)
-	return c.shutdown(ctx, r, runErr)
+	life := &server.Lifecycle{
+		API: api, Logger: logger, Started: start,
+		Start:         func(ctx context.Context) error { return startFleet(ctx, &models.fleet, f.engine.WarmMaxTokens) },
+		Close:         models.fleet.Close,
+		ShutdownGrace: f.shutdownGrace, DrainDelay: f.drainDelay,
+		Forced: c.forced, Cause: stoppedBy,
+	}
+	return life.Serve(ctx, ln)
 }
 
 // routingConfig is the routing configuration every model shares: serve's limits,
@@ -395,84 +392,6 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 	}
 }
 
-// running is what serve has started: the HTTP server and the warm workers.
-type running struct {
-	api      *server.Server
-	srv      *http.Server
-	fleet    *backends.Fleet
-	serveErr chan error // the HTTP server's end
-	warmErr  chan error // the warm workers' start's result
-	// warmDone says warmErr has been received; abandonStart ends a start still
-	// in progress.
-	warmDone     bool
-	abandonStart context.CancelFunc
-}
-
-// wait returns when ctx ends, or with the error that ended serving: the HTTP
-// server's, or a warm worker's that failed to start.
-func (c *serveCommand) wait(ctx context.Context, r *running, start time.Time) error {
-	select {
-	case <-ctx.Done():
-	case err := <-r.serveErr:
-		return fmt.Errorf("http server: %w", err)
-	case err := <-r.warmErr:
-		r.warmDone = true
-		if err != nil {
-			return err
-		}
-		c.logger.Info("warm worker ready", "duration", time.Since(start).Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-		case err := <-r.serveErr:
-			return fmt.Errorf("http server: %w", err)
-		}
-	}
-	c.logger.Info("shutting down", "grace", c.f.shutdownGrace, "signal", stoppedBy(ctx))
-	return nil
-}
-
-// shutdown stops what serve started and returns runErr, or the second signal's
-// cut. Cleanup must run even though ctx is done; Close (a second signal) cuts it
-// short.
-func (c *serveCommand) shutdown(ctx context.Context, r *running, runErr error) error {
-	logger := c.logger
-	cleanup, force := context.WithCancel(context.WithoutCancel(ctx))
-	defer force()
-	go func() {
-		select {
-		case <-c.forced:
-			logger.Warn("second signal: stopping now, abandoning the requests in flight")
-			force()
-		case <-cleanup.Done():
-		}
-	}()
-	if ctx.Err() != nil {
-		drain(cleanup, r.api, c.f.drainDelay, logger)
-	}
-	sctx, cancel := context.WithTimeout(cleanup, c.f.shutdownGrace)
-	defer cancel()
-	drainStart := time.Now()
-	if err := r.srv.Shutdown(sctx); err != nil {
-		logger.Warn("requests still in flight when the shutdown grace ended; closing their connections", "grace", c.f.shutdownGrace, "error", err)
-		_ = r.srv.Close()
-	} else {
-		logger.Info("requests drained", "duration", time.Since(drainStart).Round(time.Millisecond))
-	}
-	r.abandonStart()
-	if !r.warmDone {
-		<-r.warmErr // Start returns promptly once its context has ended
-	}
-	if err := r.fleet.Close(cleanup); err != nil {
-		logger.Warn("stop warm worker", "error", err)
-	} else {
-		logger.Info("warm worker stopped")
-	}
-	if cleanup.Err() != nil && runErr == nil {
-		runErr = errors.New("stopped by a second signal before the shutdown finished")
-	}
-	return runErr
-}
-
 // startFleet starts the models' warm workers, wording a failure with the flag to
 // change (warmStartError) and, with several models, the model's name.
 func startFleet(ctx context.Context, fleet *backends.Fleet, warmMax int) error {
@@ -486,22 +405,4 @@ func startFleet(ctx context.Context, fleet *backends.Fleet, warmMax int) error {
 		err = fmt.Errorf("model %s: %w", me.Model, err)
 	}
 	return err
-}
-
-// drain keeps serving for delay with /ready answering 503 (server.Server.Drain), so
-// that a balancer stops sending before the listener closes; a second signal (ctx)
-// cuts it short. Without it a balancer learns of the stop only from refused
-// connections, which it retries only if configured to.
-func drain(ctx context.Context, api *server.Server, delay time.Duration, logger *slog.Logger) {
-	api.Drain()
-	if delay <= 0 {
-		return
-	}
-	logger.Info("draining: /ready answers 503 until the listener closes", "delay", delay)
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
