@@ -12,6 +12,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/batch"
 	"github.com/embed-stack/embed-stack/batch/chroma"
+	"github.com/embed-stack/embed-stack/batch/routed"
 	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
@@ -313,10 +314,10 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		TextIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		JSONIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		Dim:              dim,
-		Embedder:         &routerEmbedder{router: router, dimensions: f.dimensions},
+		Embedder:         &routed.Embedder{Router: router, Dimensions: f.dimensions},
 		BatchSize:        f.batchSize,
 		InFlight:         f.inFlight,
-		Retryable:        retryable,
+		Retryable:        routed.Retryable,
 		SkipInvalid:      f.skipInvalid,
 		Progress:         os.Stderr,
 		Terminal:         isTerminal(os.Stderr),
@@ -340,51 +341,3 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
-
-// routerEmbedder adapts the router to batch.Embedder: a text the router refuses
-// becomes a batch.ItemError with its position in the batch.
-type routerEmbedder struct {
-	router     *routing.Router
-	dimensions int
-}
-
-func (e *routerEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	res, err := e.router.Embed(ctx, &routing.Request{Texts: texts, Dimensions: e.dimensions})
-	if err == nil {
-		return res.Vectors, nil
-	}
-	var ie *routing.InputError
-	if errors.As(err, &ie) && ie.Index >= 0 && ie.Index < len(texts) {
-		return nil, &batch.ItemError{Index: ie.Index, Err: itemError(ie)}
-	}
-	return nil, err
-}
-
-// itemError words the router's refusal of one text for the batch job: the job names
-// the item by id and input line, so the HTTP API's "input N" (an index into the
-// request, here a batch) and its completion wording would only mislead.
-func itemError(ie *routing.InputError) error {
-	switch ie.Code {
-	case routing.CodeContextLength:
-		return fmt.Errorf("the text has %d tokens (the instruction, if any, and the end token included); the limit is %d (--max-input-tokens)", ie.Tokens, ie.Limit)
-	case routing.CodeEmptyInput:
-		return errors.New("the text is empty")
-	}
-	return ie
-}
-
-// retryable says a failure is transient: the warm worker restarting (it died,
-// perhaps of this very batch), or every ephemeral slot and queue place taken.
-func retryable(err error) (time.Duration, bool) {
-	var ue *routing.UnavailableError
-	var be *routing.BusyError
-	switch {
-	case errors.As(err, &ue):
-		return max(ue.RetryAfter, 100*time.Millisecond), true
-	case errors.Is(err, routing.ErrUnavailable):
-		return time.Second, true
-	case errors.As(err, &be):
-		return max(be.RetryAfter, 100*time.Millisecond), true
-	}
-	return 0, false
-}
