@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
@@ -109,7 +107,7 @@ func (c *devicesCommand) Run(context.Context) error {
 func (c *devicesCommand) Close() error { return nil }
 
 // mayHaveGPU says whether a worker started with f might run on a GPU, so that
-// serve must probe where (probeDevice): a GPU asked for by name, or auto where
+// serve must probe where (backends.ProbeDevice): a GPU asked for by name, or auto where
 // Metal is compiled in or a backend folder exists.
 func mayHaveGPU(f backends.DeviceArgs) bool {
 	kind, _, _ := llama.ParseDevice(f.Device)
@@ -127,35 +125,4 @@ func mayHaveGPU(f backends.DeviceArgs) bool {
 		return err == nil
 	}
 	return true
-}
-
-// deviceName is GET /info's word for where the workers compute: "cpu", "cuda:N"
-// or "metal", from the probed device (nil: the CPU).
-func deviceName(d *backends.Device) string {
-	switch {
-	case d == nil || !d.GPU:
-		return "cpu"
-	case strings.HasPrefix(d.Name, "CUDA"):
-		return "cuda:" + strings.TrimPrefix(d.Name, "CUDA")
-	}
-	return strings.ToLower(d.Name)
-}
-
-// probeDevice runs `embed-stack devices --json` with f as a child process (ggml's
-// backends, once loaded, stay in a process, and serve itself never loads them) and
-// returns what it printed. The error is the child's message.
-func probeDevice(exe string, f backends.DeviceArgs) (*backends.Device, error) {
-	out, err := exec.Command(exe, append([]string{"devices", "--json"}, f.Args()...)...).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
-			return nil, errors.New(strings.TrimSpace(strings.TrimPrefix(string(ee.Stderr), "embed-stack devices: ")))
-		}
-		return nil, fmt.Errorf("probing the device with %s devices: %w", exe, err)
-	}
-	var d backends.Device
-	if err := json.Unmarshal(out, &d); err != nil {
-		return nil, fmt.Errorf("probing the device: %q: %w", out, err)
-	}
-	return &d, nil
 }

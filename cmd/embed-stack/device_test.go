@@ -59,13 +59,6 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 		}
 	}
 
-	for d, want := range map[*backends.Device]string{nil: "cpu", {Name: "CPU", Backend: "CPU"}: "cpu",
-		{Name: "CUDA1", Backend: "CUDA", GPU: true}: "cuda:1", {Name: "Metal", Backend: "Metal", GPU: true}: "metal"} {
-		if got := deviceName(d); got != want {
-			t.Errorf("deviceName(%+v) = %q, want %q", d, got, want)
-		}
-	}
-
 	// The MLX server chooses no ggml device: the flags are dropped for it.
 	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: d}
 	mlx := (backends.WarmProgram{Name: backends.WarmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).Spec(args, workerSpec("/bin/embed-stack", args))

@@ -168,7 +168,7 @@ type engine struct {
 	// warmInfo, when set, describes the running warm worker in place of
 	// warm.Info: serve runs copies of warm (backends.OnDemand), never warm itself.
 	warmInfo func() backends.EngineInfo
-	// device is where the workers will run, probed before any starts (probeDevice);
+	// device is where the workers will run, probed before any starts (backends.ProbeDevice);
 	// nil when no GPU can be there (--device cpu, or auto with no backend folder
 	// off darwin/arm64), which means the CPU.
 	device *backends.Device
@@ -219,7 +219,7 @@ func newEngine(ctx context.Context, cfg engineConfig, logger *slog.Logger) (*eng
 	}
 	var device *backends.Device
 	if mayHaveGPU(cfg.Device) {
-		if device, err = probeDevice(exe, cfg.Device); err != nil {
+		if device, err = backends.ProbeDevice(exe, cfg.Device); err != nil {
 			return nil, err
 		}
 		logger.Info("device", "device", device.Name, "description", device.Description, "backend", device.Backend,

@@ -374,7 +374,7 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 		Models:  models.registry(),
 		Ready:   models.fleet.Ready,
 		Healthy: models.fleet.Healthy,
-		Info:    server.Info{Device: deviceName(first.eng.device), Models: models.info()},
+		Info:    server.Info{Device: backends.DeviceName(first.eng.device), Models: models.info()},
 		Device: func() any {
 			if d := first.warm.Info().Device; d != nil {
 				return d
