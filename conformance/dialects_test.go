@@ -194,6 +194,8 @@ func TestDialectsErrors(t *testing.T) {
 		{"/embed", `{"inputs":"a","dimensions":5000}`, 422, "{\"error\":\"Input validation error: `dimensions` should be smaller than the maximum embedding dimension.\",\"error_type\":\"Validation\"}"},
 		{"/", `{"inputs":["a"],"prompt_name":"search"}`, 422, "{\"error\":\"Input validation error: `default-prompt-name` is set to `search` but it was not found in the Sentence Transformers prompts. Available prompts: [\\\"query\\\", \\\"document\\\"]\",\"error_type\":\"Validation\"}"},
 		{"/", `[1]`, 422, `{"error":"Failed to deserialize the JSON body into the target type: invalid type: array, expected struct EmbedRequest","error_type":"Validation"}`},
+		// Per-token embeddings are not computed (docs/api.md): TEI's 424 Backend.
+		{"/embed_all", `{"inputs":"a"}`, 424, "{\"error\":\"`embed_all` is not available: embed-stack computes the pooled vector of each input, not every token's; use /embed\",\"error_type\":\"Backend\"}"},
 	} {
 		r := s.do(t, "POST", c.path, c.body, nil)
 		if r.status != c.status || string(r.body) != c.want {

@@ -196,6 +196,12 @@ func TestTEIRoutes(t *testing.T) {
 			want: `{"error":"The embedding worker is not ready (starting or restarting); retry after 1s.","error_type":"Unhealthy"}`},
 		{name: "backend", path: "/", body: `{"inputs":"a"}`, err: errors.New("engine"), status: 424,
 			want: `{"error":"The server had an error while processing your request; the server log has the cause.","error_type":"Backend"}`},
+		// Per-token embeddings are not computed: TEI's answer for what a model
+		// cannot do, whatever the body.
+		{name: "embed_all", path: "/embed_all", body: `{"inputs":"a"}`, status: 424,
+			want: "{\"error\":\"`embed_all` is not available: embed-stack computes the pooled vector of each input, not every token's; use /embed\",\"error_type\":\"Backend\"}"},
+		{name: "embed_all, no body", path: "/embed_all", status: 424,
+			want: "{\"error\":\"`embed_all` is not available: embed-stack computes the pooled vector of each input, not every token's; use /embed\",\"error_type\":\"Backend\"}"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -145,7 +145,7 @@ func dialectOf(c *gin.Context) dialect {
 	switch p := c.Request.URL.Path; {
 	case strings.HasPrefix(p, "/api/"):
 		return dialectOllama
-	case p == "/" && c.Request.Method == http.MethodPost:
+	case p == "/" && c.Request.Method == http.MethodPost, p == "/embed_all":
 		return dialectTEI
 	}
 	return dialectOpenAI
@@ -186,6 +186,8 @@ func dialectError(d dialect, err error, status int, body openai.ErrorBody) (int,
 			typ = teiapi.TypeUnhealthy
 		case status == http.StatusInternalServerError:
 			status, typ = http.StatusFailedDependency, teiapi.TypeBackend
+		case status == http.StatusFailedDependency:
+			typ = teiapi.TypeBackend
 		case status > http.StatusInternalServerError:
 			typ = teiapi.TypeBackend
 		case isInput:

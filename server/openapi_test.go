@@ -180,6 +180,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/", "", `{"inputs":1}`, 422, ready, nil},
 		{"POST", "/", "", `{"inputs":`, 400, ready, nil},
 		{"POST", "/", "", `{"inputs":"a"}`, 401, keyed, nil},
+		{"POST", "/embed_all", "", `{"inputs":"a"}`, 424, ready, nil},
+		{"POST", "/embed_all", "", `{"inputs":"a"}`, 401, keyed, nil},
 		{"POST", "/api/embed", "", `{"model":"m","input":["a","b"]}`, 200, ready, nil},
 		{"POST", "/api/embed", "", `{"model":"m","input":""}`, 200, ready, nil},
 		{"POST", "/api/embed", "", `{"model":"m","input":[1]}`, 400, ready, nil},

@@ -188,6 +188,7 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/v1/models/:model", s.getModel)
 	r.POST("/embed", s.readRequestBody(), s.admit(), s.embed) // TEI's shape or the native one (tei.go)
 	r.POST("/", s.readRequestBody(), s.admit(), s.teiEmbed)   // TEI serves embed at its root too
+	r.POST("/embed_all", s.teiEmbedAll)                       // refused in TEI's shape (tei.go)
 	// Ollama's embedding API (ollama.go), and the probes its clients send.
 	r.POST("/api/embed", s.readRequestBody(), s.admit(), s.ollamaEmbed)
 	r.POST("/api/embeddings", s.readRequestBody(), s.admit(), s.ollamaEmbeddings)

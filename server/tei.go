@@ -93,6 +93,24 @@ func (s *Server) teiEmbed(c *gin.Context) {
 	c.Data(http.StatusOK, "application/json", teiapi.AppendEmbeddings(make([]byte, 0, responseSizeHint(res.Vectors, false)), res.Vectors, openai.AppendFloats))
 }
 
+// errNoEmbedAll is POST /embed_all's answer. TEI returns every token's final
+// hidden state there; embed-stack's engine marks as outputs only the tokens the
+// pooling reads (a Qwen3 sequence's last), and for a causal decoder llama.cpp
+// runs the vocabulary-wide LM head on every output row and reserves its logits
+// (151669 floats, 607 KB, per row), so every token's state would cost a Qwen3
+// model about a third more compute per token and hundreds of MB per decode call,
+// besides a per-token result through the worker protocol and the router
+// (docs/api.md, "TEI's API"). TEI answers what a model cannot do 424 Backend.
+var errNoEmbedAll = &statusError{status: http.StatusFailedDependency, code: "embed_all_not_available",
+	msg: "`embed_all` is not available: embed-stack computes the pooled vector of each input, not every token's; use /embed"}
+
+// teiEmbedAll serves POST /embed_all: TEI's per-token embeddings, refused in
+// TEI's error shape (errNoEmbedAll; dialectOf gives the path TEI's shape, a 401
+// included) whatever the body.
+func (s *Server) teiEmbedAll(c *gin.Context) {
+	writeError(c, errNoEmbedAll)
+}
+
 // teiInfo is TEI's GET /info keys for the first embedding model, which /info
 // carries beside its own (TEI serves one model).
 func (s *Server) teiInfo() *teiapi.Info {
