@@ -78,7 +78,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale soak-cache vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -299,6 +299,17 @@ test-go: build models cpu-variant-test $(ENCODERS) $(PYARROW_VENV)/installed $(I
 # totals it measured. Needs haproxy (`make deps`).
 test-scale: build models
 	EMBED_STACK_REQUIRE_E2E=1 $(GO) test -count=1 -v -timeout 10m ./deploy/haproxy/
+
+# The embedding cache's soak (docs/performance.md, "The cache's memory"): distinct
+# inputs for CACHE_SOAK through serve --cache-size CACHE_SOAK_MIB, the server's
+# RSS, live heap and the cache's bytes sampled throughout, and the same assertions
+# as the short run in test-go (no growth once the cache is full). Verbose, with
+# the samples.
+CACHE_SOAK     ?= 10m
+CACHE_SOAK_MIB ?= 2
+soak-cache: build models
+	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_CACHE_SOAK=$(CACHE_SOAK) EMBED_STACK_CACHE_SOAK_MIB=$(CACHE_SOAK_MIB) \
+		$(GO) test -count=1 -v -timeout 3h -run '^TestCacheBoundedDistinct$$' ./conformance/
 
 # The fuzzers of the request decoder and of wrapping + tokenization, each for
 # FUZZTIME (their committed seed corpora also run as plain tests in test-go). A
