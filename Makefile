@@ -475,6 +475,12 @@ CPU_CROSS      ?=
 CPU_BUILD_DIR  ?= .cache/cpu-build$(if $(CPU_CROSS),-$(CPU_CROSS))
 CPU_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CPU_CMAKE_FLAGS ?=
+# -mtune for every variant (empty: GCC's `generic`, what release archives and the
+# image need). The instruction sets stay each variant's, so the libraries still run on
+# any CPU that has them; CPU_TUNE=native schedules the code for the build host, as the
+# compiled-in -march=native kernels are (on the Zen 3 development host, generic
+# tuning costs the haswell variant up to about 10%: docs/performance.md).
+CPU_TUNE       ?=
 CPU_CROSS_FLAGS = $(if $(CPU_CROSS),-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=$(firstword $(subst -, ,$(CPU_CROSS))) \
                   -DCMAKE_C_COMPILER=$(CPU_CROSS)-gcc -DCMAKE_CXX_COMPILER=$(CPU_CROSS)-g++)
 
@@ -500,7 +506,7 @@ cpu-variant-test:
 cpu-variants:
 	@command -v cmake >/dev/null || { echo "make cpu-variants needs cmake (apt-get install cmake)"; exit 1; }
 	cmake -S cmake/cpu -B $(CPU_BUILD_DIR) -DOLLAMA_DIR=$(OLLAMA_DIR) \
-		-DEMBED_STACK_BACKEND_DIR=$(abspath $(BACKEND_DIR)) $(CPU_CROSS_FLAGS) $(CPU_CMAKE_FLAGS)
+		-DEMBED_STACK_BACKEND_DIR=$(abspath $(BACKEND_DIR)) -DEMBED_STACK_CPU_TUNE=$(CPU_TUNE) $(CPU_CROSS_FLAGS) $(CPU_CMAKE_FLAGS)
 	cmake --build $(CPU_BUILD_DIR) -j $(CPU_JOBS) --target $(or $(addprefix ggml-cpu-,$(CPU_VARIANTS)),cpu-variants)
 	@ls -l $(BACKEND_DIR)
 

@@ -17,9 +17,21 @@ ggml_get_system_arch()
 # On arm64 the variant's features choose its -march (ggml's CPU CMakeLists.txt).
 set(GGML_CPU_ALL_VARIANTS ON)
 
+# EMBED_STACK_CPU_TUNE (the Makefile's CPU_TUNE) sets -mtune for every variant: the
+# instruction sets stay the variant's, so the library still runs on every CPU its
+# table entry admits, but the compiler schedules for that CPU. Unset, GCC tunes
+# for `generic`, which release archives and the image need; on the AMD Zen 3
+# development host the haswell variant so built reaches 0.9 to 0.98x the compiled-in
+# -march=native kernels, whose code -mtune=native (znver3 there) reproduces
+# instruction for instruction (docs/performance.md).
+set(EMBED_STACK_CPU_TUNE "" CACHE STRING "-mtune for the CPU kernel variants (empty: the compiler's default, generic)")
+
 add_custom_target(cpu-variants)
 function(embed_stack_cpu_variant name)
     ggml_add_cpu_backend_variant(${name} ${ARGN})
+    if(EMBED_STACK_CPU_TUNE)
+        target_compile_options(ggml-cpu-${name} PRIVATE -mtune=${EMBED_STACK_CPU_TUNE})
+    endif()
     add_dependencies(cpu-variants ggml-cpu-${name})
 endfunction()
 
