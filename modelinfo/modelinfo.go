@@ -16,6 +16,7 @@ package modelinfo
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/embed-stack/embed-stack/family"
@@ -30,7 +31,8 @@ const (
 	TaskAuto = "auto"
 	// TaskEmbed serves an embedding model.
 	TaskEmbed = "embed"
-	// TaskRerank serves a Qwen3-Reranker.
+	// TaskRerank serves a reranker: a Qwen3-Reranker, or a BERT cross-encoder
+	// (CrossEncoder).
 	TaskRerank = "rerank"
 )
 
@@ -77,8 +79,12 @@ type Facts struct {
 	Vocab gguf.VocabType
 	// EOS is tokenizer.ggml.eos_token_id; -1 when absent.
 	EOS int
-	// Rerank says the model is served as a Qwen3-Reranker.
-	Rerank bool
+	// Rerank says the model is served as a reranker: a Qwen3-Reranker, or with
+	// CrossEncoder a BERT cross-encoder (bge-reranker, ms-marco MiniLM), whose
+	// score is its classifier head over the [CLS] state of `[CLS] query [SEP]
+	// document [SEP]`.
+	Rerank       bool
+	CrossEncoder bool
 	// Shape is the header the facts were read from.
 	Shape gguf.Shape
 }
@@ -103,8 +109,11 @@ type Options struct {
 // o.Task: embed and rerank say so; auto takes a GGUF for a reranker when it is laid
 // out as llama.cpp's conversion writes a Qwen3-Reranker: rank pooling declared, or
 // a classifier head (cls.output.weight). A Qwen3-Reranker converted as a plain
-// causal LM looks like any Qwen3 model and needs TaskRerank. Only Qwen3 rerankers
-// are served: a cross-encoder of another architecture (bge-reranker) is refused.
+// causal LM looks like any Qwen3 model and needs TaskRerank. A bert GGUF that
+// declares rank pooling or has a classifier head is a cross-encoder
+// (CrossEncoder: bge-reranker, ms-marco MiniLM); one of another encoder
+// architecture is refused, as llama.cpp's bert graph is the one laid out for the
+// classifier head.
 //
 // An embedding model's pooling is o.Pooling when given, else what its header
 // declares (mean, cls or last; rank is a reranker's, refused), else its
@@ -154,7 +163,13 @@ func read(path string, o Options) (*Facts, error) {
 		f.Rerank = true
 	}
 	if f.Rerank && arch.Name != "qwen3" {
-		return nil, fmt.Errorf("it is a %s reranker (rank pooling or a classifier head: a cross-encoder such as bge-reranker); embed-stack reranks with Qwen3-Reranker models only. Pass --task embed to serve it as an embedding model", s.Architecture)
+		if arch.Name != "bert" {
+			return nil, fmt.Errorf("it is a %s reranker (rank pooling or a classifier head); embed-stack reranks with Qwen3-Reranker models and bert cross-encoders (bge-reranker, ms-marco MiniLM). Pass --task embed to serve it as an embedding model", s.Architecture)
+		}
+		if !s.HasClassifier {
+			return nil, fmt.Errorf("it is a bert reranker (rank pooling declared) without a classifier head (%s): there is nothing to score a pair with. Pass --task embed to serve it as an embedding model", gguf.TensorClassifier)
+		}
+		f.CrossEncoder = true
 	}
 	if err := f.pool(override, o.AllowPoolingMismatch && o.Pooling == ""); err != nil {
 		return nil, err
@@ -189,6 +204,14 @@ func ParsePooling(s string) (gguf.Pooling, error) {
 func (f *Facts) pool(override gguf.Pooling, mismatch bool) error {
 	declared := f.DeclaredPooling
 	switch {
+	case f.CrossEncoder:
+		// A cross-encoder's head reads the [CLS] state, as llama.cpp's rank
+		// pooling does.
+		if override != gguf.PoolingUnspecified && override != gguf.PoolingCLS && !mismatch {
+			return fmt.Errorf("--pooling %s: a cross-encoder's classifier head reads its [CLS] token", override)
+		}
+		f.Pooling, f.PoolingFrom = gguf.PoolingCLS, "model"
+		return nil
 	case f.Rerank:
 		// A Qwen3-Reranker's score is read at the last token, whatever it
 		// declares (llama.cpp's conversion declares rank).
@@ -264,6 +287,8 @@ func (f *Facts) ServedName() string {
 	switch {
 	case f.Name != "":
 		return f.Name
+	case f.CrossEncoder:
+		return Slug(f.Arch.Name) + "-reranker"
 	case f.Rerank:
 		return "qwen3-reranker"
 	case f.Arch.Name == "" || f.Arch.Name == "qwen3":
@@ -305,7 +330,7 @@ func (f *Facts) CheckVocabulary(tok *tokenizer.Tokenizer) error {
 	if id, ok := tok.TokenID("<|endoftext|>"); !ok || id != routing.EOS {
 		return fmt.Errorf("its vocabulary has no <|endoftext|> token at id %d (the end-of-text id every sequence is closed with); embed-stack serves Qwen3-Embedding models", routing.EOS)
 	}
-	if !f.Rerank {
+	if !f.Rerank || f.CrossEncoder {
 		return nil
 	}
 	for _, ct := range []struct {
@@ -329,6 +354,9 @@ func (f *Facts) CheckVocabulary(tok *tokenizer.Tokenizer) error {
 //   - WordPiece (BERT, nomic-bert): [CLS] text [SEP];
 //   - every other vocabulary as its GGUF's add_bos_token and add_eos_token say:
 //     XLM-R's <s> text </s>, T5's text </s>.
+//
+// Its Sep joins a cross-encoder's pair: [SEP] for WordPiece, the tail twice
+// (XLM-R's </s></s>) otherwise.
 func (f *Facts) Frame(tok *tokenizer.Tokenizer) (routing.Frame, error) {
 	if f.Arch.Name == "qwen3" {
 		if err := f.CheckVocabulary(tok); err != nil {
@@ -369,6 +397,12 @@ func (f *Facts) Frame(tok *tokenizer.Tokenizer) (routing.Frame, error) {
 	}
 	if err != nil {
 		return routing.Frame{}, err
+	}
+	// A pair (a cross-encoder's query and document) is joined as Hugging Face's
+	// post-processors join one: BERT's [SEP] once, RoBERTa's (XLM-R's) </s> twice.
+	fr.Sep = slices.Clone(fr.Tail)
+	if tok.Kind() != gguf.VocabWPM {
+		fr.Sep = append(fr.Sep, fr.Tail...)
 	}
 	fr.Text = strings.Join(names, " and ")
 	if fr.Text == "" {

@@ -122,6 +122,11 @@ func writeArchGGUF(t *testing.T, arch, name string, ctx, heads uint32, kv map[st
 	w.AddKV(arch+".context_length", ctx)
 	w.AddKV(arch+".attention.head_count", heads)
 	for k, v := range kv {
+		if k == gguf.TensorClassifier {
+			// A one-output classifier head, as a cross-encoder's.
+			w.AddTensor(k, gguf.TypeF32, []uint64{768, 1}, func(out io.Writer) error { _, err := out.Write(make([]byte, 768*4)); return err })
+			continue
+		}
 		w.AddKV(k, v)
 	}
 	p := filepath.Join(t.TempDir(), "m.gguf")
@@ -144,6 +149,8 @@ func TestReadFamilies(t *testing.T) {
 		maxTokens  int
 		prompts    string
 		wantErr    string
+		// crossEncoder: served as a cross-encoder reranker.
+		crossEncoder bool
 	}{
 		{arch: "bert", name: "all-MiniLM-L6-v2", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(1)},
 			pooling: gguf.PoolingMean, from: "model", maxTokens: 512, prompts: "none"},
@@ -164,7 +171,13 @@ func TestReadFamilies(t *testing.T) {
 		{arch: "llama", name: "e5-mistral-7b-instruct", ctx: 32768, heads: 32, o: Options{Pooling: "last"},
 			pooling: gguf.PoolingLast, from: "--pooling", maxTokens: 32768, prompts: "e5-instruct"},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)},
-			wantErr: "it is a bert reranker (rank pooling or a classifier head: a cross-encoder such as bge-reranker); embed-stack reranks with Qwen3-Reranker models only. Pass --task embed"},
+			wantErr: "it is a bert reranker (rank pooling declared) without a classifier head (cls.output.weight): there is nothing to score a pair with. Pass --task embed"},
+		{arch: "bert", name: "ms-marco-MiniLM-L6-v2", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4), gguf.TensorClassifier: true},
+			pooling: gguf.PoolingCLS, from: "model", maxTokens: 512, prompts: "none", crossEncoder: true},
+		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{gguf.TensorClassifier: true}, o: Options{Pooling: "mean"},
+			wantErr: "--pooling mean: a cross-encoder's classifier head reads its [CLS] token"},
+		{arch: "nomic-bert", name: "some-reranker", ctx: 512, heads: 12, kv: map[string]any{"nomic-bert.pooling_type": uint32(4)},
+			wantErr: "it is a nomic-bert reranker (rank pooling or a classifier head); embed-stack reranks with Qwen3-Reranker models and bert cross-encoders (bge-reranker, ms-marco MiniLM). Pass --task embed"},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)}, o: Options{Task: "embed", Pooling: "cls"},
 			pooling: gguf.PoolingCLS, from: "--pooling", maxTokens: 512, prompts: "none"},
 	} {
@@ -179,6 +192,9 @@ func TestReadFamilies(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if f.CrossEncoder != tt.crossEncoder || f.Rerank != tt.crossEncoder {
+				t.Errorf("facts: Rerank %t, CrossEncoder %t; want %t", f.Rerank, f.CrossEncoder, tt.crossEncoder)
 			}
 			if f.Pooling != tt.pooling || f.PoolingFrom != tt.from || f.MaxTokens != tt.maxTokens || f.Prompts.Name != tt.prompts || f.Arch.Name != tt.arch {
 				t.Errorf("facts: pooling %s from %s, max tokens %d, prompts %s, arch %+v; want %s from %s, %d, %s",
@@ -349,14 +365,17 @@ func swappedTokenizer(t *testing.T, path, a, b string) *tokenizer.Tokenizer {
 func TestFrame(t *testing.T) {
 	root := testrepo.RootOf(t)
 	for _, tt := range []struct {
-		model      string
-		head, tail []int32
-		text       string
+		model           string
+		head, tail, sep []int32
+		text            string
 	}{
-		{"models/bert-tiny.gguf", []int32{101}, []int32{102}, "[CLS] and [SEP]"},
-		{"models/xlmr-tiny.gguf", []int32{0}, []int32{2}, "<s> and </s>"},
-		{"models/minilm-f32.gguf", []int32{101}, []int32{102}, "[CLS] and [SEP]"},
-		{"models/tiny.gguf", nil, []int32{151643}, "<|endoftext|>"},
+		// sep joins a cross-encoder's pair as HF's post-processors do: BERT's
+		// [SEP], RoBERTa's (XLM-R's) </s></s>.
+		{"models/bert-tiny.gguf", []int32{101}, []int32{102}, []int32{102}, "[CLS] and [SEP]"},
+		{"models/bert-reranker-tiny.gguf", []int32{101}, []int32{102}, []int32{102}, "[CLS] and [SEP]"},
+		{"models/xlmr-tiny.gguf", []int32{0}, []int32{2}, []int32{2, 2}, "<s> and </s>"},
+		{"models/minilm-f32.gguf", []int32{101}, []int32{102}, []int32{102}, "[CLS] and [SEP]"},
+		{"models/tiny.gguf", nil, []int32{151643}, nil, "<|endoftext|>"},
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			path := filepath.Join(root, tt.model)
@@ -375,8 +394,8 @@ func TestFrame(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(fr.Head, tt.head) || !slices.Equal(fr.Tail, tt.tail) || fr.Text != tt.text {
-				t.Errorf("Frame = %+v, want head %v, tail %v, %q", fr, tt.head, tt.tail, tt.text)
+			if !slices.Equal(fr.Head, tt.head) || !slices.Equal(fr.Tail, tt.tail) || !slices.Equal(fr.Sep, tt.sep) || fr.Text != tt.text {
+				t.Errorf("Frame = %+v, want head %v, tail %v, sep %v, %q", fr, tt.head, tt.tail, tt.sep, tt.text)
 			}
 		})
 	}

@@ -172,18 +172,31 @@ func (r *Router) preparePairs(ctx context.Context, req *RerankRequest) ([][]int3
 	case n > c.maxInputs():
 		return nil, inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d %s; the limit is %d per request. Split the request.", field, n, plural, c.maxInputs())
 	}
-	instruction, err := c.instructionOr(req.Instruction)
-	if err != nil {
-		return nil, err
+	var pairOf func(doc string) []int32
+	if c.CrossEncoder {
+		if req.Instruction != nil {
+			return nil, inputErr("instruction", -1, CodeInvalidValue, "This reranker is a cross-encoder, which scores the query and the document as they are and takes no instruction; omit 'instruction'.")
+		}
+		query := r.Tokenizer.Encode(req.Query)
+		pairOf = func(doc string) []int32 { return c.Frame.pair(query, r.Tokenizer.Encode(doc)) }
+	} else {
+		instruction, err := c.instructionOr(req.Instruction)
+		if err != nil {
+			return nil, err
+		}
+		prefix, suffix := r.rerankIDs()
+		pairOf = func(doc string) []int32 {
+			pair := r.Tokenizer.Encode(RerankPair(instruction, req.Query, doc))
+			seq := make([]int32, 0, len(prefix)+len(pair)+len(suffix))
+			return append(append(append(seq, prefix...), pair...), suffix...)
+		}
 	}
 	_, tok := stage.Start(ctx, tracer, "routing.tokenize")
-	prefix, suffix := r.rerankIDs()
 	seqs := make([][]int32, len(req.Documents))
 	total := 0
+	var err error
 	for i, doc := range req.Documents {
-		pair := r.Tokenizer.Encode(RerankPair(instruction, req.Query, doc))
-		seq := make([]int32, 0, len(prefix)+len(pair)+len(suffix))
-		seq = append(append(append(seq, prefix...), pair...), suffix...)
+		seq := pairOf(doc)
 		switch {
 		case len(seq) > c.maxInputTokens():
 			err = inputErr(field, i, CodeContextLength, "%s with the query makes %d tokens in the reranker's template; the limit is %d tokens per pair (--max-input-tokens). Shorten the document or the query.", item(i), len(seq), c.maxInputTokens())

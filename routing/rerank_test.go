@@ -118,3 +118,34 @@ func TestTaskMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRerankCrossEncoderPair pins a cross-encoder's pair: the Frame's head, the
+// query, its Sep, the document and its tail, with no template; an instruction is
+// refused, and the score is the sigmoid of the first output less the second.
+func TestRerankCrossEncoderPair(t *testing.T) {
+	b := &logitBackend{}
+	fr := Frame{Head: []int32{101}, Sep: []int32{102}, Tail: []int32{102}, Text: "[CLS] and [SEP]"}
+	r := rerankRouter(b, Config{CrossEncoder: true, Frame: fr})
+	res, err := r.Rerank(context.Background(), &RerankRequest{Query: "q[SEP]", Documents: []string{"doc", ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := byteTokenizer{}.Encode
+	want := [][]int32{join([]int32{101}, enc("q[SEP]"), []int32{102}, enc("doc"), []int32{102}), join([]int32{101}, enc("q[SEP]"), []int32{102, 102})}
+	if len(b.calls) != 1 || !slices.EqualFunc(b.calls[0], want, slices.Equal) {
+		t.Fatalf("sequences sent:\n%v\nwant\n%v", b.calls, want)
+	}
+	if res.Tokens != len(want[0])+len(want[1]) {
+		t.Errorf("Tokens = %d, want %d", res.Tokens, len(want[0])+len(want[1]))
+	}
+	d := float64(len(want[0]))/10 - 1
+	if math.Abs(res.Logits[0]-d) > 1e-6 || math.Abs(res.Scores[0]-1/(1+math.Exp(-d))) > 1e-6 {
+		t.Errorf("logit %v score %v; want %v and its sigmoid", res.Logits[0], res.Scores[0], d)
+	}
+	instr := "judge"
+	_, err = r.Rerank(context.Background(), &RerankRequest{Query: "q", Documents: []string{"d"}, Instruction: &instr})
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Param != "instruction" || ie.Code != CodeInvalidValue {
+		t.Errorf("an instruction to a cross-encoder: %v; want an InputError on instruction, %s", err, CodeInvalidValue)
+	}
+}

@@ -158,6 +158,11 @@ type Config struct {
 	// the logits of "yes" and "no" (Dim is 2), Rerank serves requests and Embed and
 	// Prepare refuse them. False: an embedding model, and the reverse.
 	Rerank bool
+	// CrossEncoder says the reranker is a cross-encoder (a BERT with a classifier
+	// head): each pair is Frame.Head query Frame.Sep document Frame.Tail, with no
+	// template or instruction, and the workers return [logit, 0] per pair, so that
+	// the score is the same sigmoid of the difference of the two.
+	CrossEncoder bool
 }
 
 func orDefault(v, d int) int {

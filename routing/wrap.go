@@ -107,6 +107,10 @@ func Wrap(t InputType, instruction, text string) string {
 // (Qwen3Frame).
 type Frame struct {
 	Head, Tail []int32
+	// Sep goes between the two texts of a cross-encoder's pair, as Hugging Face's
+	// post-processor joins a pair: BERT's [SEP] (`[CLS] a [SEP] b [SEP]`),
+	// XLM-R's </s></s> (`<s> a </s></s> b </s>`).
+	Sep []int32
 	// Text names the tokens in messages: "<|endoftext|>", "[CLS] and [SEP]".
 	Text string
 }
@@ -126,6 +130,12 @@ func (f Frame) orQwen3() Frame {
 func (f Frame) Len() int {
 	f = f.orQwen3()
 	return len(f.Head) + len(f.Tail)
+}
+
+// pair returns the ids of a cross-encoder's pair a, b in f's tokens.
+func (f Frame) pair(a, b []int32) []int32 {
+	out := make([]int32, 0, len(f.Head)+len(a)+len(f.Sep)+len(b)+len(f.Tail))
+	return append(append(append(append(append(out, f.Head...), a...), f.Sep...), b...), f.Tail...)
 }
 
 // around returns ids in f's tokens, reusing ids' array when it has room.

@@ -67,9 +67,10 @@ type ModelFile struct {
 type RerankerInfo struct {
 	// Head is where the two logits come from: "classifier" (the GGUF's two-row
 	// cls.output.weight, as llama.cpp converts Qwen3-Reranker) or "lm_head_rows"
-	// (the rows of yes and no of the full LM head, --task rerank).
+	// (the rows of yes and no of the full LM head, --task rerank); for a
+	// cross-encoder "classifier" (its one-output cls.output.weight).
 	Head string `json:"head"`
-	// Labels name the two logits, in order.
+	// Labels name the two logits, in order; a cross-encoder's one output.
 	Labels []string `json:"labels"`
 	// Score says how relevance_score is computed from them.
 	Score string `json:"score"`

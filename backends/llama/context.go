@@ -80,7 +80,12 @@ func (e *Engine) create(k *kctx) error {
 	}
 	k.lctx = lctx
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
-	k.batch = C.llama_batch_init(C.int32_t(callTokens), 0, 1)
+	// A cross-encoder with token types is fed input embeddings (tokenInput).
+	embd := 0
+	if e.input != nil {
+		embd = e.input.hidden
+	}
+	k.batch = C.llama_batch_init(C.int32_t(callTokens), C.int32_t(embd), 1)
 	return nil
 }
 

@@ -150,8 +150,13 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 		toks := seqs[idx[sp.input]][sp.from:sp.to]
 		n := C.int32_t(len(toks))
 		r, mode := e.outputsOf(sp, len(toks))
-		first := C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), n,
-			C.llama_seq_id(sp.slot), C.llama_pos(sp.from), mode)
+		var first C.int32_t
+		if e.input != nil {
+			first = e.input.add(&k.batch, seqs[idx[sp.input]], sp.from, sp.to, C.llama_seq_id(sp.slot), mode)
+		} else {
+			first = C.es_batch_add(&k.batch, (*C.llama_token)(unsafe.Pointer(&toks[0])), n,
+				C.llama_seq_id(sp.slot), C.llama_pos(sp.from), mode)
+		}
 		switch mode {
 		case C.ES_OUT_ALL:
 			for i := first; i < first+n && len(marked) < 2; i++ {
@@ -180,7 +185,11 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 	case k.batch.n_tokens == 1:
 		// A lone token: add a throwaway token of another sequence as a second
 		// row and second output; its cell is removed after the call.
-		C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, C.ES_OUT_ALL)
+		if e.input != nil {
+			C.es_batch_add_embd(&k.batch, k.batch.embd, 1, C.int32_t(e.input.hidden), padSeq, 0, C.ES_OUT_ALL)
+		} else {
+			C.es_batch_add(&k.batch, k.batch.token, 1, padSeq, 0, C.ES_OUT_ALL)
+		}
 		padded = true
 	case len(marked) == 1:
 		other := C.int32_t(0)

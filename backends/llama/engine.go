@@ -19,7 +19,10 @@
 //
 // For a Qwen3-Reranker (Config.Rerank) each sequence's output is instead the two
 // logits its score needs, those of "yes" and "no" at the last token, computed from
-// that hidden state and two rows of the LM head (see readYesNoHead).
+// that hidden state and two rows of the LM head (see readYesNoHead). For a
+// cross-encoder (Config.Rerank with a bert GGUF) it is [logit, 0], the logit its
+// classifier head gives from the [CLS] state (see readClassifierHead), with the
+// document's tokens typed as the model was trained (see tokenInput).
 //
 // It knows nothing of text, tokenizers, HTTP, instructions, truncation to
 // `dimensions` or normalisation: token ids in, raw vectors out.
@@ -31,8 +34,9 @@
 // (the goroutine that owns them, and the job queue), pack.go (sequences into rounds
 // and decode calls), decode.go (the decode calls, reading and pooling their outputs),
 // yield.go (a long sequence giving way to short jobs), warmup.go, rerank.go (the
-// reranker's head), observe.go (spans), log.go (llama.cpp's log); crosscheck.go and
-// encoders.go are llama.cpp's own pooling and tokenizer, references for the tests.
+// rerankers' heads), tokeninput.go (a cross-encoder's token types), observe.go
+// (spans), log.go (llama.cpp's log); crosscheck.go and encoders.go are llama.cpp's
+// own pooling and tokenizer, references for the tests.
 // The C helpers they call are in es.h.
 package llama
 
@@ -93,7 +97,10 @@ type Engine struct {
 	info    Info
 	threads int
 	nice    int
-	head    *yesNoHead // the reranker's two LM-head rows; nil for embeddings
+	head    scoreHead // a reranker's head (yesNoHead, classifierHead); nil for embeddings
+	// input feeds a cross-encoder's tokens as embeddings, for its token types;
+	// nil where ids do (see tokenInput).
+	input *tokenInput
 	// encoder and pooling are Info's Encoder and Pooling; graphPooling is
 	// Config.graphPooling.
 	encoder      bool
@@ -217,16 +224,29 @@ func Open(cfg Config) (*Engine, error) {
 		device.GPULayers = min(sz.gpuLayers, int(C.llama_model_n_layer(model))+1)
 	}
 	hidden := int(C.llama_model_n_embd(model))
-	var head *yesNoHead
+	var head scoreHead
+	var input *tokenInput
 	nOut := hidden
-	if cfg.Rerank {
-		if head, err = readYesNoHead(cfg.ModelPath, hidden); err != nil {
+	switch {
+	case cfg.Rerank && sz.encoder:
+		// A cross-encoder: its classifier head over the [CLS] state.
+		if head, err = readClassifierHead(cfg.ModelPath, hidden); err != nil {
+			return nil, err
+		}
+		if input, err = readTokenInput(cfg.ModelPath, hidden); err != nil {
 			return nil, err
 		}
 		nOut = 2
+	case cfg.Rerank:
+		yn, err := readYesNoHead(cfg.ModelPath, hidden)
+		if err != nil {
+			return nil, err
+		}
+		head, nOut = yn, 2
 	}
 	e := &Engine{
 		head:      head,
+		input:     input,
 		crossover: attentionCrossover(shape, int64(C.llama_model_n_params(model))),
 		info: Info{
 			NEmbd:         nOut,

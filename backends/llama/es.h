@@ -21,15 +21,12 @@
 // Which tokens of a span es_batch_add marks as outputs.
 enum { ES_OUT_NONE = 0, ES_OUT_LAST = 1, ES_OUT_FIRST = 2, ES_OUT_ALL = 3 };
 
-// es_batch_add appends n tokens of one sequence, at positions pos0.., to b, and marks
-// as outputs none of them, the last, the first or all (ES_OUT_*). It returns the
-// batch index of the first token added. One call per span keeps cgo crossings per
-// decode call at the number of sequences, not the number of tokens.
-static inline int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, int32_t n,
-                                   llama_seq_id seq, llama_pos pos0, int outputs) {
+// es_batch_meta sets the positions pos0.., the sequence and the output marks (none,
+// the last, the first or all: ES_OUT_*) of n rows of b from index b->n_tokens on,
+// counts them in, and returns the batch index of the first.
+static inline int32_t es_batch_meta(struct llama_batch *b, int32_t n, llama_seq_id seq, llama_pos pos0, int outputs) {
 	int32_t at = b->n_tokens;
 	for (int32_t i = 0; i < n; i++) {
-		b->token[at + i] = tokens[i];
 		b->pos[at + i] = pos0 + i;
 		b->n_seq_id[at + i] = 1;
 		b->seq_id[at + i][0] = seq;
@@ -43,6 +40,25 @@ static inline int32_t es_batch_add(struct llama_batch *b, const llama_token *tok
 	}
 	b->n_tokens = at + n;
 	return at;
+}
+
+// es_batch_add appends n tokens of one sequence, at positions pos0.., to b, and marks
+// as outputs none of them, the last, the first or all (ES_OUT_*). It returns the
+// batch index of the first token added. One call per span keeps cgo crossings per
+// decode call at the number of sequences, not the number of tokens.
+static inline int32_t es_batch_add(struct llama_batch *b, const llama_token *tokens, int32_t n,
+                                   llama_seq_id seq, llama_pos pos0, int outputs) {
+	memcpy(b->token + b->n_tokens, tokens, sizeof(llama_token) * (size_t)n);
+	return es_batch_meta(b, n, seq, pos0, outputs);
+}
+
+// es_batch_add_embd is es_batch_add for a batch of input embeddings (b->embd, of
+// n_embd floats a row; llama_batch_init with embd): rows holds the n rows. A
+// cross-encoder's tokens of the second segment go in this way (tokeninput.go).
+static inline int32_t es_batch_add_embd(struct llama_batch *b, const float *rows, int32_t n, int32_t n_embd,
+                                        llama_seq_id seq, llama_pos pos0, int outputs) {
+	memmove(b->embd + (size_t)b->n_tokens * (size_t)n_embd, rows, sizeof(float) * (size_t)n * (size_t)n_embd);
+	return es_batch_meta(b, n, seq, pos0, outputs);
 }
 
 // es_sum_rows adds the output rows of batch indices first..first+n-1 (width floats

@@ -15,6 +15,14 @@ import (
 	"github.com/embed-stack/embed-stack/gguf"
 )
 
+// scoreHead turns the hidden state of the token a reranker reads into its two
+// outputs: a Qwen3-Reranker's [logit(yes), logit(no)] (yesNoHead), a
+// cross-encoder's [logit, 0] (classifierHead). Either way the router's score is
+// sigmoid(out[0] - out[1]).
+type scoreHead interface {
+	apply(out, h []float32)
+}
+
 // yesNoHead is the part of a Qwen3-Reranker's LM head the score needs: the rows of
 // the tokens "yes" and "no", dequantised once at Open. The reranker's score is
 // P(yes) = softmax over the logits of "yes" and "no" at the last position, and those
@@ -98,8 +106,12 @@ func readYesNoHead(path string, hidden int) (*yesNoHead, error) {
 	return &yesNoHead{yes: yes, no: no, source: fmt.Sprintf("%s rows %d (yes) and %d (no)", name, yesRow, noRow)}, nil
 }
 
-// readRow returns row r of the 2-D tensor t as float32, dequantised by ggml.
+// readRow returns row r of the 2-D tensor t as float32, dequantised by ggml; a
+// 1-D tensor (a bias) is one row.
 func readRow(f *gguf.File, t gguf.TensorInfo, r, hidden int) ([]float32, error) {
+	if len(t.Dims) == 1 {
+		t.Dims = append(t.Dims, 1)
+	}
 	if len(t.Dims) != 2 || t.Dims[0] != uint64(hidden) || uint64(r) >= t.Dims[1] {
 		return nil, fmt.Errorf("tensor %s has dims %v; want %d values a row and a row %d", t.Name, t.Dims, hidden, r)
 	}
@@ -125,4 +137,98 @@ func readRow(f *gguf.File, t gguf.TensorInfo, r, hidden int) ([]float32, error) 
 		}
 	}
 	return out, nil
+}
+
+// classifierHead is a cross-encoder's classification head, as llama.cpp's rank
+// pooling applies it to the [CLS] state (llm_graph_context::build_pooling):
+// tanh(dense·h + denseBias) when the GGUF has cls.weight (BERT's pooler,
+// RoBERTa's classifier.dense), then out·x + outBias (cls.output.weight, a single
+// relevance logit). llama.cpp applies no sigmoid; the router does, as
+// sentence-transformers' CrossEncoder does for a one-label model.
+type classifierHead struct {
+	dense             [][]float32 // nil without cls.weight
+	denseBias         []float32   // nil without cls.bias
+	out               []float32
+	outBias           float64
+	source            string
+	scratch, scratch2 []float64
+}
+
+// apply writes [logit, 0] for the [CLS] state h into out, summing in float64.
+func (hd *classifierHead) apply(out, h []float32) {
+	x := hd.scratch[:0]
+	for _, v := range h {
+		x = append(x, float64(v))
+	}
+	if hd.dense != nil {
+		y := hd.scratch2[:0]
+		for i, row := range hd.dense {
+			var s float64
+			for k, w := range row {
+				s += float64(w) * x[k]
+			}
+			if hd.denseBias != nil {
+				s += float64(hd.denseBias[i])
+			}
+			y = append(y, math.Tanh(s))
+		}
+		x = y
+	}
+	s := hd.outBias
+	for k, w := range hd.out {
+		s += float64(w) * x[k]
+	}
+	out[0], out[1] = float32(s), 0
+}
+
+// Tensor names of a cross-encoder's head (llama.cpp's LLM_TENSOR_CLS and
+// LLM_TENSOR_CLS_OUT).
+const (
+	tensorCLSDense     = "cls.weight"
+	tensorCLSDenseBias = "cls.bias"
+	tensorCLSOutBias   = "cls.output.bias"
+)
+
+// readClassifierHead reads the classification head of the cross-encoder GGUF at
+// path (hidden values a row). Only a one-output head is a relevance score: a head
+// of several labels (an NLI model) is refused.
+func readClassifierHead(path string, hidden int) (*classifierHead, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama: reading the classifier head of %s: %w", path, err)
+	}
+	defer f.Close()
+	t, ok := f.Tensor(gguf.TensorClassifier)
+	if !ok {
+		return nil, fmt.Errorf("llama: model %s has no classifier head (%s); a cross-encoder scores a pair with one", path, gguf.TensorClassifier)
+	}
+	if len(t.Dims) == 2 && t.Dims[1] != 1 || len(t.Dims) > 2 {
+		return nil, fmt.Errorf("llama: model %s: %s has dims %v, %d outputs; a cross-encoder reranker has one (a relevance logit), and a head of several labels (an NLI or classification model) is not a reranker", path, t.Name, t.Dims, t.Dims[len(t.Dims)-1])
+	}
+	hd := &classifierHead{source: gguf.TensorClassifier, scratch: make([]float64, 0, hidden), scratch2: make([]float64, 0, hidden)}
+	if hd.out, err = readRow(f, t, 0, hidden); err != nil {
+		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+	}
+	if b, ok := f.Tensor(tensorCLSOutBias); ok {
+		v, err := readRow(f, b, 0, 1)
+		if err != nil {
+			return nil, fmt.Errorf("llama: model %s: %w", path, err)
+		}
+		hd.outBias = float64(v[0])
+	}
+	if d, ok := f.Tensor(tensorCLSDense); ok {
+		hd.dense = make([][]float32, hidden)
+		for r := range hidden {
+			if hd.dense[r], err = readRow(f, d, r, hidden); err != nil {
+				return nil, fmt.Errorf("llama: model %s: %w", path, err)
+			}
+		}
+		hd.source = tensorCLSDense + " (tanh), " + hd.source
+		if b, ok := f.Tensor(tensorCLSDenseBias); ok {
+			if hd.denseBias, err = readRow(f, b, 0, hidden); err != nil {
+				return nil, fmt.Errorf("llama: model %s: %w", path, err)
+			}
+		}
+	}
+	return hd, nil
 }

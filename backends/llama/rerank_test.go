@@ -136,8 +136,8 @@ func TestRerankTiedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if want := "token_embd.weight rows 9693 (yes) and 2152 (no)"; e.head.source != want {
-		t.Errorf("head source %q, want %q", e.head.source, want)
+	if want := "token_embd.weight rows 9693 (yes) and 2152 (no)"; e.head.(*yesNoHead).source != want {
+		t.Errorf("head source %q, want %q", e.head.(*yesNoHead).source, want)
 	}
 	ref, err := reference.Load(path)
 	if err != nil {

@@ -345,7 +345,7 @@ func workerSpec(exe string, a backends.WorkerArgs) backends.WorkerSpec {
 // limits; Dim is the model's native dimension whatever c says.
 func (e *engine) router(c routing.Config) *routing.Router {
 	c.Dim = e.facts.Dim
-	c.Rerank = e.facts.Rerank
+	c.Rerank, c.CrossEncoder = e.facts.Rerank, e.facts.CrossEncoder
 	c.Prompts, c.Frame = e.prompts, e.frame
 	c.MaxInputTokens, c.WarmMaxTokens = e.maxInput, e.warmMax
 	// Queries go to the warm worker beside a batch of documents in flight, which

@@ -376,6 +376,13 @@ func (ms *servedModels) info() []server.ModelInfo {
 
 // rerankerInfo says how a reranker scores a pair (docs/rerank.md).
 func rerankerInfo(f *modelinfo.Facts) *server.RerankerInfo {
+	if f.CrossEncoder {
+		r := &server.RerankerInfo{Head: "classifier", Labels: []string{"relevance"}, Score: "sigmoid(logit) of the classifier head over the [CLS] state of [CLS] query [SEP] document [SEP], as sentence-transformers' CrossEncoder computes it"}
+		if len(f.Shape.ClassifierLabels) == 1 {
+			r.Labels = f.Shape.ClassifierLabels
+		}
+		return r
+	}
 	r := &server.RerankerInfo{Head: "lm_head_rows", Labels: []string{"yes", "no"}, Score: "sigmoid(logit(yes) - logit(no)), P(yes) as the model card computes it"}
 	if f.Shape.HasClassifier {
 		r.Head = "classifier"

@@ -21,10 +21,12 @@ type bertShape struct {
 	pooling                    uint32 // llama.cpp's enum llama_pooling_type
 }
 
-// poolingMean and poolingCLS are llama.cpp's LLAMA_POOLING_TYPE_MEAN and _CLS.
+// poolingMean, poolingCLS and poolingRank are llama.cpp's LLAMA_POOLING_TYPE_MEAN,
+// _CLS and _RANK.
 const (
 	poolingMean = 1
 	poolingCLS  = 2
+	poolingRank = 4
 )
 
 var bertShapes = map[string]bertShape{
@@ -196,6 +198,24 @@ type bertOptions struct {
 	// weights, when set, supplies each tensor's values by its Hugging Face name (a
 	// real checkpoint); otherwise they are random.
 	weights *safetensors
+	// rerank makes a bert a cross-encoder (BertForSequenceClassification): the
+	// pooler and a one-output classifier after the encoder (crossEncoderHead).
+	rerank bool
+}
+
+// crossEncoderHead is the head llama.cpp's converter writes for a BERT
+// BertForSequenceClassification: the pooler (bert.pooler.dense) as cls.weight and
+// cls.bias, the classifier (one relevance logit) as cls.output.weight and
+// cls.output.bias, all F32 but the pooler's matrix. Its scale keeps the random
+// logits spread over a few units, so that pairs order distinctly.
+func crossEncoderHead(s bertShape) []bertTensor {
+	h := uint64(s.hidden)
+	return []bertTensor{
+		{"cls.weight", "pooler.dense.weight", []uint64{h, h}, true, dist{std: 1 / math.Sqrt(float64(h))}},
+		{"cls.bias", "pooler.dense.bias", []uint64{h}, false, dist{std: 0.1}},
+		{"cls.output.weight", "classifier.weight", []uint64{h, 1}, false, dist{std: 8 / math.Sqrt(float64(h))}},
+		{"cls.output.bias", "classifier.bias", []uint64{1}, false, dist{std: 0.5}},
+	}
 }
 
 // buildBert adds a BERT encoder's metadata and tensors to w, with the keys and types
@@ -221,6 +241,12 @@ func buildBert(w *gguf.Writer, o bertOptions) (parameters uint64, tensors int, e
 	}
 	if o.weights != nil && arch != "bert" {
 		return 0, 0, fmt.Errorf("-convert writes bert only, not %s", arch)
+	}
+	if o.rerank {
+		if arch != "bert" || o.weights != nil {
+			return 0, 0, fmt.Errorf("a cross-encoder is a random-weight bert, not %s", arch)
+		}
+		ts = append(ts, crossEncoderHead(s)...)
 	}
 	w.AddKV("general.architecture", arch)
 	w.AddKV("general.name", o.name)

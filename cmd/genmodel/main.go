@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		seed      = fs.Uint64("seed", 1, "random seed; the same seed gives a byte-identical file")
 		out       = fs.String("out", "", "output GGUF path (required); parent directories are created")
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
-		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head)")
+		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head; with -arch bert a cross-encoder as llama.cpp converts BertForSequenceClassification: pooling type rank, the pooler as cls.weight and cls.bias, a one-output cls.output.weight and cls.output.bias)")
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
 		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or an encoder ("+strings.Join(encoderArchs, ", ")+"; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf, mean pooling but neo-bert's CLS)")
 		vocabGGUF = fs.String("vocab-gguf", "", "with an encoder -arch: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
@@ -176,15 +176,20 @@ type bertRun struct {
 }
 
 func runBert(r bertRun, stdout io.Writer) error {
-	if r.hf != "" || r.task != "embed" {
-		return errors.New("-hf and -task rerank are for -arch qwen3")
+	switch {
+	case r.hf != "":
+		return errors.New("-hf is for -arch qwen3")
+	case r.task == "rerank" && (r.arch != "bert" || r.convert != ""):
+		return errors.New("-task rerank is for -arch qwen3, or -arch bert with random weights (a cross-encoder)")
+	case r.task != "embed" && r.task != "rerank":
+		return fmt.Errorf("-task %q is unknown; use embed or rerank", r.task)
 	}
 	typ, err := gguf.ParseType(r.typ)
 	if err != nil || (typ != gguf.TypeF32 && typ != gguf.TypeF16) {
 		return fmt.Errorf("-type %q is not supported for bert; use f32 or f16", r.typ)
 	}
 	start := time.Now()
-	o := bertOptions{arch: r.arch, typ: typ, seed: r.seed, name: r.name}
+	o := bertOptions{arch: r.arch, typ: typ, seed: r.seed, name: r.name, rerank: r.task == "rerank"}
 	if r.convert != "" {
 		o.arch = "bert"
 	}
@@ -208,6 +213,9 @@ func runBert(r bertRun, stdout io.Writer) error {
 		if r.arch == "neo-bert" {
 			s.pooling = poolingCLS // NeoBERT's
 		}
+		if o.rerank {
+			s.pooling = poolingRank
+		}
 		o.shape = s
 		switch {
 		case r.vocabGGUF != "" && r.tokenizer != "":
@@ -224,7 +232,11 @@ func runBert(r bertRun, stdout io.Writer) error {
 			return err
 		}
 		if o.name == "" {
-			o.name = fmt.Sprintf("%s-%s-random-seed%d", r.arch, s.name, r.seed)
+			kind := ""
+			if o.rerank {
+				kind = "reranker-"
+			}
+			o.name = fmt.Sprintf("%s-%s%s-random-seed%d", r.arch, kind, s.name, r.seed)
 		}
 	}
 	sum, err := writeModel(r.out, func(w *gguf.Writer) (uint64, int, error) { return buildBert(w, o) })

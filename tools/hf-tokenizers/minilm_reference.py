@@ -132,10 +132,13 @@ def gelu(x):  # BERT's "gelu": the exact one, with erf
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
 
 
-def forward(w, cfg, ids):
+def encode(w, cfg, ids, types=None):
+    """BertModel's last hidden states of the token ids (token types 0 unless given:
+    a cross-encoder's pair, crossencoder_reference.py)."""
     eps, heads = cfg["layer_norm_eps"], cfg["num_attention_heads"]
     n = len(ids)
-    x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n] + w["embeddings.token_type_embeddings.weight"][0]
+    typ = w["embeddings.token_type_embeddings.weight"][types if types is not None else [0] * n]
+    x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n] + typ
     x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
     d = x.shape[1] // heads
     for l in range(cfg["num_hidden_layers"]):
@@ -151,7 +154,11 @@ def forward(w, cfg, ids):
         x = layer_norm(x + lin(ctx, "attention.output.dense"), w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"], eps)
         h = gelu(lin(x, "intermediate.dense"))
         x = layer_norm(x + lin(h, "output.dense"), w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], eps)
-    return x.mean(0)  # mean pooling over every token ([CLS] and [SEP] included)
+    return x
+
+
+def forward(w, cfg, ids):
+    return encode(w, cfg, ids).mean(0)  # mean pooling over every token ([CLS] and [SEP] included)
 
 
 def compute():

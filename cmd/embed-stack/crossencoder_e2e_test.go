@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/embed-stack/embed-stack/internal/e2e"
+)
+
+// crossEncoderPairs is backends/llama/testdata/crossencoder-reference.json
+// (tools/hf-tokenizers/crossencoder_reference.py): query-document pairs, HF's ids
+// of each pair ([CLS] query [SEP] document [SEP]) and the logit of an independent
+// float64 BertForSequenceClassification forward pass of models/bert-reranker-tiny.gguf.
+type crossEncoderPairs struct {
+	Pairs []struct {
+		Query    string  `json:"query"`
+		Document string  `json:"document"`
+		IDs      []int32 `json:"ids"`
+		Logit    float64 `json:"logit"`
+	} `json:"pairs"`
+}
+
+// TestServeCrossEncoder serves the random-weight BERT cross-encoder through the
+// real binary, beside an embedding model, and holds every rerank API to the float64
+// reference: per query, /v1/rerank's relevance_score within 0.0025 of
+// sigmoid(logit), usage counting exactly HF's tokens of every pair, the order the
+// reference's (up to pairs whose reference logits are within twice the tolerance),
+// top_n and return_documents; TEI's /rerank raw_scores within 0.01 of the logit;
+// /info naming the classifier head; an instruction refused with 400.
+func TestServeCrossEncoder(t *testing.T) {
+	path := encoderModel(t, "models/bert-reranker-tiny.gguf")
+	mini := encoderModel(t, "models/bert-tiny.gguf")
+	raw, err := os.ReadFile(filepath.Join(e2e.RepoRoot(t), "backends", "llama", "testdata", "crossencoder-reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref crossEncoderPairs
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	s := serveWith(t, "--model", "ce="+path, "--model", "mini="+mini)
+
+	code, body := call(t, s.URL+"/info", "")
+	if code != 200 {
+		t.Fatalf("GET /info: %d %s", code, body)
+	}
+	var info struct {
+		Models []struct {
+			ID       string `json:"id"`
+			Task     string `json:"task"`
+			Reranker *struct {
+				Head   string   `json:"head"`
+				Labels []string `json:"labels"`
+			} `json:"reranker"`
+			SpecialTokens string `json:"special_tokens"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(body), &info); err != nil {
+		t.Fatal(err)
+	}
+	if m := info.Models[0]; m.ID != "ce" || m.Task != "rerank" || m.Reranker == nil || m.Reranker.Head != "classifier" || !slices.Equal(m.Reranker.Labels, []string{"relevance"}) {
+		t.Errorf("/info's first model: %+v; want ce, a rerank model with the classifier head labelled relevance (%s)", m, body)
+	}
+
+	byQuery := map[string][]int{}
+	var queries []string
+	for i, p := range ref.Pairs {
+		if byQuery[p.Query] == nil {
+			queries = append(queries, p.Query)
+		}
+		byQuery[p.Query] = append(byQuery[p.Query], i)
+	}
+	const tol, rawTol = 0.0025, 0.01
+	worst := 0.0
+	for _, q := range queries {
+		idx := byQuery[q]
+		docs := make([]string, len(idx))
+		tokens := 0
+		for j, i := range idx {
+			docs[j] = ref.Pairs[i].Document
+			tokens += len(ref.Pairs[i].IDs)
+		}
+		req, _ := json.Marshal(map[string]any{"model": "ce", "query": q, "documents": docs, "return_documents": true})
+		code, body := call(t, s.URL+"/v1/rerank", string(req))
+		if code != 200 {
+			t.Fatalf("POST /v1/rerank: %d %s", code, body)
+		}
+		var res struct {
+			Model   string `json:"model"`
+			Results []struct {
+				Index    int     `json:"index"`
+				Score    float64 `json:"relevance_score"`
+				Document struct {
+					Text string `json:"text"`
+				} `json:"document"`
+			} `json:"results"`
+			Usage struct {
+				TotalTokens int `json:"total_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Results) != len(docs) || res.Model != "ce" {
+			t.Fatalf("query %q: model %q, %d results; want ce, %d", q, res.Model, len(res.Results), len(docs))
+		}
+		if res.Usage.TotalTokens != tokens {
+			t.Errorf("query %q: usage %d tokens; HF's pairs ([CLS] query [SEP] document [SEP]) make %d", q, res.Usage.TotalTokens, tokens)
+		}
+		for k, r := range res.Results {
+			p := ref.Pairs[idx[r.Index]]
+			want := 1 / (1 + math.Exp(-p.Logit))
+			d := math.Abs(r.Score - want)
+			worst = max(worst, d)
+			if d > tol {
+				t.Errorf("query %q, document %d %q: relevance_score %.6f, reference sigmoid(%.6f) = %.6f (difference %.2g > %g)", q, r.Index, p.Document, r.Score, p.Logit, want, d, tol)
+			}
+			if r.Document.Text != p.Document {
+				t.Errorf("query %q, result %d: document %q, want %q", q, k, r.Document.Text, p.Document)
+			}
+			if k > 0 {
+				prev := ref.Pairs[idx[res.Results[k-1].Index]].Logit
+				if prev < p.Logit-2*rawTol {
+					t.Errorf("query %q: document %d (reference logit %.4f) ranked above document %d (%.4f)", q, res.Results[k-1].Index, prev, r.Index, p.Logit)
+				}
+			}
+		}
+		// The reference's best document, by top_n 1.
+		best := slices.Clone(idx)
+		sort.SliceStable(best, func(a, b int) bool { return ref.Pairs[best[a]].Logit > ref.Pairs[best[b]].Logit })
+		req, _ = json.Marshal(map[string]any{"model": "ce", "query": q, "documents": docs, "top_n": 1})
+		if code, body := call(t, s.URL+"/v1/rerank", string(req)); code != 200 {
+			t.Errorf("top_n 1: %d %s", code, body)
+		} else if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Results) != 1 || idx[res.Results[0].Index] != best[0] {
+			t.Errorf("query %q, top_n 1: %s; want document %d, the reference's best", q, body, slices.Index(idx, best[0]))
+		}
+
+		// TEI's shape, raw scores: the logit.
+		req, _ = json.Marshal(map[string]any{"query": q, "texts": docs, "raw_scores": true})
+		code, body = call(t, s.URL+"/rerank", string(req))
+		if code != 200 {
+			t.Fatalf("POST /rerank: %d %s", code, body)
+		}
+		var tei []struct {
+			Index int     `json:"index"`
+			Score float64 `json:"score"`
+		}
+		if err := json.Unmarshal([]byte(body), &tei); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tei {
+			p := ref.Pairs[idx[r.Index]]
+			if d := math.Abs(r.Score - p.Logit); d > rawTol {
+				t.Errorf("/rerank raw_scores, query %q, document %d: %.6f, reference logit %.6f (difference %.2g > %g)", q, r.Index, r.Score, p.Logit, d, rawTol)
+			}
+		}
+	}
+	t.Logf("%d pairs, %d queries: largest relevance_score difference %.2g (tolerance %g)", len(ref.Pairs), len(queries), worst, tol)
+
+	code, body = call(t, s.URL+"/v1/rerank", `{"model":"ce","query":"q","documents":["d"],"instruction":"judge"}`)
+	want := `{"error":{"message":"This reranker is a cross-encoder, which scores the query and the document as they are and takes no instruction; omit 'instruction'.","type":"invalid_request_error","param":"instruction","code":"invalid_value"}}`
+	if code != 400 || body != want {
+		t.Errorf("an instruction to the cross-encoder: %d %s\nwant 400 %s", code, body, want)
+	}
+	code, body = call(t, s.URL+"/v1/embeddings", `{"model":"ce","input":"q"}`)
+	if code != 400 || !json.Valid([]byte(body)) || !strings.Contains(body, `"code":"model_task_mismatch"`) {
+		t.Errorf("an embedding request to the cross-encoder: %d %s; want 400 model_task_mismatch", code, body)
+	}
+}
