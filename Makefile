@@ -120,9 +120,11 @@ $(ENCODERS) &:
 
 encoders: $(ENCODERS)
 
-# A BERT cross-encoder (pooling type rank, the pooler and a one-output classifier, two
-# token types), the reranker of backends/llama/testdata/crossencoder-reference.json.
+# Cross-encoders (pooling type rank, the pooler and a one-output classifier): BERT with
+# MiniLM's WordPiece and two token types, XLM-R's Unigram with one; the rerankers of
+# backends/llama/testdata/crossencoder-reference.json and crossencoder-xlmr-reference.json.
 BERT_RERANKER := $(MODELS_DIR)/bert-reranker-tiny.gguf
+XLMR_RERANKER := $(MODELS_DIR)/xlmr-reranker-tiny.gguf
 
 # Hugging Face's tokenizers (PyPI), the reference of the WordPiece and Unigram
 # tokenizers, in a virtual environment of tools/hf-tokenizers/requirements.txt
@@ -141,7 +143,7 @@ $(HF_VENV)/installed: $(HF_REQS)
 # reference vectors what the numpy forward pass of the real checkpoint gives
 # (docs/tokenizers.md). go test ./tokenizer and ./backends/llama then hold the Go
 # tokenizers and llama.cpp to those files.
-test-tokenizers: $(ENCODERS) $(HF_VENV)/installed $(BERT_RERANKER)
+test-tokenizers: $(ENCODERS) $(HF_VENV)/installed $(BERT_RERANKER) $(XLMR_RERANKER)
 	$(HF_VENV)/bin/python tools/hf-tokenizers/tables.py --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/parity.py --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/minilm_reference.py --check
@@ -173,7 +175,7 @@ MINILM_F16  := $(MODELS_DIR)/minilm-f16.gguf
 WPM_ARCHS := nomic-bert jina-bert-v2 neo-bert
 UGM_ARCHS := nomic-bert-moe jina-bert-v3 t5encoder
 ARCH_MODELS := $(foreach a,$(WPM_ARCHS) $(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf)
-ENCODER_MODELS := $(BERT_TINY) $(BERT_RERANKER) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
+ENCODER_MODELS := $(BERT_TINY) $(BERT_RERANKER) $(XLMR_RERANKER) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
 
 $(foreach a,$(WPM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch $* -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
@@ -186,6 +188,9 @@ $(BERT_TINY): $(ENCODERS)
 
 $(BERT_RERANKER): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -task rerank -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
+
+$(XLMR_RERANKER): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch bert -task rerank -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@
 
 $(XLMR_TINY): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@

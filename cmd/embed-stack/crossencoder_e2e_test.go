@@ -26,46 +26,75 @@ type crossEncoderPairs struct {
 	} `json:"pairs"`
 }
 
-// TestServeCrossEncoder serves the random-weight BERT cross-encoder through the
-// real binary, beside an embedding model, and holds every rerank API to the float64
-// reference: per query, /v1/rerank's relevance_score within 0.0025 of
+// TestServeCrossEncoder serves the random-weight cross-encoders (BERT with
+// MiniLM's WordPiece and two token types; XLM-R's Unigram, one token type) through
+// the real binary, beside an embedding model, and holds every rerank API to the
+// float64 references: per query, /v1/rerank's relevance_score within 0.0025 of
 // sigmoid(logit), usage counting exactly HF's tokens of every pair, the order the
 // reference's (up to pairs whose reference logits are within twice the tolerance),
 // top_n and return_documents; TEI's /rerank raw_scores within 0.01 of the logit;
 // /info naming the classifier head; an instruction refused with 400.
 func TestServeCrossEncoder(t *testing.T) {
-	path := encoderModel(t, "models/bert-reranker-tiny.gguf")
+	bert, xlmr := encoderModel(t, "models/bert-reranker-tiny.gguf"), encoderModel(t, "models/xlmr-reranker-tiny.gguf")
 	mini := encoderModel(t, "models/bert-tiny.gguf")
-	raw, err := os.ReadFile(filepath.Join(e2e.RepoRoot(t), "backends", "llama", "testdata", "crossencoder-reference.json"))
-	if err != nil {
-		t.Fatal(err)
+	s := serveWith(t, "--model", "ce="+bert, "--model", "xlmr="+xlmr, "--model", "mini="+mini)
+	for _, tc := range []struct{ model, reference string }{
+		{"ce", "crossencoder-reference.json"},
+		{"xlmr", "crossencoder-xlmr-reference.json"},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(e2e.RepoRoot(t), "backends", "llama", "testdata", tc.reference))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref crossEncoderPairs
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			checkCrossEncoder(t, s, tc.model, tc.model == "ce", ref)
+		})
 	}
-	var ref crossEncoderPairs
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	s := serveWith(t, "--model", "ce="+path, "--model", "mini="+mini)
 
+	code, body := call(t, s.URL+"/v1/rerank", `{"model":"ce","query":"q","documents":["d"],"instruction":"judge"}`)
+	want := `{"error":{"message":"This reranker is a cross-encoder, which scores the query and the document as they are and takes no instruction; omit 'instruction'.","type":"invalid_request_error","param":"instruction","code":"invalid_value"}}`
+	if code != 400 || body != want {
+		t.Errorf("an instruction to the cross-encoder: %d %s\nwant 400 %s", code, body, want)
+	}
+	code, body = call(t, s.URL+"/v1/embeddings", `{"model":"ce","input":"q"}`)
+	if code != 400 || !json.Valid([]byte(body)) || !strings.Contains(body, `"code":"model_task_mismatch"`) {
+		t.Errorf("an embedding request to the cross-encoder: %d %s; want 400 model_task_mismatch", code, body)
+	}
+}
+
+// checkCrossEncoder holds the served cross-encoder model to the reference ref (see
+// TestServeCrossEncoder).
+// TEI's /rerank, which names no model, is checked on the first reranker served
+// only (first), which it answers with.
+func checkCrossEncoder(t *testing.T, s *e2e.Server, model string, first bool, ref crossEncoderPairs) {
 	code, body := call(t, s.URL+"/info", "")
 	if code != 200 {
 		t.Fatalf("GET /info: %d %s", code, body)
 	}
+	type infoModel struct {
+		ID       string `json:"id"`
+		Task     string `json:"task"`
+		Reranker *struct {
+			Head   string   `json:"head"`
+			Labels []string `json:"labels"`
+		} `json:"reranker"`
+	}
 	var info struct {
-		Models []struct {
-			ID       string `json:"id"`
-			Task     string `json:"task"`
-			Reranker *struct {
-				Head   string   `json:"head"`
-				Labels []string `json:"labels"`
-			} `json:"reranker"`
-			SpecialTokens string `json:"special_tokens"`
-		} `json:"models"`
+		Models []infoModel `json:"models"`
 	}
 	if err := json.Unmarshal([]byte(body), &info); err != nil {
 		t.Fatal(err)
 	}
-	if m := info.Models[0]; m.ID != "ce" || m.Task != "rerank" || m.Reranker == nil || m.Reranker.Head != "classifier" || !slices.Equal(m.Reranker.Labels, []string{"relevance"}) {
-		t.Errorf("/info's first model: %+v; want ce, a rerank model with the classifier head labelled relevance (%s)", m, body)
+	at := slices.IndexFunc(info.Models, func(m infoModel) bool { return m.ID == model })
+	if at < 0 {
+		t.Fatalf("/info lists no model %s: %s", model, body)
+	}
+	if m := info.Models[at]; m.Task != "rerank" || m.Reranker == nil || m.Reranker.Head != "classifier" || !slices.Equal(m.Reranker.Labels, []string{"relevance"}) {
+		t.Errorf("/info's %s: %+v; want a rerank model with the classifier head labelled relevance (%s)", model, m, body)
 	}
 
 	byQuery := map[string][]int{}
@@ -86,7 +115,7 @@ func TestServeCrossEncoder(t *testing.T) {
 			docs[j] = ref.Pairs[i].Document
 			tokens += len(ref.Pairs[i].IDs)
 		}
-		req, _ := json.Marshal(map[string]any{"model": "ce", "query": q, "documents": docs, "return_documents": true})
+		req, _ := json.Marshal(map[string]any{"model": model, "query": q, "documents": docs, "return_documents": true})
 		code, body := call(t, s.URL+"/v1/rerank", string(req))
 		if code != 200 {
 			t.Fatalf("POST /v1/rerank: %d %s", code, body)
@@ -107,8 +136,8 @@ func TestServeCrossEncoder(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &res); err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Results) != len(docs) || res.Model != "ce" {
-			t.Fatalf("query %q: model %q, %d results; want ce, %d", q, res.Model, len(res.Results), len(docs))
+		if len(res.Results) != len(docs) || res.Model != model {
+			t.Fatalf("query %q: model %q, %d results; want %s, %d", q, res.Model, len(res.Results), model, len(docs))
 		}
 		if res.Usage.TotalTokens != tokens {
 			t.Errorf("query %q: usage %d tokens; HF's pairs ([CLS] query [SEP] document [SEP]) make %d", q, res.Usage.TotalTokens, tokens)
@@ -134,13 +163,16 @@ func TestServeCrossEncoder(t *testing.T) {
 		// The reference's best document, by top_n 1.
 		best := slices.Clone(idx)
 		sort.SliceStable(best, func(a, b int) bool { return ref.Pairs[best[a]].Logit > ref.Pairs[best[b]].Logit })
-		req, _ = json.Marshal(map[string]any{"model": "ce", "query": q, "documents": docs, "top_n": 1})
+		req, _ = json.Marshal(map[string]any{"model": model, "query": q, "documents": docs, "top_n": 1})
 		if code, body := call(t, s.URL+"/v1/rerank", string(req)); code != 200 {
 			t.Errorf("top_n 1: %d %s", code, body)
 		} else if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Results) != 1 || idx[res.Results[0].Index] != best[0] {
 			t.Errorf("query %q, top_n 1: %s; want document %d, the reference's best", q, body, slices.Index(idx, best[0]))
 		}
 
+		if !first {
+			continue
+		}
 		// TEI's shape, raw scores: the logit.
 		req, _ = json.Marshal(map[string]any{"query": q, "texts": docs, "raw_scores": true})
 		code, body = call(t, s.URL+"/rerank", string(req))
@@ -162,14 +194,4 @@ func TestServeCrossEncoder(t *testing.T) {
 		}
 	}
 	t.Logf("%d pairs, %d queries: largest relevance_score difference %.2g (tolerance %g)", len(ref.Pairs), len(queries), worst, tol)
-
-	code, body = call(t, s.URL+"/v1/rerank", `{"model":"ce","query":"q","documents":["d"],"instruction":"judge"}`)
-	want := `{"error":{"message":"This reranker is a cross-encoder, which scores the query and the document as they are and takes no instruction; omit 'instruction'.","type":"invalid_request_error","param":"instruction","code":"invalid_value"}}`
-	if code != 400 || body != want {
-		t.Errorf("an instruction to the cross-encoder: %d %s\nwant 400 %s", code, body, want)
-	}
-	code, body = call(t, s.URL+"/v1/embeddings", `{"model":"ce","input":"q"}`)
-	if code != 400 || !json.Valid([]byte(body)) || !strings.Contains(body, `"code":"model_task_mismatch"`) {
-		t.Errorf("an embedding request to the cross-encoder: %d %s; want 400 model_task_mismatch", code, body)
-	}
 }

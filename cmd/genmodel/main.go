@@ -215,6 +215,10 @@ func runBert(r bertRun, stdout io.Writer) error {
 		}
 		if o.rerank {
 			s.pooling = poolingRank
+			if r.vocabGGUF != "" {
+				// An XLM-R cross-encoder (bge-reranker): RoBERTa has one token type.
+				s.tokenTypes = 1
+			}
 		}
 		o.shape = s
 		switch {

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""crossencoder_reference.py writes backends/llama/testdata/crossencoder-reference.json:
-the relevance logits of query-document pairs scored by the random-weight BERT
-cross-encoder models/bert-reranker-tiny.gguf (`make models`: cmd/genmodel -arch bert
--task rerank, a fixed seed, so the same file on every machine), computed by an
-independent float64 forward pass in numpy, as Hugging Face's
-BertForSequenceClassification (sentence-transformers' CrossEncoder) computes them:
+"""crossencoder_reference.py writes backends/llama/testdata/crossencoder-reference.json
+and crossencoder-xlmr-reference.json: the relevance logits of query-document pairs
+scored by the random-weight cross-encoders models/bert-reranker-tiny.gguf (BERT,
+MiniLM's WordPiece, two token types: an ms-marco MiniLM) and
+models/xlmr-reranker-tiny.gguf (XLM-R's Unigram, one token type: a bge-reranker),
+both from `make models` (cmd/genmodel -arch bert -task rerank, a fixed seed, so the
+same files on every machine), computed by an independent float64 forward pass in
+numpy, as Hugging Face's BertForSequenceClassification and
+XLMRobertaForSequenceClassification (sentence-transformers' CrossEncoder) compute
+them:
 
-- the pair tokenized by HF's tokenizer (MiniLM's tokenizer.json) as a pair:
-  `[CLS] query [SEP] document [SEP]`, its token type ids from HF's post-processor
-  (0 for the query's segment, 1 for the document's);
+- the pair tokenized by HF's tokenizer as a pair: MiniLM's tokenizer.json,
+  `[CLS] query [SEP] document [SEP]` with its token type ids from HF's post-processor
+  (0 for the query's segment, 1 for the document's); XLM-R's Unigram
+  (parity.unigram_reference) with RoBERTa's post-processor, `<s> query </s></s>
+  document </s>`, every token type 0;
 - BertModel's encoder (minilm_reference.encode), word + position + token-type
   embeddings;
 - the pooler, tanh(W x[CLS] + b), and the one-output classifier: the logit. The
@@ -33,9 +39,12 @@ from tokenizers import Tokenizer
 from minilm_reference import encode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "bert-reranker-tiny.gguf")
-TOKENIZER = os.path.join(ROOT, ".cache", "minilm", "tokenizer.json")
-OUT = os.path.join(ROOT, "backends", "llama", "testdata", "crossencoder-reference.json")
+TESTDATA = os.path.join(ROOT, "backends", "llama", "testdata")
+# model file, tokenizer, reference file
+MODELS = [
+    ("bert-reranker-tiny.gguf", "wordpiece", "crossencoder-reference.json"),
+    ("xlmr-reranker-tiny.gguf", "unigram", "crossencoder-xlmr-reference.json"),
+]
 
 QUERIES = [
     "What is the capital of France?",
@@ -82,8 +91,8 @@ def hf_name(name):
     return f"encoder.layer.{l}.{LAYER[layer]}.{kind}"
 
 
-def load():
-    r = GGUFReader(MODEL)
+def load(model):
+    r = GGUFReader(model)
     field = lambda k: r.fields[k].parts[r.fields[k].data[0]]
     cfg = {
         "layer_norm_eps": float(field("bert.attention.layer_norm_epsilon")[0]),
@@ -100,9 +109,19 @@ def score(w, cfg, ids, types):
     return float((w["classifier.weight"] @ pooled + w["classifier.bias"])[0])
 
 
-def compute():
-    cfg, w = load()
-    tk = Tokenizer.from_file(TOKENIZER)
+def tokenizer(kind):
+    if kind == "wordpiece":
+        return Tokenizer.from_file(os.path.join(ROOT, ".cache", "minilm", "tokenizer.json"))
+    from parity import unigram_reference
+    from tokenizers import processors
+    tk = unigram_reference(hide_specials=True)
+    tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tk
+
+
+def compute(model, kind):
+    cfg, w = load(model)
+    tk = tokenizer(kind)
     tk.no_truncation()
     tk.no_padding()
     tk.encode_special_tokens = True
@@ -119,25 +138,30 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    pairs = compute()
-    rel = os.path.relpath(OUT, ROOT)
-    if args.check:
-        with open(OUT, encoding="utf-8") as f:
+    for name, kind, out in MODELS:
+        one(os.path.join(ROOT, "models", name), kind, os.path.join(TESTDATA, out), args.check)
+
+
+def one(model, kind, out, check):
+    pairs = compute(model, kind)
+    rel = os.path.relpath(out, ROOT)
+    if check:
+        with open(out, encoding="utf-8") as f:
             have = json.load(f)["pairs"]
         if [(p["query"], p["document"], p["ids"], p["types"]) for p in have] != [(p["query"], p["document"], p["ids"], p["types"]) for p in pairs]:
             sys.exit(f"{rel}: pairs, ids or token types differ from what HF's tokenizer gives now; run tools/hf-tokenizers/crossencoder_reference.py")
         worst = max(abs(a["logit"] - b["logit"]) for a, b in zip(have, pairs))
         if worst > 1e-9:
-            sys.exit(f"{rel}: a recomputed logit differs from the committed one by {worst:g} (want <= 1e-9); was models/bert-reranker-tiny.gguf regenerated differently?")
+            sys.exit(f"{rel}: a recomputed logit differs from the committed one by {worst:g} (want <= 1e-9); was {os.path.relpath(model, ROOT)} regenerated differently?")
         print(f"{rel}: {len(pairs)} pairs recomputed, largest logit difference {worst:g}")
         return
     doc = {
-        "model": "models/bert-reranker-tiny.gguf (cmd/genmodel -arch bert -task rerank -shape tiny, seed 1)",
-        "score": "logit of BertForSequenceClassification (pooler tanh, one-output classifier); relevance = sigmoid(logit)",
+        "model": os.path.relpath(model, ROOT) + " (cmd/genmodel -arch bert -task rerank -shape tiny, seed 1)",
+        "score": "logit of the classification head (dense, tanh, one-output classifier) over the first token; relevance = sigmoid(logit)",
         "pairs": pairs,
     }
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=0)
         f.write("\n")
     logits = [p["logit"] for p in pairs]
