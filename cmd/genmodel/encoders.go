@@ -27,6 +27,9 @@ const (
 	// its context, so that sequences longer than it take the windowed attention of
 	// llama.cpp's SWA layers (EmbeddingGemma's is 512 of 2048).
 	gemmaWindow = 128
+	// gemmaSWAPattern is llama.cpp's layer pattern of gemma-embedding: five
+	// sliding-window layers, then a global one.
+	gemmaSWAPattern = 6
 )
 
 // encoderKeys are the hyperparameter keys (without the "<arch>." prefix) llama.cpp

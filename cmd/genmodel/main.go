@@ -213,6 +213,13 @@ func runBert(r bertRun, stdout io.Writer) error {
 		if r.arch == "neo-bert" {
 			s.pooling = poolingCLS // NeoBERT's
 		}
+		if r.arch == "gemma-embedding" {
+			// llama.cpp makes every sixth layer of gemma-embedding global and the
+			// others sliding-window (set_swa_pattern(6)); with fewer than 6 layers the
+			// global attention mask is in no layer's graph, gets no buffer, and
+			// encoding aborts in its set_input (GGML_ASSERT(buffer)).
+			s.layers = max(s.layers, gemmaSWAPattern)
+		}
 		if o.rerank {
 			s.pooling = poolingRank
 			if r.vocabGGUF != "" {
