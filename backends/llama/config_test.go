@@ -152,7 +152,7 @@ func TestResolveErrors(t *testing.T) {
 		want  string
 	}{
 		{"encoder attention above the budget", Config{}, jina, "at Config.ContextTokens 8192 the attention scores of one call take 3072 MiB, more than AttentionBytes (512 MiB); lower ContextTokens to 3328"},
-		{"a reranker is a decoder", Config{Rerank: true}, shapeMiniLM, "Config.Rerank reads a Qwen3-Reranker's yes/no logits; bert is an encoder architecture"},
+		{"a reranker of an encoder without a classifier head", Config{Rerank: true, ContextTokens: 512}, jina, "Config.Rerank scores with a Qwen3-Reranker's yes/no logits or a bert cross-encoder's classifier head; jina-bert-v2 is neither"},
 		{"rank pooling declared", Config{}, gguf.Shape{Architecture: "bert", Pooling: gguf.PoolingRank}, "the model declares pooling type 4 (rank); the engine pools mean, cls or last"},
 		{"rank pooling asked", Config{Pooling: gguf.PoolingRank}, shapeMiniLM, "Config.Pooling is 4 (rank)"},
 	} {
