@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -39,17 +40,22 @@ func TestOpenAPIFuzz(t *testing.T) {
 		fuzzOpenAPI(t, st, serverWith(t, "--threads", "1"), "/openapi.json", fuzzBudget, minFuzzCases)
 	})
 	t.Run("several models", func(t *testing.T) {
-		s := serverWith(t, "--threads", "1", "--model", "r="+rerankerPath(), "--model", "e="+modelPath)
+		// --max-inputs 256: the coverage phase sends requests at the documented bound,
+		// and 2048 documents take 10 s each at one thread (see severalBudget).
+		s := serverWith(t, "--threads", "1", "--max-inputs", "256", "--model", "r="+rerankerPath(), "--model", "e="+modelPath)
 		fuzzOpenAPI(t, st, s, "/openapi.json", severalBudget, minSeveralCases)
 		fuzzOpenAPI(t, st, s, "/openapi.json?model=e", severalBudget, minSeveralCases)
 	})
 }
 
 // severalBudget is each of the several-models server's two runs, and
-// minSeveralCases the least requests each must send (84 and 134 in 30 s on the
-// loaded 2-core machine, most of it schemathesis's coverage phase).
+// minSeveralCases the least requests each must send. The coverage phase alone takes
+// 31 s on a quiet 2-core machine for the whole server's document: its boundary cases
+// include rerank requests at the reranker's largest document count (2048 documents,
+// 10 s each at one thread), so a 30 s budget ended before the last operation; the
+// server now caps inputs at 256 and the budget is doubled.
 const (
-	severalBudget   = 30 * time.Second
+	severalBudget   = 60 * time.Second
 	minSeveralCases = 50
 )
 
@@ -75,6 +81,13 @@ func fuzzOpenAPI(t *testing.T, st string, s *server, path string, budget time.Du
 	cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
+	if err != nil && bytes.Contains(out, []byte(cpythonASTBug)) && !bytes.Contains(out, []byte("Failures:")) {
+		// The fuzzer itself crashed, in Python, before any check failed: run it once more.
+		t.Logf("schemathesis crashed in CPython (%q), not on an answer of ours; running it again", cpythonASTBug)
+		again := exec.CommandContext(ctx, cmd.Args[0], cmd.Args[1:]...)
+		again.Dir, again.Env, again.WaitDelay = cmd.Dir, cmd.Env, cmd.WaitDelay
+		out, err = again.CombinedOutput()
+	}
 	if err != nil {
 		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, lastBytes(out, 12000), s.Out)
 	}
@@ -93,6 +106,12 @@ func fuzzOpenAPI(t *testing.T, st string, s *server, path string, budget time.Du
 		t.Fatalf("schemathesis tested %s of %s operations (%s selected) with %d cases; want all, at least 11, and %d cases", tested[1], selected[2], selected[1], n, least)
 	}
 }
+
+// cpythonASTBug is the signature of a crash inside schemathesis (hypothesis describing a
+// strategy with ast.parse near the recursion limit) on CPython 3.11 before 3.11.8, which
+// Debian 12 ships: the run reports it as a "Runtime Error", with no check failed. Seen
+// once in four runs of the same seed; the test reruns schemathesis once on it.
+const cpythonASTBug = "SystemError: AST constructor recursion depth mismatch"
 
 // minFuzzCases is the least number of generated requests the one-model run must
 // send: 711 in 75 s on a loaded 2-core machine.
