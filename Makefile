@@ -376,7 +376,7 @@ test-python: build models $(VENV)/installed
 # a reranker beside an embedding model.
 test-openapi: build models $(VENV)/installed
 	EMBED_STACK_REQUIRE_E2E=1 EMBED_STACK_SCHEMATHESIS=$(CURDIR)/$(VENV)/bin/schemathesis \
-		$(GO) test -count=1 -timeout 10m -run '^TestOpenAPIFuzz$$' -v ./conformance/
+		$(GO) test -count=1 -timeout 15m -run '^TestOpenAPIFuzz$$' -v ./conformance/
 
 # A real rerank client (conformance/cohere_test.go): the Cohere Python SDK, pinned with
 # everything it pulls in by conformance/cohere/requirements.txt, in its own virtual

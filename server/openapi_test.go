@@ -159,6 +159,8 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/embed", "", `{"texts":["a"],"truncate":"middle"}`, 400, ready, nil},
 		{"POST", "/tokenize", "", `{"text":"a"}`, 200, ready, nil},
 		{"POST", "/tokenize", "", `{"texts":["a","b"]}`, 200, ready, nil},
+		{"POST", "/tokenize", "", `{"text":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
+		{"POST", "/embed", "", `{"texts":["a"],"model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
 		{"GET", "/info", "", "", 200, ready, nil},
 		{"GET", "/info", "", "", 200, reranker, nil},
 		{"POST", "/v1/rerank", "", `{"model":"m","query":"q","documents":["a",{"text":"b"}],"top_n":1,"return_documents":true}`, 200, reranker, nil},
