@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 	"github.com/embed-stack/embed-stack/tokenizer"
@@ -188,7 +190,8 @@ type minilmReference struct {
 // of the original checkpoint (tools/hf-tokenizers/minilm_reference.py, 209 texts, among
 // them non-English and emoji): cosine >= 0.9999 in F32 and >= 0.999 in F16 for every
 // text, the same nearest neighbour for each retrieval query, and package tokenizer
-// giving HF's ids for every text.
+// giving HF's ids for every text. Its negative controls (miniLMControls) show the
+// bar missed by a wide margin when the pooling or the token ids are wrong.
 func TestMiniLMRealWeights(t *testing.T) {
 	ref, want := readMiniLMReference(t)
 	for _, tc := range []struct {
@@ -217,6 +220,59 @@ func TestMiniLMRealWeights(t *testing.T) {
 			lowest, at := holdToReference(t, "llama.cpp", got, want, ref, tc.min)
 			t.Logf("%s: %d texts, lowest cosine %.7f (text %d), %d retrieval queries agree", tc.model, len(got), lowest, at, len(ref.Queries))
 		})
+	}
+	t.Run("negative controls", func(t *testing.T) { miniLMControls(t, ref, want) })
+}
+
+// miniLMControls shows that the bar of TestMiniLMRealWeights (cosine >= 0.9999 on
+// every text, 1e-4 from 1) catches the mistakes a tokenizer or a pooling makes,
+// and by how much: the F32 model's vectors computed wrongly on purpose must miss
+// it on every text by the control's margin (no text's cosine above most). The
+// controls are the class token's output instead of the mean (a pooling read
+// wrongly from the GGUF) and every token id off by one (a vocabulary read with an
+// entry missing at its start): at least 0.1 from 1 on every text, a thousand
+// times the bar's allowance (measured: 0.702 and 0.636 at the highest, 0.529 and
+// 0.084 median).
+// [SEP] dropped, the bench's control, moves a mean over many tokens very little
+// (0.99994 over its 128- to 512-token inputs), but these texts are short: it
+// stays at least 1e-3 from 1 on each, ten times the allowance (measured: 0.99847
+// at the highest, 0.99065 median).
+func miniLMControls(t *testing.T, ref minilmReference, want [][]float32) {
+	mean := openModel(t, minilmF32Model, Config{Threads: 1})
+	cls := openModel(t, minilmF32Model, Config{Threads: 1, Pooling: gguf.PoolingCLS})
+	vocab := int32(mean.Info().NVocab)
+	noSEP := make([][]int32, len(ref.IDs))
+	shifted := make([][]int32, len(ref.IDs))
+	for i, ids := range ref.IDs {
+		noSEP[i] = ids[:len(ids)-1]
+		shifted[i] = slices.Clone(ids)
+		for j := 1; j < len(ids)-1; j++ { // [CLS] and [SEP] stay
+			shifted[i][j] = (ids[j] + 1) % vocab
+		}
+	}
+	for _, c := range []struct {
+		name string
+		e    *Engine
+		ids  [][]int32
+		most float64
+	}{
+		{"CLS pooling instead of mean", cls, ref.IDs, 0.9},
+		{"token ids off by one", mean, shifted, 0.9},
+		{"[SEP] dropped", mean, noSEP, 0.999},
+	} {
+		got, err := c.e.Embed(context.Background(), c.ids)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cos := make([]float64, len(got))
+		for i := range got {
+			cos[i] = cosine32(got[i], want[i])
+		}
+		slices.Sort(cos)
+		t.Logf("%s: cosine with the reference %.5f lowest, %.5f median, %.5f highest over %d texts", c.name, cos[0], cos[len(cos)/2], cos[len(cos)-1], len(cos))
+		if highest := cos[len(cos)-1]; highest > c.most {
+			t.Errorf("%s: a text reaches cosine %.5f with the reference, over %g: a bar of 0.9999 would catch this mistake by too little", c.name, highest, c.most)
+		}
 	}
 }
 
