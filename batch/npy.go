@@ -1,10 +1,16 @@
 package batch
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
 	"regexp"
 	"strconv"
 )
@@ -117,4 +123,176 @@ func lineID(line []byte, f idsForm) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// npySink writes float32 rows to a .npy file and their ids, one a line, to its
+// .ids file (IDsPath).
+type npySink struct {
+	f, ids *os.File
+	w, iw  *bufio.Writer
+	dim    int
+	rows   int64
+	buf    []byte
+	form   idsForm
+}
+
+func (s *npySink) write(ids []json.RawMessage, vecs [][]float32) error {
+	lines := make([][]byte, len(vecs))
+	for i, v := range vecs {
+		if len(v) != s.dim {
+			return fmt.Errorf("vector for id %s has %d dimensions, want %d", ids[i], len(v), s.dim)
+		}
+		var err error
+		if lines[i], err = idLine(ids[i], s.form); err != nil {
+			return err
+		}
+	}
+	for i, v := range vecs {
+		b := s.buf[:0]
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		}
+		s.buf = b
+		if _, err := s.w.Write(b); err != nil {
+			return fmt.Errorf("write output: %w", err)
+		}
+		if _, err := s.iw.Write(append(lines[i], '\n')); err != nil {
+			return fmt.Errorf("write ids: %w", err)
+		}
+	}
+	// Rows first, then their ids, then the count: whatever a kill interrupts, the
+	// header never claims rows that are not on disk, and a resume trusts only the rows
+	// that have both vector and id.
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := s.iw.Flush(); err != nil {
+		return fmt.Errorf("write ids: %w", err)
+	}
+	s.rows += int64(len(vecs))
+	if _, err := s.f.WriteAt(npyHeader(s.rows, s.dim, s.form), 0); err != nil {
+		return fmt.Errorf("write .npy header: %w", err)
+	}
+	return nil
+}
+
+func (s *npySink) close() error {
+	return errors.Join(s.f.Close(), s.ids.Close())
+}
+
+// openNPY opens a .npy output: a new one writes its ids in form ids, one resumed
+// keeps the form its header names (npyIDsForm).
+func openNPY(path string, dim, maxID int, overwrite bool, idx *idIndex, form idsForm) (*output, error) {
+	idsPath := IDsPath(path)
+	fi, err := os.Stat(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	fresh := overwrite || errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Size() == 0)
+	ifi, ierr := os.Stat(idsPath)
+	switch {
+	case ierr == nil && !ifi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (%s): a .npy output's ids are rewritten in place and read back to resume; choose another --output", idsPath, ifi.Mode().Type())
+	case fresh && !overwrite && ierr == nil && ifi.Size() > 0:
+		// The job writes the array's header before any id: ids beside an empty
+		// array are not this job's, and starting over would truncate them.
+		return nil, fmt.Errorf("%s holds data but %s holds no array: the pair is not an output of this job; pass --overwrite to start it over, or choose another --output", idsPath, path)
+	}
+	if fresh {
+		f, err := openRegular(path, os.O_TRUNC)
+		if err != nil {
+			return nil, fmt.Errorf("open output: %w", err)
+		}
+		ids, err := openRegular(idsPath, os.O_TRUNC)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open ids: %w", err)
+		}
+		if _, err := f.Write(npyHeader(0, dim, form)); err != nil {
+			f.Close()
+			ids.Close()
+			return nil, fmt.Errorf("write .npy header: %w", err)
+		}
+		return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, form: form}, form: form}, nil
+	}
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open output: %w", err)
+	}
+	ids, err := os.OpenFile(idsPath, os.O_RDWR, 0)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("resume %s: its ids file: %w; pass --overwrite to start it over", path, err)
+	}
+	fail := func(err error) (*output, error) {
+		f.Close()
+		ids.Close()
+		return nil, err
+	}
+	rows, keepIDs, form, err := scanNPY(f, ids, dim, maxID+2, idx)
+	if err != nil {
+		return fail(fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", path, err))
+	}
+	rowBytes := int64(dim) * 4
+	if err := f.Truncate(npyHeaderLen + rows*rowBytes); err != nil {
+		return fail(fmt.Errorf("truncate output: %w", err))
+	}
+	if err := ids.Truncate(keepIDs); err != nil {
+		return fail(fmt.Errorf("truncate ids: %w", err))
+	}
+	if _, err := f.WriteAt(npyHeader(rows, dim, form), 0); err != nil {
+		return fail(fmt.Errorf("write .npy header: %w", err))
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		return fail(fmt.Errorf("seek output: %w", err))
+	}
+	if _, err := ids.Seek(0, io.SeekEnd); err != nil {
+		return fail(fmt.Errorf("seek ids: %w", err))
+	}
+	return &output{sink: &npySink{f: f, ids: ids, w: bufio.NewWriterSize(f, 1<<20), iw: bufio.NewWriter(ids), dim: dim, rows: rows, form: form}, rows: rows, form: form}, nil
+}
+
+// scanNPY returns how many rows of an existing .npy output are complete, in the array
+// and in the ids file both, the size of the ids file's first rows lines and the form
+// of its ids; it records each of those rows' ids in idx. No ids line longer than
+// maxLine is read.
+func scanNPY(f, ids *os.File, dim, maxLine int, idx *idIndex) (rows, keepIDs int64, form idsForm, err error) {
+	h := make([]byte, npyHeaderLen)
+	if _, err := io.ReadFull(f, h); err != nil {
+		return 0, 0, form, fmt.Errorf("read .npy header: %w", err)
+	}
+	_, d, err := parseNPYHeader(h)
+	if err != nil {
+		return 0, 0, form, err
+	}
+	form = npyIDsForm(h)
+	if d != dim {
+		return 0, 0, form, fmt.Errorf("it holds %d-dimensional vectors and this job makes %d", d, dim)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, form, fmt.Errorf("stat: %w", err)
+	}
+	// The header may lag the data (it is rewritten after each batch); the size is what
+	// counts, rounded down to whole rows.
+	arrayRows := (fi.Size() - npyHeaderLen) / (int64(dim) * 4)
+	r := bufio.NewReaderSize(ids, 64<<10)
+	for rows < arrayRows {
+		line, err := readLine(r, maxLine)
+		if errors.Is(err, io.EOF) {
+			break // an incomplete last id is dropped
+		}
+		if err != nil {
+			return 0, 0, form, fmt.Errorf("read ids line %d: %w", rows+1, err)
+		}
+		id, err := lineID(line[:len(line)-1], form)
+		if err != nil {
+			return 0, 0, form, fmt.Errorf("ids line %d: %v", rows+1, err)
+		}
+		idx.addRow(rows, id)
+		keepIDs += int64(len(line))
+		rows++
+	}
+	return rows, keepIDs, form, nil
 }
