@@ -12,8 +12,9 @@ import (
 )
 
 // The cache soak's defaults, as make test runs it: a 1 MiB cache, which holds
-// about 2200 of its short inputs on the tiny model, filled, then replaced
-// soakTurnover times over by more distinct inputs (about 6600 inputs in all).
+// about 2000 of its short inputs on the tiny model (about 530 bytes each, as
+// routing's Cache counts them), filled, then replaced soakTurnover times over by
+// more distinct inputs (about 6000 inputs in all).
 const (
 	soakMiB      = 1
 	soakTurnover = 2

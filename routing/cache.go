@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+	"unique"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/metric"
 )
@@ -25,10 +27,12 @@ import (
 //
 // A hit is decided by comparing the model identity and every token id, never by
 // the hash alone, so no sequence can get another's vector. Memory is bounded by
-// MaxBytes (vectors, ids and a fixed overhead per entry), least recently used
-// entries going first. Its lock is never held across a compute: Router.run looks
-// up, releases, computes the misses, and stores them. Two requests that miss the
-// same sequence at once both compute it; the second store is a no-op.
+// MaxBytes, least recently used entries going first; an entry counts what it
+// holds on the heap (entrySize): its own copies of the ids and the vector, its
+// struct, its list element and its share of the map. Its lock is never held
+// across a compute: Router.run looks up, releases, computes the misses, and
+// stores them. Two requests that miss the same sequence at once both compute
+// it; the second store is a no-op.
 //
 // One Cache may be shared by several routers (models): the identity keeps their
 // vectors apart. Safe for concurrent use.
@@ -44,17 +48,41 @@ type Cache struct {
 
 // cacheEntry is one sequence's vector. vector is never written after it is
 // stored: callers get it as it is (finish copies before it changes anything).
+// model is a unique handle, so that entries share one copy of the identity
+// string: Router.cacheModel builds a new string for every request, and an entry
+// holding it would keep about 100 bytes more than it counts.
 type cacheEntry struct {
 	key    [32]byte
-	model  string
+	model  unique.Handle[string]
 	ids    []int32
 	vector []float32
 	size   int64
 }
 
-// entryOverhead approximates an entry's memory besides its ids and vector: the
-// map slot, the list element and the entry's own fields.
-const entryOverhead = 200
+// allocSize is the heap memory an allocation of n bytes takes: n rounded up to
+// the allocator's size class (or to whole pages for a large one). slices.Grow of
+// an empty slice allocates exactly one such block and reports it as the capacity.
+func allocSize(n uintptr) int64 { return int64(cap(slices.Grow([]byte(nil), int(n)))) }
+
+// mapEntryBytes is an entry's share of the map's memory, counted at its largest.
+// A swiss-table map (Go 1.24 on) keeps slots in groups of 8 behind 8 control
+// bytes, so a slot of a [32]byte key and a pointer takes 41 bytes; a table holds
+// at most 1024 slots, whose 41 KiB of groups the allocator rounds up to 48 KiB
+// (whole 8 KiB pages): 48 bytes a slot. A table is split when 7/8 of its slots
+// are full, leaving two tables 7/16 full, so an entry holds at most 16/7 slots:
+// 109 bytes. Between splits the share falls to 55 bytes; over 2,000 to 20,000
+// entries TestCacheEntrySize measured 61 to 92.
+const mapEntryBytes = 48 * 16 / 7
+
+// entryOverhead is what an entry holds besides the arrays of its ids and vector:
+// its struct, its list element and its share of the map.
+var entryOverhead = allocSize(unsafe.Sizeof(cacheEntry{})) + allocSize(unsafe.Sizeof(list.Element{})) + mapEntryBytes
+
+// entrySize is the memory an entry of these ids and vector holds, both being
+// the entry's own copies (slices.Clone: their capacity is their whole block).
+func entrySize(ids []int32, vector []float32) int64 {
+	return 4*int64(cap(ids)) + 4*int64(cap(vector)) + entryOverhead
+}
 
 // cacheKey hashes the model identity and the ids: the map's key. A hit still
 // compares both in full.
@@ -84,23 +112,32 @@ func (c *Cache) get(model string, ids []int32) ([]float32, bool) {
 		return nil, false
 	}
 	e := el.Value.(*cacheEntry)
-	if e.model != model || !slices.Equal(e.ids, ids) {
+	if e.model.Value() != model || !slices.Equal(e.ids, ids) {
 		return nil, false // a hash collision: never another sequence's vector
 	}
 	c.lru.MoveToFront(el)
 	return e.vector, true
 }
 
-// put stores v for ids under model and evicts the least recently used entries
-// beyond MaxBytes; it returns how many it evicted. An entry larger than MaxBytes
-// on its own is not stored.
+// put stores a copy of v for ids under model and evicts the least recently used
+// entries beyond MaxBytes; it returns how many it evicted. An entry larger than
+// MaxBytes on its own is not stored.
+//
+// v is copied because a worker's vector comes out of encoding/json, which grows
+// a slice by appending: a 1024-float vector arrives in a block of 1344 floats
+// (5376 bytes, not 4096), a 384-float one in 512. Kept as it is, it would hold a
+// third more than its length says.
 func (c *Cache) put(model string, ids []int32, v []float32) (evicted int) {
-	size := int64(4*len(ids)+4*len(v)) + entryOverhead
-	if size > c.MaxBytes {
+	if int64(4*len(ids)+4*len(v))+entryOverhead > c.MaxBytes {
+		return 0 // too large even before rounding: spare the copies
+	}
+	e := &cacheEntry{key: cacheKey(model, ids), ids: slices.Clone(ids), vector: slices.Clone(v)}
+	e.size = entrySize(e.ids, e.vector)
+	if e.size > c.MaxBytes {
 		return 0
 	}
-	k := cacheKey(model, ids)
-	e := &cacheEntry{key: k, model: model, ids: slices.Clone(ids), vector: v, size: size}
+	e.model = unique.Make(model)
+	k := e.key
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -111,8 +148,8 @@ func (c *Cache) put(model string, ids []int32, v []float32) (evicted int) {
 		return 0
 	}
 	c.entries[k] = c.lru.PushFront(e)
-	c.bytes += size
-	cacheBytes.Add(context.Background(), size)
+	c.bytes += e.size
+	cacheBytes.Add(context.Background(), e.size)
 	cacheEntries.Add(context.Background(), 1)
 	for c.bytes > c.MaxBytes {
 		old := c.lru.Back().Value.(*cacheEntry)
