@@ -23,10 +23,11 @@ const (
 	DefaultAttentionBytes = family.DefaultAttentionBytes
 )
 
-// FlashMaxTokens is the longest sequence embedded with flash attention; longer ones
-// are decoded alone without it (see Open). It is a constant, not a setting, because
-// the kernel is part of what a vector is: every engine, warm or ephemeral, must pick
-// the same one for the same sequence for their vectors to agree bit for bit.
+// FlashMaxTokens is the longest sequence of a decoder embedded with flash attention;
+// longer ones are decoded alone without it (see Open; an encoder's counterpart is
+// EncoderPackMaxTokens). It is a constant, not a setting, because the kernel is part
+// of what a vector is: every engine, warm or ephemeral, must pick the same one for
+// the same sequence for their vectors to agree bit for bit.
 //
 // It is where the kernels cross over on the 0.6B shape (one thread, one sequence
 // alone, tokens per CPU-second): flash attention 86.8 / 84.6 / 78.3 / 66.8 at 64 /
@@ -43,6 +44,27 @@ const FlashMaxTokens = 128
 // per CPU-second with 256-token calls, 73.9 and 64.0 with 512, 68.5 and 59.8 with
 // 1024; 128 and 192 within 1% of 256.
 const LongCallTokens = 256
+
+// EncoderPackMaxTokens is the longest encoder sequence (family.Arch.Encoder) packed
+// with others into a flash-attention call on the CPU; longer ones are encoded each
+// alone in a call of their own with the plain kernel. Like FlashMaxTokens it is a
+// constant because the kernel is part of what a vector is.
+//
+// An encoder has no KV cache, so llama.cpp's encoder attends over every token of a
+// call under a mask: four 128-token inputs packed into one 512-token call cost the
+// attention of one 512-token input, four times their own, and ggml's flash
+// attention still walks the masked cells. Alone, an input's attention is its own
+// length squared, and the plain kernel is the faster one there. Packing only pays
+// for short inputs, where a call of its own would be too small to keep the matrix
+// kernels busy. Measured on the real all-MiniLM-L6-v2 (F32, one thread, tokens per
+// CPU-second, medians of 7 rounds; AMD EPYC Zen 5, AVX-512, at load 15-24), packing
+// up to 0 / 16 / 32 / 64 / 128 tokens: 32 x 16: 2747 / 3144 / 3370 / 3377 / 3067;
+// 32 x 32: 3039 / 2938 / 2879 / 2793 / 2850; 32 x 64: 3220 / 3234 / 3476 / 2200 /
+// 2157; 32 x 128: 2961 / 2895 / 3231 / 3159 / 1464 (docs/performance.md). So
+// 16-token inputs gain from packing, 64-token ones lose a third, and at 32 the two
+// ways are level within the host's noise (Zen 3 measured the same cut: 32 x 128 at
+// 1.22-1.34 times the old limit's tokens per CPU-second).
+const EncoderPackMaxTokens = 32
 
 // Config says which model to load and how to size the context. The zero value of every
 // field but ModelPath picks a documented default.
@@ -137,6 +159,9 @@ type Config struct {
 	// graphPooling has llama.cpp pool an encoder's sequences in its graph (the
 	// context's pooling_type) instead of the engine, for measurements only.
 	graphPooling bool
+	// encoderPack overrides the schedule's encoderPackMax, for measurements only:
+	// 0 keeps it, a negative value packs no sequence (each goes alone).
+	encoderPack int
 }
 
 // attentionKind says which kernel a context uses, or (attnHybrid) how sequences are
@@ -241,10 +266,11 @@ type sizes struct {
 //
 // An encoder (family.Arch.Encoder) has no KV cache: llama.cpp attends over the tokens of
 // one call, both ways, so a sequence is never split over calls. Its short
-// sequences are packed into calls of a flash-attention context (which skips the
-// cells of the other sequences, so a vector does not depend on its neighbours);
-// longer ones, and every sequence of an architecture without flash attention, are
-// encoded alone, in calls as long as the context, without flash attention.
+// sequences (up to the schedule's encoderPackMax, EncoderPackMaxTokens on the CPU)
+// are packed into calls of a flash-attention context (which skips the cells of the
+// other sequences, so a vector does not depend on its neighbours); longer ones, and
+// every sequence of an architecture without flash attention, are encoded alone, in
+// a call as long as the sequence, without flash attention.
 func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 	z := sizes{maxSeqs: cfg.MaxSeqs, threads: cfg.Threads, gpuLayers: 999}
 	var err error
@@ -296,7 +322,7 @@ func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 
 	switch {
 	case z.encoder && cfg.attention == attnHybrid:
-		return z, z.resolveEncoder(arch, attnBytes, s, sched)
+		return z, z.resolveEncoder(arch, attnBytes, s, sched, cfg.encoderPack)
 	case z.encoder:
 		// A measurement's one kernel for every sequence: whole sequences, packed
 		// into calls of the context's size.
@@ -333,14 +359,18 @@ func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 }
 
 // resolveEncoder sizes an encoder's contexts (see resolve): the short one packs
-// sequences of up to shortMax tokens into calls of batchTokens with flash
-// attention; the long one encodes each longer sequence alone in one call of up to
-// ctxTokens, without flash attention, whose f32 scores (ctxTokens squared, per
-// head) must fit attnBytes.
-func (z *sizes) resolveEncoder(arch family.Arch, attnBytes int64, s gguf.Shape, sched schedule) error {
+// sequences of up to shortMax tokens (the schedule's encoderPackMax, or pack where
+// a measurement sets it) into calls of batchTokens with flash attention; the long
+// one encodes each longer sequence alone in one call of up to ctxTokens, without
+// flash attention, whose f32 scores (ctxTokens squared, per head) must fit
+// attnBytes.
+func (z *sizes) resolveEncoder(arch family.Arch, attnBytes int64, s gguf.Shape, sched schedule, pack int) error {
+	if pack == 0 {
+		pack = sched.encoderPackMax
+	}
 	z.shortMax = 0
-	if arch.Flash {
-		z.shortMax = min(z.ctxTokens, sched.shortMax, z.batchTokens)
+	if arch.Flash && pack > 0 {
+		z.shortMax = min(z.ctxTokens, pack, z.batchTokens)
 		// Flash attention over no KV cache: llama.cpp casts K and V to f16.
 		z.short = contextSize{kernel: attnFlash, ctxTokens: z.batchTokens, batchTokens: z.batchTokens, maxSeqs: z.maxSeqs}
 	}
@@ -351,7 +381,7 @@ func (z *sizes) resolveEncoder(arch family.Arch, attnBytes int64, s gguf.Shape, 
 		}
 		z.long = &contextSize{kernel: attnPlain, ctxTokens: z.ctxTokens, batchTokens: z.ctxTokens, maxSeqs: 1}
 	}
-	if !arch.Flash {
+	if z.shortMax == 0 {
 		// Every sequence goes alone; the short context is never used.
 		z.short = *z.long
 	}

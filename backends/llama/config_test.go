@@ -89,22 +89,50 @@ func TestResolve(t *testing.T) {
 			short:    contextSize{kernel: attnFlash, ctxTokens: 4096, batchTokens: 512, maxSeqs: 64},
 			shortMax: 4096,
 		}},
-		{"encoder: short sequences packed with flash attention, longer ones alone in a call of the context", Config{}, shapeMiniLM, cpuSchedule, sizes{
+		{"encoder: sequences of up to EncoderPackMaxTokens packed with flash attention, longer ones alone in a call of the context", Config{}, shapeMiniLM, cpuSchedule, sizes{
 			ctxTokens: 512, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
 			short:    contextSize{kernel: attnFlash, ctxTokens: 512, batchTokens: 512, maxSeqs: 64},
 			long:     &contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
-			shortMax: 128,
+			shortMax: EncoderPackMaxTokens,
 		}},
 		{"encoder, pooling overridden, small calls: the short context holds one call", Config{BatchTokens: 64, Pooling: gguf.PoolingCLS}, shapeMiniLM, cpuSchedule, sizes{
 			ctxTokens: 512, batchTokens: 64, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingCLS, encoder: true,
 			short:    contextSize{kernel: attnFlash, ctxTokens: 64, batchTokens: 64, maxSeqs: 64},
 			long:     &contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
-			shortMax: 64,
+			shortMax: EncoderPackMaxTokens,
 		}},
-		{"encoder context of at most FlashMaxTokens: no long context", Config{ContextTokens: 128}, shapeMiniLM, cpuSchedule, sizes{
+		{"encoder, calls smaller than EncoderPackMaxTokens: a call bounds what is packed", Config{BatchTokens: 16}, shapeMiniLM, cpuSchedule, sizes{
+			ctxTokens: 512, batchTokens: 16, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
+			short:    contextSize{kernel: attnFlash, ctxTokens: 16, batchTokens: 16, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
+			shortMax: 16,
+		}},
+		{"encoder context of at most EncoderPackMaxTokens: no long context", Config{ContextTokens: EncoderPackMaxTokens}, shapeMiniLM, cpuSchedule, sizes{
+			ctxTokens: EncoderPackMaxTokens, batchTokens: EncoderPackMaxTokens, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
+			short:    contextSize{kernel: attnFlash, ctxTokens: EncoderPackMaxTokens, batchTokens: EncoderPackMaxTokens, maxSeqs: 64},
+			shortMax: EncoderPackMaxTokens,
+		}},
+		{"encoder context of FlashMaxTokens: longer sequences alone", Config{ContextTokens: 128}, shapeMiniLM, cpuSchedule, sizes{
 			ctxTokens: 128, batchTokens: 128, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
 			short:    contextSize{kernel: attnFlash, ctxTokens: 128, batchTokens: 128, maxSeqs: 64},
-			shortMax: 128,
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 128, batchTokens: 128, maxSeqs: 1},
+			shortMax: EncoderPackMaxTokens,
+		}},
+		{"encoder on a GPU: sequences of up to 512 tokens packed", Config{}, shapeMiniLM, gpuSchedule, sizes{
+			ctxTokens: 512, batchTokens: 512, maxSeqs: 128, threads: gpuThreads, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
+			short:    contextSize{kernel: attnFlash, ctxTokens: 512, batchTokens: 512, maxSeqs: 128},
+			shortMax: 512,
+		}},
+		{"measurement: an encoder packing up to 64 tokens", Config{encoderPack: 64}, shapeMiniLM, cpuSchedule, sizes{
+			ctxTokens: 512, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
+			short:    contextSize{kernel: attnFlash, ctxTokens: 512, batchTokens: 512, maxSeqs: 64},
+			long:     &contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
+			shortMax: 64,
+		}},
+		{"measurement: an encoder packing nothing, every sequence alone", Config{encoderPack: -1}, shapeMiniLM, cpuSchedule, sizes{
+			ctxTokens: 512, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,
+			short: contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
+			long:  &contextSize{kernel: attnPlain, ctxTokens: 512, batchTokens: 512, maxSeqs: 1},
 		}},
 		{"t5encoder: no flash attention, every sequence alone", Config{}, gguf.Shape{Architecture: "t5encoder", ContextLength: 512, Heads: 8, Pooling: gguf.PoolingMean}, cpuSchedule, sizes{
 			ctxTokens: 512, batchTokens: 512, maxSeqs: 64, threads: cpus, gpuLayers: 999, pooling: gguf.PoolingMean, encoder: true,

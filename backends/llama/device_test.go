@@ -185,7 +185,7 @@ func TestOpenRefusesMissingGPU(t *testing.T) {
 // doc comments state: moving any of them changes vectors or speed on the CPU.
 func TestCPUScheduleUnchanged(t *testing.T) {
 	s := scheduleFor(false)
-	if s.batchTokens != 512 || s.shortMax != 128 || s.longCallTokens != 256 || s.maxSeqs != 64 ||
+	if s.batchTokens != 512 || s.shortMax != 128 || s.encoderPackMax != 32 || s.longCallTokens != 256 || s.maxSeqs != 64 ||
 		s.short != attnFlashBF16V || s.long != attnPlain || s.threads() != runtime.NumCPU() {
 		t.Errorf("CPU schedule = %+v", s)
 	}

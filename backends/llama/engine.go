@@ -173,9 +173,11 @@ type Engine struct {
 // sequence alone, whatever it was sent with and whichever worker embeds it.
 //
 // An encoder has no KV cache: each sequence is encoded whole in one call, short
-// ones (up to FlashMaxTokens) packed with flash attention (llama.cpp casts K and V
-// to f16 there; all-MiniLM-L6-v2 keeps cosine 0.9999973 to a float64 reference),
-// longer ones alone in a call of up to the context without it. Mean pooling is
+// ones (up to EncoderPackMaxTokens on the CPU) packed with flash attention
+// (llama.cpp casts K and V to f16 there; all-MiniLM-L6-v2 keeps cosine 0.9999973
+// to a float64 reference), longer ones alone in a call of their own length
+// without it: a packed call's attention runs over every token of the call, masked
+// or not, so packing longer ones costs more attention than it saves in calls. Mean pooling is
 // summed by the engine over the sequence's own output rows in float64: llama.cpp's
 // own MEAN pooling multiplies the whole call by a matrix of 1/n, whose rounding
 // moves (1.2e-7) with a sequence's place in the call, and is no faster

@@ -21,7 +21,9 @@ import (
 // LEN tokens, embedded in one call, best of EMBED_STACK_MEASURE_RUNS runs, default 2).
 // EMBED_STACK_BENCH_MODEL picks the model (default the tiny one),
 // EMBED_STACK_MEASURE_ATTN the kernel (hybrid, what Open does; or plain, flash or
-// flash-bf16v for every sequence), EMBED_STACK_MEASURE_CTX and
+// flash-bf16v for every sequence), EMBED_STACK_MEASURE_PACK an encoder's pack limit
+// (the longest sequence packed with flash attention; 0 packs none, unset keeps
+// EncoderPackMaxTokens), EMBED_STACK_MEASURE_CTX and
 // EMBED_STACK_BENCH_BATCH the context and decode-call sizes, EMBED_STACK_BENCH_THREADS
 // the threads. Peak RSS is the whole test process's, so measure one setting per run:
 //
@@ -60,6 +62,16 @@ func TestMeasure(t *testing.T) {
 	default:
 		t.Fatalf("EMBED_STACK_MEASURE_POOL=%q: want engine or graph", p)
 	}
+	if p := testenv.Get("EMBED_STACK_MEASURE_PACK"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			t.Fatalf("EMBED_STACK_MEASURE_PACK=%q: want 0 or a positive number of tokens", p)
+		}
+		cfg.encoderPack = n
+		if n == 0 {
+			cfg.encoderPack = -1
+		}
+	}
 	if n := testenv.Int(t, "EMBED_STACK_MEASURE_SEQS", 0); n > 0 {
 		cfg.MaxSeqs = n
 	}
@@ -87,8 +99,8 @@ func TestMeasure(t *testing.T) {
 		}
 	}
 	logs.mu.Unlock()
-	t.Logf("%s: ctx %d, batch %d, attention %v, pooling %s (llama.cpp's: %v), opened in %s; RSS %d MiB (peak %d MiB); %s", rel, info.ContextTokens, info.BatchTokens,
-		cfg.attention, info.Pooling, cfg.graphPooling, time.Since(start).Round(time.Millisecond), statusKiB(t, "VmRSS")>>10, peakRSS(t)>>10, strings.Join(buffers, "; "))
+	t.Logf("%s: ctx %d, batch %d, attention %v, encoders pack up to %d tokens, pooling %s (llama.cpp's: %v), opened in %s; RSS %d MiB (peak %d MiB); %s", rel, info.ContextTokens, info.BatchTokens,
+		cfg.attention, e.shortMax, info.Pooling, cfg.graphPooling, time.Since(start).Round(time.Millisecond), statusKiB(t, "VmRSS")>>10, peakRSS(t)>>10, strings.Join(buffers, "; "))
 	if spec == "open" {
 		return
 	}

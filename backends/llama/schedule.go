@@ -11,9 +11,14 @@ type schedule struct {
 	batchTokens int
 	// maxSeqs is DefaultMaxSeqs' counterpart: sequences per round.
 	maxSeqs int
-	// shortMax is FlashMaxTokens' counterpart: the longest sequence packed with
-	// others into the short context; longer ones are decoded alone from KV cell 0.
+	// shortMax is FlashMaxTokens' counterpart: the longest sequence of a decoder
+	// packed with others into the short context; longer ones are decoded alone from
+	// KV cell 0.
 	shortMax int
+	// encoderPackMax is EncoderPackMaxTokens' counterpart: the longest encoder
+	// sequence packed with others into a flash-attention call; longer ones are
+	// encoded alone without flash attention.
+	encoderPackMax int
 	// longCallTokens is LongCallTokens' counterpart: the most tokens one decode
 	// call of a long sequence takes.
 	longCallTokens int
@@ -29,6 +34,7 @@ var cpuSchedule = schedule{
 	batchTokens:    DefaultBatchTokens,
 	maxSeqs:        DefaultMaxSeqs,
 	shortMax:       FlashMaxTokens,
+	encoderPackMax: EncoderPackMaxTokens,
 	longCallTokens: LongCallTokens,
 	short:          attnFlashBF16V,
 	long:           attnPlain,
@@ -53,13 +59,17 @@ var cpuSchedule = schedule{
 //     weights; long sequences take whole calls, as no score matrix bounds them.
 //   - Sequences of up to 512 tokens are packed (a 32 x 512 batch fills 8 calls
 //     of 2048), longer ones decoded alone from KV cell 0 as on the CPU, and 128
-//     sequences a round, so that short queries fill a call too.
+//     sequences a round, so that short queries fill a call too. An encoder's too:
+//     the CPU packs only up to EncoderPackMaxTokens because its attention over a
+//     packed call's masked cells costs more than a small call alone, where a GPU
+//     has the rows of a packed call to spare.
 //   - 4 threads: on a GPU the host runs only the token-embedding lookup and the
 //     graph scheduling, and ggml's idle threads spin.
 var gpuSchedule = schedule{
 	batchTokens:    2048,
 	maxSeqs:        128,
 	shortMax:       512,
+	encoderPackMax: 512,
 	longCallTokens: 2048,
 	short:          attnFlash,
 	long:           attnFlash,

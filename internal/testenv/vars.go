@@ -44,6 +44,7 @@ var vars = []Var{
 	{"EMBED_STACK_MEASURE_RUNS", "you", "best of how many runs (default 2)", "backends/llama"},
 	{"EMBED_STACK_MEASURE_POOL", "you", "who pools an encoder's sequences: engine (default) or graph (llama.cpp's pooling, 31 sequences a call)", "backends/llama"},
 	{"EMBED_STACK_MEASURE_SEQS", "you", "sequences per decode call in the measurements", "backends/llama"},
+	{"EMBED_STACK_MEASURE_PACK", "you", "an encoder's longest sequence packed with flash attention in the measurements (0: none; unset: llama.EncoderPackMaxTokens)", "backends/llama"},
 	{"EMBED_STACK_MEASURE_ATTN", "you", "the attention kernel: hybrid (default), plain, flash or flash-bf16v; a list for TestMeasurePrecision", "backends/llama"},
 	{"EMBED_STACK_MEASURE_CTX", "you", "the engine's ContextTokens in the measurements", "backends/llama"},
 	{"EMBED_STACK_MEASURE_MIX", "you", "the mixed workload, NxLEN terms joined by +", "backends/llama"},
