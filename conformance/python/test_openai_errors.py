@@ -68,20 +68,34 @@ class HeldRequest:
     """A /v1/embeddings request held in flight: the warm worker is paused (SIGSTOP)
     before it is sent, so once admitted it holds one of the server's
     --max-concurrent-requests slots until finish() lets the worker go on (SIGCONT).
-    (A slow body would not do: the server reads bodies before admission.)"""
+    (A slow body would not do: the server reads bodies before admission.)
+
+    The pause is confirmed in /proc (state T) before the request is sent, since
+    SIGSTOP takes effect only when the kernel next schedules the worker. A held
+    request that ends while the worker is paused is not held: the failure then
+    says how it ended, when, and what the server and the worker process were
+    doing, instead of only that no request was seen in flight."""
 
     def __init__(self, s, model):
         self.worker = debug_vars(s)["warm_worker_pid"]
         os.kill(self.worker, signal.SIGSTOP)
+        wait_for(lambda: proc_state(self.worker) == "T", f"worker {self.worker} to stop (SIGSTOP)", timeout=10.0)
         self.result = {}
+        self.sent = time.monotonic()
 
         def send():
             self.result["status"] = post(s.url, "/v1/embeddings", {"model": model, "input": "held"}, HEADERS)[0]
+            self.result["after_s"] = round(time.monotonic() - self.sent, 3)
+            self.result["worker_state"] = proc_state(self.worker)
 
         self.thread = threading.Thread(target=send)
         self.thread.start()
         try:
-            wait_for(lambda: debug_vars(s)["requests_in_flight"] == 1, "the held request to be admitted")
+            wait_for(lambda: "status" in self.result or debug_vars(s)["requests_in_flight"] == 1,
+                     "the held request to be admitted")
+            if "status" in self.result:
+                pytest.fail(f"the held request ended while worker {self.worker} was paused: {self.result}; "
+                            f"worker state now {proc_state(self.worker)}, /debug/vars {debug_vars(s)}\n{s.output()}")
         except BaseException:
             self.finish()
             raise
@@ -91,6 +105,15 @@ class HeldRequest:
         os.kill(self.worker, signal.SIGCONT)
         self.thread.join(60)
         return self.result.get("status")
+
+
+def proc_state(pid):
+    """The one-letter state of a process (/proc/PID/stat), "gone" once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
 
 
 def check_error(err, cls, status, body):
