@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -22,6 +21,14 @@ const noHubAdvice = ". Without access to the Hub, set HF_ENDPOINT to a mirror yo
 // (it took about 0.1 s with the connection refused).
 const noHubFailFast = 5 * time.Second
 
+// serveLimit and makeRunLimit bound a run of TestServeWithoutHub that does not
+// fail as it should; `make run` may first build the binary (llama.cpp cold takes
+// minutes on two cores).
+const (
+	serveLimit   = 2 * time.Minute
+	makeRunLimit = 15 * time.Minute
+)
+
 // TestServeWithoutHub: with no Hub to reach (HF_ENDPOINT at a closed local port) and
 // an empty cache, `serve` with `make run`'s default model exits 1 within seconds, and
 // its one error line says what was tried, what failed, and the ways out: HF_ENDPOINT,
@@ -39,25 +46,36 @@ func TestServeWithoutHub(t *testing.T) {
 		`/api/models/` + regexp.QuoteMeta(officialRepo) + `/revision/main": dial tcp [0-9.:]+: connect: connection refused` +
 		regexp.QuoteMeta(`; check the network, a proxy (HTTPS_PROXY) or HF_ENDPOINT; to use only models already in the cache, set HF_HUB_OFFLINE=1`+noHubAdvice) + "\n" + exitLine + "\n$"
 
-	run := func(t *testing.T, env []string, args ...string) (string, time.Duration) {
+	// run runs a command to its failure within limit. It runs in its own process
+	// group (e2e.Start), which is killed whole at the limit: `make run` with a cold
+	// build cache leaves compiler children behind a killed make, and they would
+	// hold the output pipe open, and the test, for as long as they compile.
+	run := func(t *testing.T, limit time.Duration, env []string, args ...string) (string, time.Duration) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Dir = e2e.RepoRoot(t)
 		cmd.Env = env
 		start := time.Now()
-		out, err := cmd.CombinedOutput()
-		took := time.Since(start)
-		if code := e2e.ExitCode(err); code == 0 || ctx.Err() != nil {
-			t.Fatalf("%s: exit %d (%v) after %s, want a failure\n%s", strings.Join(args, " "), code, err, took, out)
+		p := e2e.Start(t, cmd)
+		timer := time.NewTimer(limit)
+		defer timer.Stop()
+		timedOut := false
+		select {
+		case <-p.Done():
+		case <-timer.C:
+			timedOut = true
+			p.Kill()
 		}
-		return string(out), took
+		took := time.Since(start)
+		if code := e2e.ExitCode(p.Err()); code == 0 || timedOut {
+			t.Fatalf("%s: exit %d (%v) after %s (limit %s), want a failure\n%s", strings.Join(args, " "), code, p.Err(), took, limit, p.Out)
+		}
+		return p.Out.String(), took
 	}
 
 	t.Run("unreachable", func(t *testing.T) {
 		env := hubEnv(endpoint, t.TempDir())
-		out, took := run(t, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
+		out, took := run(t, serveLimit, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
 		if took > noHubFailFast {
 			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
 		}
@@ -70,7 +88,7 @@ func TestServeWithoutHub(t *testing.T) {
 	t.Run("offline, empty cache", func(t *testing.T) {
 		cache := t.TempDir()
 		env := append(hubEnv(endpoint, cache), "HF_HUB_OFFLINE=1")
-		out, took := run(t, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
+		out, took := run(t, serveLimit, env, bin, "serve", "--model", ref, "--addr", e2e.FreeAddr(t))
 		if took > noHubFailFast {
 			t.Errorf("serve gave up after %s, want < %s", took, noHubFailFast)
 		}
@@ -111,7 +129,7 @@ func TestServeWithoutHub(t *testing.T) {
 		if _, err := exec.LookPath("make"); err != nil {
 			e2e.Require(t, "make is not installed")
 		}
-		out, _ := run(t, hubEnv(endpoint, t.TempDir()), "make", "-s", "run", "ADDR="+e2e.FreeAddr(t))
+		out, _ := run(t, makeRunLimit, hubEnv(endpoint, t.TempDir()), "make", "-s", "run", "ADDR="+e2e.FreeAddr(t))
 		// make adds its own line about the failed recipe.
 		got, _, _ := strings.Cut(out, "\nmake: ")
 		if !regexp.MustCompile(refused).MatchString(got + "\n") {
