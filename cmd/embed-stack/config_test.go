@@ -32,13 +32,13 @@ func TestConfigPrecedence(t *testing.T) {
 		want   any
 		source string
 	}{
-		{"threads", f.engine.Threads, 3, flagconfig.FromFlag},            // flag beats env
+		{"threads", f.run.Threads, 3, flagconfig.FromFlag},               // flag beats env
 		{"max-total-tokens", f.maxTotalTokens, 2000, flagconfig.FromEnv}, // env beats file
 		{"max-inputs", f.maxInputs, 7, flagconfig.FromFile},
-		{"warm-max-tokens", f.engine.WarmMaxTokens, 4096, flagconfig.FromFile},
+		{"warm-max-tokens", f.run.WarmMaxTokens, 4096, flagconfig.FromFile},
 		{"strict-model", f.strictModel, true, flagconfig.FromFile},
 		{"model-alias", fmt.Sprint(f.aliases), "[a b]", flagconfig.FromFile},
-		{"max-input-tokens", f.engine.MaxInputTokens, 32768, flagconfig.FromDefault},
+		{"max-input-tokens", f.run.MaxInputTokens, 32768, flagconfig.FromDefault},
 		{"config", f.configPath, file, flagconfig.FromEnv},
 	}
 	for _, c := range checks {

@@ -33,7 +33,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 	if err := s.Parse([]string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	d := f.engine.Device
+	d := f.run.Device
 	if d != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
 		s.Source("device") != flagconfig.FromEnv || s.Source("gpu-layers") != flagconfig.FromFlag || s.Source("backend-dir") != flagconfig.FromFile {
 		t.Errorf("device flags = %+v from %s/%s/%s", d, s.Source("device"), s.Source("gpu-layers"), s.Source("backend-dir"))
@@ -61,7 +61,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 
 	// The MLX server chooses no ggml device: the flags are dropped for it.
 	args := backends.WorkerArgs{Model: "q.gguf", Ctx: 8192, DeviceArgs: d}
-	mlx := (backends.WarmProgram{Name: backends.WarmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).Spec(args, workerSpec("/bin/embed-stack", args))
+	mlx := (backends.WarmProgram{Name: backends.WarmMLX, MLXServer: "/bin/mlx", MLXModel: "/m"}).Spec(args, backends.WorkerSpec{Path: "/bin/embed-stack", Args: append([]string{"worker"}, args.Args()...)})
 	if !slices.Equal(mlx.Args, []string{"--model", "/m", "--ctx", "8192"}) {
 		t.Errorf("mlx args = %q", mlx.Args)
 	}

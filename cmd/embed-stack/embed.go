@@ -16,6 +16,7 @@ import (
 	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
+	"github.com/embed-stack/embed-stack/modelrun"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
@@ -31,15 +32,15 @@ type embedFlags struct {
 	shards                                int
 	storeText                             bool
 	// queryPrompt and documentPrompt are --query-prompt and --document-prompt,
-	// which engine takes when given: set rather than left at their default.
+	// which the model takes when given: set rather than left at their default.
 	queryPrompt, documentPrompt string
 	// shard is the slice of the input this run embeds (Count 0: all of it), from
 	// --shard, or --shards with JOB_COMPLETION_INDEX.
 	shard batch.Shard
 	// store is the vector database --output names (chroma://…), nil for a file.
 	store *chroma.Store
-	// engine is the model and its workers, flagged as serve's.
-	engine engineConfig
+	// run is the model and its workers (modelrun.Config), flagged as serve's.
+	run modelrun.Config
 }
 
 // newEmbedFlagSet defines embed's flags. The model and worker flags are named and
@@ -52,7 +53,7 @@ func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
 			"Parquet. Run it again after an interruption to resume: items already written are skipped.")
 	s.Env = true
 	s.Footer = "docs/batch.md describes the formats, resume, shards and merge."
-	e := &f.engine
+	e := &f.run
 	s.Group("Essentials")
 	s.String(&e.Model, "model", "MODEL", "", "the model: a GGUF file, or a Hugging Face reference such as Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0, as for serve (required)")
 	s.String(&f.input, "input", "FILE", "-", "the texts: one per line, or JSONL objects with an id and a text (.jsonl and .ndjson files, or --input-format); - is standard input")
@@ -67,7 +68,7 @@ func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
 	s.String(&f.inputType, "input-type", "TYPE", "document", "embed the texts as document, or query (with the instruction)")
 	s.String(&f.instruction, "instruction", "TEXT", "", "the instruction of queries (--input-type query), where the model's query prompt takes one").
 		More("Default: its convention's, Qwen3's \"" + routing.DefaultInstruction + "\".")
-	e.defineModelSettings(s, &f.queryPrompt, &f.documentPrompt)
+	defineModelSettings(s, e, &f.queryPrompt, &f.documentPrompt)
 	s.Int(&f.dimensions, "dimensions", "N", 0, "dimensions of the vectors, from 32 up to the model's: the first N, L2-normalised again (0 = the model's)").AtLeast(0)
 	s.Group("The run")
 	s.Int(&f.batchSize, "batch-size", "N", batch.DefaultBatchSize, "texts per batch: the unit written to the output, and the most a kill loses").AtLeast(1)
@@ -78,9 +79,9 @@ func newEmbedFlagSet(f *embedFlags) *flagconfig.Set {
 	s.Int(&f.shards, "shards", "N", 0, "N slices, this run's from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it): --shard $JOB_COMPLETION_INDEX/N").AtLeast(0)
 	s.Duration(&f.progressEvery, "progress-interval", "DURATION", 10*time.Second, "when stderr is not a terminal, how often a progress line is logged").AtLeast(1)
 	s.Group("Workers (llama.cpp)")
-	e.defineWorkerFlags(s)
-	e.defineMaxInput(s)
-	e.defineEphemeralFlags(s)
+	defineWorkerFlags(s, e)
+	defineMaxInput(s, e)
+	defineEphemeralFlags(s, e)
 	s.Group("Logging")
 	defineLogFlags(s, &e.LogFormat, &e.LogLevel)
 	return s
@@ -97,30 +98,30 @@ func parseEmbedFlags(args []string, stdout, stderr io.Writer, getenv func(string
 		s.Print(stdout)
 		return f, nil
 	}
-	f.engine.noteSources(s)
+	noteSources(s, &f.run)
 	if s.Source("query-prompt") != flagconfig.FromDefault {
-		f.engine.QueryPrompt = &f.queryPrompt
+		f.run.QueryPrompt = &f.queryPrompt
 	}
 	if s.Source("document-prompt") != flagconfig.FromDefault {
-		f.engine.DocumentPrompt = &f.documentPrompt
+		f.run.DocumentPrompt = &f.documentPrompt
 	}
-	if f.engine.Pooling != "" {
-		if _, err := modelinfo.ParsePooling(f.engine.Pooling); err != nil {
+	if f.run.Pooling != "" {
+		if _, err := modelinfo.ParsePooling(f.run.Pooling); err != nil {
 			return nil, err
 		}
 	}
-	if _, ok := family.PromptsNamed(f.engine.Prompts); !ok && f.engine.Prompts != "auto" {
-		return nil, fmt.Errorf("--prompts %q is not one of auto, %s", f.engine.Prompts, family.PromptNames())
+	if _, ok := family.PromptsNamed(f.run.Prompts); !ok && f.run.Prompts != "auto" {
+		return nil, fmt.Errorf("--prompts %q is not one of auto, %s", f.run.Prompts, family.PromptNames())
 	}
 	switch {
-	case f.engine.Model == "":
+	case f.run.Model == "":
 		return nil, errors.New(modelRequired)
 	case f.output == "":
 		return nil, errors.New("--output is required: a .parquet, .npy or .jsonl file, or - for JSONL on standard output")
 	case f.input == f.output && f.input != "-":
 		return nil, errors.New("--input and --output are the same file")
 	}
-	if err := f.engine.check(); err != nil {
+	if err := checkModelConfig(&f.run); err != nil {
 		return nil, err
 	}
 	if _, err := routing.ParseInputType(f.inputType); err != nil {
@@ -201,7 +202,7 @@ func newEmbed(args []string, stdout, stderr io.Writer) (command, int) {
 	if f.printConfig {
 		return nil, 0
 	}
-	logger, err := telemetry.NewLogger(stderr, f.engine.LogFormat, f.engine.LogLevel)
+	logger, err := telemetry.NewLogger(stderr, f.run.LogFormat, f.run.LogLevel)
 	if err != nil {
 		return nil, flagconfig.Report(err, "embed-stack embed", stdout, stderr)
 	}
@@ -220,7 +221,7 @@ func (c *embedCommand) Run(ctx context.Context) error {
 		c.logger.Warn("interrupted; run the same command again to resume", "output", c.f.output, "signal", stoppedBy(ctx))
 		return exitStatus(130)
 	}
-	reportFailure(c.logger, c.stderr, c.f.engine.LogFormat, "embed-stack embed", err)
+	reportFailure(c.logger, c.stderr, c.f.run.LogFormat, "embed-stack embed", err)
 	return exitStatus(1)
 }
 
@@ -245,11 +246,11 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		return err
 	}
 
-	eng, err := newEngine(ctx, f.engine, logger)
+	model, err := modelrun.Prepare(ctx, modelConfig(f.run, logger), logger)
 	if err != nil {
 		return err
 	}
-	dim := eng.facts.Dim
+	dim := model.Facts.Dim
 	if f.dimensions != 0 {
 		if f.dimensions < 32 || f.dimensions > dim {
 			return fmt.Errorf("--dimensions %d: this model gives 32 to %d", f.dimensions, dim)
@@ -267,14 +268,14 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		store = f.store
 	}
 	typ, _ := routing.ParseInputType(f.inputType)
-	lim, err := eng.capacity(f.engine, nil)
+	lim, err := model.Capacity(nil)
 	if err != nil {
 		return err
 	}
-	router := eng.router(routing.Config{
+	router := model.Router(routing.Config{
 		MaxInputs: f.batchSize,
 		// A batch is never refused for its total: every input fits alone.
-		MaxTotalTokens:     f.batchSize * eng.maxInput,
+		MaxTotalTokens:     f.batchSize * model.MaxInput,
 		DefaultInputType:   typ,
 		DefaultInstruction: f.instruction,
 		MaxEphemeral:       lim.Workers,
@@ -285,12 +286,12 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	})
 
 	start := time.Now()
-	if err := eng.warm.Start(ctx); err != nil {
+	if err := model.Warm.Start(ctx); err != nil {
 		return fmt.Errorf("warm worker: %w", err)
 	}
 	// Cleanup must run even when ctx is done.
 	defer func() {
-		if err := eng.warm.Close(context.WithoutCancel(ctx)); err != nil {
+		if err := model.Warm.Close(context.WithoutCancel(ctx)); err != nil {
 			logger.Warn("stop warm worker", "error", err)
 		}
 	}()

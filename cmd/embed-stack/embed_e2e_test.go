@@ -407,8 +407,8 @@ func TestEmbedFlagErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := f.reader.config(f.input); f.engine.Model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.engine.Threads != 3 || r.Format.String() != "jsonl" {
-		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.engine.Model, f.engine.Threads, r.Format)
+	if r, _ := f.reader.config(f.input); f.run.Model != "Qwen/Qwen3-Embedding-0.6B-GGUF" || f.run.Threads != 3 || r.Format.String() != "jsonl" {
+		t.Errorf("model %q threads %d format %v; want the environment's values and jsonl by extension", f.run.Model, f.run.Threads, r.Format)
 	}
 	// An Indexed Job's pod: the count from the environment, the index from Kubernetes.
 	f, err = parseEmbedFlags([]string{"--model", "m", "--output", "o.npy", "--input", "i.jsonl"}, new(bytes.Buffer), new(bytes.Buffer), func(k string) string {

@@ -18,7 +18,9 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
+	"github.com/embed-stack/embed-stack/modelrun"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/served"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
 )
@@ -26,9 +28,9 @@ import (
 // serveFlags is the parsed command line of `embed-stack serve`.
 type serveFlags struct {
 	// models are the --model values; entries is them parsed with --model-name and
-	// --model-alias (parseModelEntries).
+	// --model-alias (served.ParseEntries).
 	models, aliases, keepAlive, apiKeys []string
-	entries                             []modelEntry
+	entries                             []served.Entry
 	addr, modelName, apiKeyFile         string
 	defaultInputType, defaultInstr      string
 	tokenIDs, warmBuckets, configPath   string
@@ -43,19 +45,20 @@ type serveFlags struct {
 	maxConcurrent, maxHeaderBytes, maxConnections  int
 	requestTimeout, workerHangTimeout, bodyTimeout time.Duration
 	writeStall, headerTimeout                      time.Duration
-	// Batching and long inputs (admission.go, docs/routing.md).
+	// Batching and long inputs (docs/routing.md).
 	batchWindow                    time.Duration
 	batchMaxTokens, ephemeralQueue int
 	// pooling, prompts, queryPrompt and documentPrompt are the per-model
 	// --pooling, --prompts, --query-prompt and --document-prompt values
-	// (parseModelSettings puts them on the entries).
+	// (served.ParseSettings puts them on the entries).
 	pooling, prompts, queryPrompt, documentPrompt []string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see backends.WarmProgram.Resolve).
 	warm backends.WarmProgram
-	// engine is every model's engine configuration but its Model (the workers'
-	// flags, --task, --ephemeral-nice, and WarmBuckets from --warm-buckets).
-	engine engineConfig
+	// run is every model's configuration but its Model (the workers' flags,
+	// --task, --ephemeral-nice, and WarmBuckets from --warm-buckets); served.Load
+	// completes it per model.
+	run modelrun.Config
 }
 
 // newServeFlagSet defines serve's flags, bound to f, in --help's order. It is the
@@ -67,7 +70,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 			"(TEI's); for a reranker, POST /v1/rerank. GET /docs describes every route.")
 	s.Env = true
 	s.Footer = "docs/configuration.md details every setting."
-	e := &f.engine
+	e := &f.run
 	s.Group("Essentials")
 	s.List(&f.models, "model", "MODEL", "GGUF file or Hugging Face reference, e.g. Qwen/Qwen3-Embedding-0.6B-GGUF:Q8_0 (required); repeat as NAME=MODEL to serve several").
 		More("A reference is owner/name[:QUANT][@REV] or owner/name/FILE.gguf, downloaded into the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply; `embed-stack pull` downloads ahead of time). Each model gets its own warm worker and is named NAME, what requests give as \"model\" (without NAME=, the GGUF's general.name as a slug); the first embedding model answers requests without a model, the first reranker those of /v1/rerank, and with several models an unknown name gets 404 model_not_found.").
@@ -110,7 +113,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 
 	s.Group("Limits of one request")
 	s.Int(&f.maxInputs, "max-inputs", "N", 2048, "most inputs in one request").AtLeast(1)
-	e.defineMaxInput(s)
+	defineMaxInput(s, e)
 	s.Int(&f.maxTotalTokens, "max-total-tokens", "N", 300000, "most tokens in one request, all its inputs together").AtLeast(1)
 	s.Int64(&f.maxBodyBytes, "max-body-bytes", "BYTES", 32<<20, "largest request body (larger: 413)")
 
@@ -119,7 +122,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 		More("The same model file and token ids give the same vector bit for bit; least recently used first out. One cache serves every model, keyed on each GGUF's sha256.")
 
 	s.Group("Workers (llama.cpp)")
-	e.defineWorkerFlags(s)
+	defineWorkerFlags(s, e)
 	s.String(&f.warmBuckets, "warm-buckets", "N,N,...", "256,1024,8192", "input lengths the warm worker runs once before it is ready, so that the first request of each size is fast").
 		More("As fast as the hundredth. Lengths above --warm-max-tokens are capped to it.")
 	s.Duration(&f.workerHangTimeout, "worker-hang-timeout", "DURATION", 5*time.Minute, "restart a warm worker that answers none of its requests for this long (0 = never)").AtLeast(0).
@@ -135,7 +138,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 	s.Int(&f.batchMaxTokens, "batch-max-tokens", "N", 2048, "most tokens in one shared call of the warm worker").AtLeast(1)
 
 	s.Group("Long inputs (ephemeral workers)")
-	e.defineEphemeralFlags(s)
+	defineEphemeralFlags(s, e)
 	s.Int(&f.ephemeralQueue, "ephemeral-queue", "N", 8, "long inputs that may wait for an ephemeral worker; beyond: 429").AtLeast(0).
 		More("The 429 carries Retry-After; 0 lets none wait.")
 	s.Int(&e.EphemeralNice, "ephemeral-nice", "N", 10, "lower the ephemeral workers' CPU priority by N (0-19), so that short requests go first").AtLeast(0).AtMost(19).
@@ -187,23 +190,23 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 		return nil, errors.New(modelRequired)
 	}
 	var err error
-	if f.entries, err = parseModelEntries(f.models, f.aliases, f.modelName); err != nil {
+	if f.entries, err = served.ParseEntries(f.models, f.aliases, f.modelName); err != nil {
 		return nil, err
 	}
-	if err := parseKeepAlive(f.keepAlive, f.entries); err != nil {
+	if err := served.ParseKeepAlive(f.keepAlive, f.entries); err != nil {
 		return nil, err
 	}
-	if err := parseModelSettings(f); err != nil {
+	if err := served.ParseSettings(f.entries, f.pooling, f.prompts, f.queryPrompt, f.documentPrompt); err != nil {
 		return nil, err
 	}
-	f.engine.noteSources(s)
-	if err := f.engine.check(); err != nil {
+	noteSources(s, &f.run)
+	if err := checkModelConfig(&f.run); err != nil {
 		return nil, err
 	}
-	if _, err := modelinfo.ParseTask(f.engine.Task); err != nil {
+	if _, err := modelinfo.ParseTask(f.run.Task); err != nil {
 		return nil, err
 	}
-	if f.engine.WarmBuckets, err = warmBuckets(f.warmBuckets, f.engine.WarmMaxTokens); err != nil {
+	if f.run.WarmBuckets, err = warmBuckets(f.warmBuckets, f.run.WarmMaxTokens); err != nil {
 		return nil, err
 	}
 	for i, k := range f.apiKeys {
@@ -242,7 +245,7 @@ func newServe(args []string, stdout, stderr io.Writer) (command, int) {
 	if f.printConfig {
 		return nil, 0
 	}
-	logger, err := telemetry.NewLogger(stderr, f.engine.LogFormat, f.engine.LogLevel)
+	logger, err := telemetry.NewLogger(stderr, f.run.LogFormat, f.run.LogLevel)
 	if err != nil {
 		return nil, flagconfig.Report(err, "embed-stack serve", stdout, stderr)
 	}
@@ -258,7 +261,7 @@ const printConfigNoModel = "embed-stack serve: warning: no model is set (--model
 // while the warm workers load) and serves until ctx ends, then drains.
 func (c *serveCommand) Run(ctx context.Context) error {
 	if err := c.serve(ctx); err != nil {
-		reportFailure(c.logger, c.stderr, c.f.engine.LogFormat, "embed-stack serve", err)
+		reportFailure(c.logger, c.stderr, c.f.run.LogFormat, "embed-stack serve", err)
 		c.logger.Info("exit", "status", 1)
 		return exitStatus(1)
 	}
@@ -290,7 +293,10 @@ func (c *serveCommand) serve(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	models, err := loadModels(ctx, f, limits, logger)
+	models, err := served.Load(ctx, served.Config{
+		Entries: f.entries, Model: modelConfig(f.run, logger), Routing: limits, CacheBytes: f.cacheSizeMiB << 20,
+		HangTimeout: f.workerHangTimeout, Warm: f.warm, EphemeralQueue: f.ephemeralQueue,
+	}, logger)
 	if err != nil {
 		return err
 	}
@@ -310,13 +316,13 @@ func (c *serveCommand) serve(ctx context.Context) error {
 		return fmt.Errorf("listen on %s (--addr): %w", f.addr, err)
 	}
 	ln = api.LimitListener(ln)
-	for _, m := range models.list {
-		logger.Info("listening", "addr", ln.Addr().String(), "model", m.name, "aliases", m.entry.aliases, "dim", m.eng.facts.Dim, "rerank", m.eng.facts.Rerank)
+	for _, m := range models.List {
+		logger.Info("listening", "addr", ln.Addr().String(), "model", m.Name, "aliases", m.Entry.Aliases, "dim", m.Run.Facts.Dim, "rerank", m.Run.Facts.Rerank)
 	}
 	life := &server.Lifecycle{
 		API: api, Logger: logger, Started: start,
-		Start:         func(ctx context.Context) error { return startFleet(ctx, &models.fleet, f.engine.WarmMaxTokens) },
-		Close:         models.fleet.Close,
+		Start:         models.Start,
+		Close:         models.Close,
 		ShutdownGrace: f.shutdownGrace, DrainDelay: f.drainDelay,
 		Forced: c.forced, Cause: stoppedBy,
 	}
@@ -324,7 +330,7 @@ func (c *serveCommand) serve(ctx context.Context) error {
 }
 
 // routingConfig is the routing configuration every model shares: serve's limits,
-// batching and defaults; each model's own bounds are filled in by loadModels.
+// batching and defaults; each model's own bounds are filled in by served.Load.
 func (f *serveFlags) routingConfig() (routing.Config, error) {
 	defaultType, err := routing.ParseInputType(f.defaultInputType)
 	if err != nil {
@@ -337,8 +343,8 @@ func (f *serveFlags) routingConfig() (routing.Config, error) {
 	return routing.Config{
 		MaxInputs:          f.maxInputs,
 		MaxTotalTokens:     f.maxTotalTokens,
-		MaxInputTokens:     f.engine.MaxInputTokens,
-		WarmMaxTokens:      f.engine.WarmMaxTokens,
+		MaxInputTokens:     f.run.MaxInputTokens,
+		WarmMaxTokens:      f.run.WarmMaxTokens,
 		BatchWindow:        f.batchWindow,
 		BatchMaxTokens:     f.batchMaxTokens,
 		EphemeralQueue:     ephemeralQueue(f.ephemeralQueue),
@@ -349,13 +355,13 @@ func (f *serveFlags) routingConfig() (routing.Config, error) {
 }
 
 // newAPI is the HTTP side over the models; the first is the default.
-func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Server {
-	f, first := c.f, models.list[0]
+func (c *serveCommand) newAPI(models *served.Models, apiKeys []string) *server.Server {
+	f, first := c.f, models.List[0]
 	gin.SetMode(gin.ReleaseMode)
 	return &server.Server{
 		Config: server.Config{
-			ModelName:    first.name,
-			Aliases:      first.entry.aliases,
+			ModelName:    first.Name,
+			Aliases:      first.Entry.Aliases,
 			StrictModel:  f.strictModel,
 			MaxBodyBytes: f.maxBodyBytes,
 			Logger:       c.logger,
@@ -371,38 +377,23 @@ func (c *serveCommand) newAPI(models *servedModels, apiKeys []string) *server.Se
 			MaxConnections:        f.maxConnections,
 			DebugVars:             f.debugVars,
 		},
-		Models:  models.registry(),
-		Ready:   models.fleet.Ready,
-		Healthy: models.fleet.Healthy,
-		Info:    server.Info{Device: backends.DeviceName(first.eng.device), Models: models.info()},
+		Models:  models.Registry(),
+		Ready:   models.Fleet.Ready,
+		Healthy: models.Fleet.Healthy,
+		Info:    server.Info{Device: backends.DeviceName(first.Run.Device), Models: models.Info()},
 		Device: func() any {
-			if d := first.warm.Info().Device; d != nil {
+			if d := first.Warm.Info().Device; d != nil {
 				return d
 			}
 			return nil
 		},
 		CPUVariant: func() string {
-			if d := first.warm.Info().Device; d != nil {
+			if d := first.Warm.Info().Device; d != nil {
 				return d.CPUVariant
 			}
 			return ""
 		},
-		Vars:  models.fleet.Vars,
-		Loads: models.load,
+		Vars:  models.Fleet.Vars,
+		Loads: models.Loaded,
 	}
-}
-
-// startFleet starts the models' warm workers, wording a failure with the flag to
-// change (warmStartError) and, with several models, the model's name.
-func startFleet(ctx context.Context, fleet *backends.Fleet, warmMax int) error {
-	err := fleet.Start(ctx)
-	var me *backends.ModelError
-	if !errors.As(err, &me) {
-		return err
-	}
-	err = warmStartError(me.Err, warmMax)
-	if len(fleet.Models) > 1 {
-		err = fmt.Errorf("model %s: %w", me.Model, err)
-	}
-	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/buildinfo"
+	"github.com/embed-stack/embed-stack/served"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
 	"github.com/embed-stack/embed-stack/telemetry/stage"
@@ -30,12 +31,12 @@ func startTelemetry(role string, prometheus bool, logger *slog.Logger) (*telemet
 // output (where their spans are printed) to serve's stderr. The worker gauges are
 // per model, labelled with its served name (issue 17), a single model's too; the
 // device is the first model's warm worker's.
-func wireTelemetry(p *telemetry.Telemetry, api *server.Server, models *servedModels) error {
+func wireTelemetry(p *telemetry.Telemetry, api *server.Server, models *served.Models) error {
 	api.Config.Tracing = p.Tracing()
 	if h := p.MetricsHandler(); h != nil {
 		api.Metrics = h
 	}
-	warm := models.list[0].warm
+	warm := models.List[0].Warm
 	device := func(ctx context.Context) (telemetry.DeviceMemory, bool) {
 		// A scrape waits for the worker's answer at most this long.
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -43,16 +44,16 @@ func wireTelemetry(p *telemetry.Telemetry, api *server.Server, models *servedMod
 		d, ok := warm.Device(ctx)
 		return telemetry.DeviceMemory{Name: d.Name, Backend: d.Backend, Used: d.MemoryUsed(), Total: d.MemoryTotal}, ok
 	}
-	if err := p.ObserveWorkers(telemetry.Workers{Models: models.warmModels(), Device: device}); err != nil {
+	if err := p.ObserveWorkers(telemetry.Workers{Models: models.WarmModels(), Device: device}); err != nil {
 		return err
 	}
 	if p.Console() {
-		for _, m := range models.list {
-			if m.eng.warm.Spec.Output == nil {
-				m.eng.warm.Spec.Output = os.Stderr
+		for _, m := range models.List {
+			if m.Run.Warm.Spec.Output == nil {
+				m.Run.Warm.Spec.Output = os.Stderr
 			}
-			if m.eng.long.Spec.Output == nil {
-				m.eng.long.Spec.Output = os.Stderr
+			if m.Run.Long.Spec.Output == nil {
+				m.Run.Long.Spec.Output = os.Stderr
 			}
 		}
 	}
