@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +112,15 @@ var quickDefaults = map[string]string{
 }
 
 var quickServeArgs = []string{"--warm-max-tokens=512", "--max-input-tokens=2048"}
+
+// servePrompts goes first among the flags of the embed-stack serve the harness
+// starts: every Input's Text is already in the model's prompts (Corpus wraps it,
+// a query in the query prompt, as the server would), and every target is sent it
+// as it is. A serve that applied its own convention on top would embed a
+// document of an E5 model as "passage: passage: ..." and a query as
+// "passage: query: ...", tokens the floor and the other servers never see, and
+// the vector check would refuse it for the token count.
+const servePrompts = "--prompts=none"
 
 // Parse reads a command line into f through s (NewFlagSet(f)): the flags, then
 // --quick's defaults for the flags not given, then the checks.
@@ -238,9 +246,9 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find this executable to start serve: %w", err)
 		}
-		args := f.serveArgs
+		args := append([]string{servePrompts}, f.serveArgs...)
 		if f.CPUVariant != "" {
-			args = append(slices.Clone(args), "--cpu-variant="+f.CPUVariant)
+			args = append(args, "--cpu-variant="+f.CPUVariant)
 		}
 		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.Model, Threads: f.Threads, Args: args}
 	}

@@ -1,6 +1,10 @@
 package bench
 
-import "testing"
+import (
+	"io"
+	"slices"
+	"testing"
+)
 
 func TestParsePeer(t *testing.T) {
 	p, err := ParsePeer("tei=http://127.0.0.1:9000/v1,model=qwen,pid=42")
@@ -25,5 +29,43 @@ func TestSessionSizes(t *testing.T) {
 		if got := OllamaNumCtx(long); got != want {
 			t.Errorf("OllamaNumCtx(%d) = %d, want %d", long, got, want)
 		}
+	}
+}
+
+// The embed-stack serve the harness starts embeds each text as it is sent, with
+// --prompts=none ahead of any --serve-arg: Corpus has already wrapped every text in
+// the model's prompts, so a serve applying its own (E5's "passage: ", nomic's
+// "search_document: ") would embed the prompt twice and fail the vector check on
+// its token count. With --quick's serve flags, given ones and --cpu-variant alike.
+func TestSessionServeTakesTextsAsSent(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"--prompts=none"}},
+		{[]string{"--quick"}, []string{"--prompts=none", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
+		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--decode-tokens=2048", "--cpu-variant=haswell"}},
+	} {
+		var f Flags
+		args := append([]string{"--model", "m.gguf", "--corpus", "c.txt"}, tt.args...)
+		if err := f.Parse(NewFlagSet(&f), args); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		s, err := f.Session(args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if s.Serve == nil || !slices.Equal(s.Serve.Args, tt.want) {
+			t.Errorf("%v: serve %+v, want the flags %q", tt.args, s.Serve, tt.want)
+		}
+	}
+	// --url: a server the harness does not start, whose flags are its owner's.
+	var f Flags
+	args := []string{"--model", "m.gguf", "--corpus", "c.txt", "--url", "http://127.0.0.1:1/v1"}
+	if err := f.Parse(NewFlagSet(&f), args); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := f.Session(args, io.Discard); err != nil || s.Serve != nil {
+		t.Errorf("--url: serve %+v, %v; want none started", s.Serve, err)
 	}
 }

@@ -224,3 +224,27 @@ func TestBenchReindex(t *testing.T) {
 		t.Errorf("--reindex-seen 120: %v\n%s", err, out)
 	}
 }
+
+// TestBenchPromptedModel runs the harness on a model whose family prompts a
+// document (nomic-bert: "search_document: ", and "search_query: " for a query):
+// the corpus wraps each text in them once, and the serve the harness starts must
+// embed the text as sent (--prompts=none), not wrap it again. Wrapped twice, its
+// token counts exceeded the floor's and the vector check refused it.
+func TestBenchPromptedModel(t *testing.T) {
+	model := encoderModel(t, "models/nomic-bert-tiny.gguf")
+	// --quick's serve flags allow 2048 tokens; this model takes 512.
+	rep, _ := runBench(t, "--model", model, "--quick", "--only", bench.ShapeShort, "--serve-arg=--max-input-tokens=512")
+	if len(rep.Contenders) != 2 || rep.Contenders[1].Name != "embed-stack" {
+		t.Fatalf("contenders %+v, want the floor and embed-stack", rep.Contenders)
+	}
+	if !strings.Contains(rep.Contenders[1].About, "--prompts=none") {
+		t.Errorf("embed-stack started as %q, without --prompts=none", rep.Contenders[1].About)
+	}
+	if c := rep.Contenders[1].Check; c == nil || !c.Pass || c.Tokens != c.WantTokens || c.MinCosine < 0.99999 {
+		t.Fatalf("vector check %+v, want a pass on the tokens sent, at cosine >= 0.99999", c)
+	}
+	r := rep.Result(bench.ShapeShort, "embed-stack")
+	if r == nil || r.Requests == 0 || r.Statuses["200"] != r.Requests || r.TokenMismatches != 0 {
+		t.Errorf("%s on embed-stack: %+v, want every request answered 200 with the tokens sent", bench.ShapeShort, r)
+	}
+}
