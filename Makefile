@@ -511,9 +511,11 @@ portable:
 
 # The CPU kernel variant the end-to-end tests load (cmd/embed-stack,
 # cpuvariant_e2e_test.go), built by `make test` into $(BACKEND_DIR) like any other: the
-# AVX2 one on x86 CPUs with AVX2, the dotprod one on arm64 CPUs with dotprod. The
-# others are compiled (at -O0) by deploy's TestCPUVariantsCompile.
-TEST_CPU_VARIANT ?= $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo haswell || { grep -qw asimddp /proc/cpuinfo 2>/dev/null && echo armv8.2_1; })
+# best this CPU runs, as a worker's --cpu-variant auto picks it (tools/cpuvariant-best:
+# haswell on an AVX2-only x86, zen4 on an AVX-512 BF16 one, sapphirerapids with AMX,
+# the dotprod or i8mm one on arm64), so that each host tests the kernels its users
+# get. The others are compiled (at -O0) by deploy's TestCPUVariantsCompile.
+TEST_CPU_VARIANT ?= $(shell CGO_ENABLED=0 $(GO) run ./tools/cpuvariant-best 2>/dev/null)
 cpu-variant-test:
 	$(if $(TEST_CPU_VARIANT),$(MAKE) cpu-variants CPU_VARIANTS=$(TEST_CPU_VARIANT),@echo "this CPU runs no CPU kernel variant: none to build for the tests")
 

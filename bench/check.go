@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -35,6 +36,32 @@ type CheckResult struct {
 	Pass bool `json:"pass"`
 	// Reason explains a failure.
 	Reason string `json:"reason,omitempty"`
+}
+
+// MarshalJSON writes the cosines that are not numbers (NaN: no vectors came back, as
+// when the check request failed, or a zero vector) as null, since JSON has no NaN and
+// encoding/json refuses the whole report for one: `bench --json` must still write the
+// report that says why a target was not timed.
+func (r CheckResult) MarshalJSON() ([]byte, error) {
+	type plain CheckResult // without this method
+	cos := make([]*float64, len(r.Cosines))
+	for i := range r.Cosines {
+		cos[i] = finite(r.Cosines[i])
+	}
+	return json.Marshal(struct {
+		plain
+		Cosines    []*float64 `json:"cosines"`
+		MinCosine  *float64   `json:"min_cosine"`
+		Separation *float64   `json:"separation"`
+	}{plain(r), cos, finite(r.MinCosine), finite(r.Separation)})
+}
+
+// finite is &x, or nil (JSON null) when x is NaN or infinite.
+func finite(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
 }
 
 // Check embeds inputs through target and compares them with ref, the reference's

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -70,6 +71,44 @@ func TestCheck(t *testing.T) {
 				t.Errorf("passed with min cosine %v over %d cosines", r.MinCosine, len(r.Cosines))
 			}
 		})
+	}
+}
+
+// TestCheckResultJSON: a check whose request failed has no cosine (NaN), and the
+// report of the run must still encode, with null where the number is missing; a
+// passing check keeps its numbers.
+func TestCheckResultJSON(t *testing.T) {
+	inputs := byteInputs("first text", "second, longer text")
+	ref := [][]float32{rightVec("first text"), rightVec("second, longer text")}
+	failed := Check(context.Background(), newTestServer(t, &fakeServer{vec: rightVec, status: 500}), inputs, ref, "floor", DefaultMinCosine)
+	if !math.IsNaN(failed.MinCosine) {
+		t.Fatalf("min cosine of a failed check %v, want NaN", failed.MinCosine)
+	}
+	b, err := json.Marshal(failed)
+	if err != nil {
+		t.Fatalf("marshal a failed check: %v", err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got["min_cosine"]; !ok || v != nil {
+		t.Errorf("min_cosine %v (present %v), want null in %s", v, ok, b)
+	}
+	if got["reason"] != failed.Reason || got["pass"] != false || got["reference"] != "floor" {
+		t.Errorf("other fields lost: %s", b)
+	}
+	passed := Check(context.Background(), newTestServer(t, &fakeServer{vec: rightVec}), inputs, ref, "floor", DefaultMinCosine)
+	b, err = json.Marshal(passed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back CheckResult
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.MinCosine != passed.MinCosine || back.Separation != passed.Separation || len(back.Cosines) != 2 || back.Cosines[1] != passed.Cosines[1] || !back.Pass {
+		t.Errorf("round trip %+v, want %+v", back, passed)
 	}
 }
 

@@ -130,6 +130,18 @@ func ForArch(arch string) []*Variant {
 	return out
 }
 
+// Usable returns the variants of the host's architecture that it can run, in
+// ascending order of preference: the last is the host's best.
+func Usable(h Host) []*Variant {
+	var out []*Variant
+	for _, v := range ForArch(h.Arch) {
+		if len(h.Missing(v)) == 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Missing returns the ISAs of v that the host lacks (none: the host can run v).
 func (h *Host) Missing(v *Variant) []ISA {
 	var out []ISA
@@ -279,13 +291,7 @@ func Choose(r Request) (Choice, error) {
 		return Choice{}, err
 	}
 	choice, _ := ParseChoice(arch, r.Choice)
-	all := ForArch(arch)
-	var usable []*Variant
-	for _, v := range all {
-		if len(r.Host.Missing(v)) == 0 {
-			usable = append(usable, v)
-		}
-	}
+	usable := Usable(r.Host)
 	present := func(v *Variant) bool { return slices.Contains(r.Present, v.Name) }
 	builtin := func(note string) Choice {
 		return Choice{Note: strings.TrimSpace("compiled-in kernels" + builtinFeatures(r.Builtin) + note)}

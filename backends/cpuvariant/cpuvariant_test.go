@@ -62,6 +62,20 @@ func TestAutoPicksTheBestForEachRecordedHost(t *testing.T) {
 			if c.Name() != h.best || c.Warning != "" {
 				t.Fatalf("auto chose %q (note %q, warning %q), want %q without warning", c.Name(), c.Note, c.Warning, h.best)
 			}
+			// Usable's last is what `make test` builds (tools/cpuvariant-best):
+			// the same variant, none where the CPU runs none.
+			best := Builtin
+			if u := Usable(host); len(u) > 0 {
+				best = u[len(u)-1].Name
+				for _, v := range u {
+					if m := host.Missing(v); len(m) > 0 {
+						t.Errorf("Usable gives %s, which lacks %v", v.Name, m)
+					}
+				}
+			}
+			if best != h.best {
+				t.Errorf("Usable's best %q, want %q", best, h.best)
+			}
 		})
 	}
 }
