@@ -113,8 +113,9 @@ $(TOKENIZER):
 tokenizer: $(TOKENIZER)
 
 # The real encoder files (all-MiniLM-L6-v2's checkpoint and WordPiece tokenizer.json,
-# XLM-R's Unigram vocabulary as a GGUF), pinned by sha256: scripts/fetch-encoders.sh.
-ENCODERS := .cache/minilm/model.safetensors .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf
+# XLM-R's Unigram and Llama 2's SentencePiece BPE vocabularies as GGUFs), pinned by
+# sha256: scripts/fetch-encoders.sh.
+ENCODERS := .cache/minilm/model.safetensors .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf .cache/llama-spm/ggml-vocab-llama-spm.gguf
 $(ENCODERS) &:
 	bash scripts/fetch-encoders.sh
 
@@ -138,14 +139,26 @@ $(HF_VENV)/installed: $(HF_REQS)
 	$(HF_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(HF_REQS)
 	touch $@
 
+# transformers' converters and sentencepiece, the reference of the SentencePiece BPE
+# tokenizer (tools/hf-tokenizers/spm_bpe.py), in a virtual environment of their own.
+SPM_VENV ?= .cache/venv-spm
+SPM_REQS := tools/hf-tokenizers/requirements-spm.txt
+
+$(SPM_VENV)/installed: $(SPM_REQS)
+	rm -rf $(SPM_VENV)
+	python3 -m venv $(SPM_VENV)
+	$(SPM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r $(SPM_REQS)
+	touch $@
+
 # The live comparison with HF: its character classes (tokenizer/bert_tables.go) and the
 # ids of the committed parity files must still be what HF gives, and the MiniLM
 # reference vectors what the numpy forward pass of the real checkpoint gives
 # (docs/tokenizers.md). go test ./tokenizer and ./backends/llama then hold the Go
 # tokenizers and llama.cpp to those files.
-test-tokenizers: $(ENCODERS) $(HF_VENV)/installed $(BERT_RERANKER) $(XLMR_RERANKER)
+test-tokenizers: $(ENCODERS) $(HF_VENV)/installed $(SPM_VENV)/installed $(BERT_RERANKER) $(XLMR_RERANKER)
 	$(HF_VENV)/bin/python tools/hf-tokenizers/tables.py --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/parity.py --check
+	$(SPM_VENV)/bin/python tools/hf-tokenizers/spm_bpe.py parity llama --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/minilm_reference.py --check
 	$(HF_VENV)/bin/python tools/hf-tokenizers/crossencoder_reference.py --check
 

@@ -10,6 +10,8 @@
 #                    its precompiled_charsmap, as llama.cpp's converter writes it (the
 #                    vocabulary of nomic-embed-text-v2-moe); from llama.cpp's models/
 #                    folder in the PyPI sdist of llama-cpp-python 0.3.36.
+#   .cache/llama-spm/ ggml-vocab-llama-spm.gguf: Llama 2's SentencePiece BPE vocabulary
+#                    as llama.cpp's converter writes it, from the same sdist.
 #
 # Idempotent: files with the right checksums are kept. Any mismatch is fatal, and
 # nothing unverified is written to the cache. Needs python3 with pip, unzip and tar.
@@ -34,6 +36,9 @@ readonly -a MINILM_FILES=(
 )
 readonly -a XLMR_FILES=(
 	'ggml-vocab-nomic-bert-moe.gguf 90a6746926454784a98389ad36a36d89bc9cfc81db9cb0f33c941bcc959fe5f9'
+)
+readonly -a LLAMA_SPM_FILES=(
+	'ggml-vocab-llama-spm.gguf 16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69'
 )
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -108,16 +113,38 @@ else
 	echo "fetch-encoders: wrote .cache/minilm (${MINILM_PKG})"
 fi
 
+# llama_sdist: the verified llama-cpp-python sdist, downloaded once per run.
+llama_sdist() {
+	if [[ ! -d "${work}/llama" ]]; then
+		# pip prepares the sdist's metadata (about a minute); nothing is built or installed.
+		pip_download "${LLAMA_PKG}" "${work}/llama" --no-binary=:all:
+		local sdist got
+		sdist="$(ls "${work}"/llama/*.tar.gz)"
+		got="$(sha256_of "${sdist}")"
+		[[ "${got}" == "${LLAMA_SDIST_SHA256}" ]] || die "checksum mismatch for ${sdist##*/}: got ${got}, want ${LLAMA_SDIST_SHA256}"
+	fi
+	ls "${work}"/llama/*.tar.gz
+}
+
+# llama_model NAME DEST FILES...: installs llama.cpp's models/NAME from the sdist.
+llama_model() {
+	local name="$1" dest="$2" sdist
+	shift 2
+	sdist="$(llama_sdist)"
+	local member="llama_cpp_python-0.3.36/vendor/llama.cpp/models/${name}"
+	tar -xzf "${sdist}" -C "${work}/llama" "${member}" || die "${sdist##*/} has no ${member}"
+	install_files "$(dirname "${work}/llama/${member}")" "${dest}" "$@"
+	echo "fetch-encoders: wrote .cache/${dest##*/} (${LLAMA_PKG})"
+}
+
 if complete "${cache}/xlmr" "${XLMR_FILES[@]}"; then
 	echo "fetch-encoders: .cache/xlmr already present (sha256 ok)"
 else
-	# pip prepares the sdist's metadata (about a minute); nothing is built or installed.
-	pip_download "${LLAMA_PKG}" "${work}/llama" --no-binary=:all:
-	sdist="$(ls "${work}"/llama/*.tar.gz)"
-	got="$(sha256_of "${sdist}")"
-	[[ "${got}" == "${LLAMA_SDIST_SHA256}" ]] || die "checksum mismatch for ${sdist##*/}: got ${got}, want ${LLAMA_SDIST_SHA256}"
-	member='llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-nomic-bert-moe.gguf'
-	tar -xzf "${sdist}" -C "${work}/llama" "${member}" || die "${sdist##*/} has no ${member}"
-	install_files "$(dirname "${work}/llama/${member}")" "${cache}/xlmr" "${XLMR_FILES[@]}"
-	echo "fetch-encoders: wrote .cache/xlmr (${LLAMA_PKG})"
+	llama_model ggml-vocab-nomic-bert-moe.gguf "${cache}/xlmr" "${XLMR_FILES[@]}"
+fi
+
+if complete "${cache}/llama-spm" "${LLAMA_SPM_FILES[@]}"; then
+	echo "fetch-encoders: .cache/llama-spm already present (sha256 ok)"
+else
+	llama_model ggml-vocab-llama-spm.gguf "${cache}/llama-spm" "${LLAMA_SPM_FILES[@]}"
 fi

@@ -85,13 +85,14 @@ func BenchmarkPretokenize(b *testing.B) {
 }
 
 // BenchmarkEncodeEncoders is BenchmarkEncode for the WordPiece (all-MiniLM-L6-v2) and
-// Unigram (XLM-R) tokenizers, which have no word cache.
+// Unigram (XLM-R) tokenizers, which have no word cache, and the SentencePiece BPE one
+// (the Gemma-like test vocabulary), which has.
 func BenchmarkEncodeEncoders(b *testing.B) {
 	texts := benchTexts(b)
 	for _, tc := range []struct {
 		name string
 		tok  *Tokenizer
-	}{{"wordpiece", minilmTokenizer(b)}, {"unigram", xlmrTokenizer(b)}} {
+	}{{"wordpiece", minilmTokenizer(b)}, {"unigram", xlmrTokenizer(b)}, {"spm-bpe", spmBPETokenizer(b)}} {
 		for _, name := range []string{"english", "mixed"} {
 			text := texts[name]
 			b.Run(tc.name+"/"+name, func(b *testing.B) {

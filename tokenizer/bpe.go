@@ -39,15 +39,8 @@ type bpeScratch struct {
 	heap []candidate
 }
 
-// appendWord appends the ids of word (raw bytes of one pre-token) to dst.
-//
-// It is Hugging Face's Word::merge_all without dropout: a priority queue of candidate
-// merges ordered by (rank, position), popped one at a time. A popped candidate is stale
-// when its symbol has been absorbed or its right neighbour has changed, which shows as
-// the pair now merging to a different id (the left symbol of a pair only ever grows by
-// absorbing that very neighbour, so an unchanged merged id means an unchanged pair).
-// Merging one pair at a time by (rank, position) is what makes overlapping equal pairs
-// ("aaa" with merge "a a") come out as HF has them.
+// appendWord appends the ids of word (raw bytes of one pre-token) to dst: its bytes'
+// tokens merged by mergeAll.
 func (b *bpe) appendWord(dst []int32, word string) []int32 {
 	n := len(word)
 	if n == 1 {
@@ -63,10 +56,30 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 	}
 	syms[n-1].next = -1
 
-	h := candidateHeap(sc.heap[:0])
-	for i := 0; i+1 < n; i++ {
-		if m, ok := b.merges.get(syms[i].id, syms[i+1].id); ok {
-			h.push(candidate{rank: m.rank, pos: int32(i), id: m.id})
+	h := mergeAll(syms, &b.merges, candidateHeap(sc.heap[:0]))
+	for i := int32(0); i >= 0; i = syms[i].next { // symbol 0 is never absorbed
+		dst = append(dst, syms[i].id)
+	}
+
+	sc.syms, sc.heap = syms, h
+	if cap(sc.syms) <= 4096 { // do not pin the buffers of a pathological word
+		b.scratch.Put(sc)
+	}
+	return dst
+}
+
+// mergeAll merges the symbols of one word, a list linked from syms[0], in place:
+// Hugging Face's Word::merge_all without dropout, a priority queue of candidate merges
+// ordered by (rank, position), popped one at a time. A popped candidate is stale when
+// its symbol has been absorbed or its right neighbour has changed, which shows as the
+// pair now merging to a different id (the left symbol of a pair only ever grows by
+// absorbing that very neighbour, so an unchanged merged id means an unchanged pair).
+// Merging one pair at a time by (rank, position) is what makes overlapping equal pairs
+// ("aaa" with merge "a a") come out as HF has them. It returns h emptied, for reuse.
+func mergeAll(syms []symbol, merges *mergeTable, h candidateHeap) candidateHeap {
+	for i := int32(0); i >= 0 && syms[i].next >= 0; i = syms[i].next {
+		if m, ok := merges.get(syms[i].id, syms[syms[i].next].id); ok {
+			h.push(candidate{rank: m.rank, pos: i, id: m.id})
 		}
 	}
 	for len(h) > 0 {
@@ -77,7 +90,7 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 		}
 		rightPos := s.next
 		right := syms[rightPos]
-		if m, ok := b.merges.get(s.id, right.id); !ok || m.id != top.id {
+		if m, ok := merges.get(s.id, right.id); !ok || m.id != top.id {
 			continue
 		}
 		s.id = top.id
@@ -87,25 +100,17 @@ func (b *bpe) appendWord(dst []int32, word string) []int32 {
 			syms[right.next].prev = top.pos
 		}
 		if s.prev >= 0 {
-			if m, ok := b.merges.get(syms[s.prev].id, s.id); ok {
+			if m, ok := merges.get(syms[s.prev].id, s.id); ok {
 				h.push(candidate{rank: m.rank, pos: s.prev, id: m.id})
 			}
 		}
 		if s.next >= 0 {
-			if m, ok := b.merges.get(s.id, syms[s.next].id); ok {
+			if m, ok := merges.get(s.id, syms[s.next].id); ok {
 				h.push(candidate{rank: m.rank, pos: top.pos, id: m.id})
 			}
 		}
 	}
-	for i := int32(0); i >= 0; i = syms[i].next { // symbol 0 is never absorbed
-		dst = append(dst, syms[i].id)
-	}
-
-	sc.syms, sc.heap = syms, h
-	if cap(sc.syms) <= 4096 { // do not pin the buffers of a pathological word
-		b.scratch.Put(sc)
-	}
-	return dst
+	return h
 }
 
 // candidateHeap is a binary min-heap ordered by (rank, pos), written out rather than

@@ -3,10 +3,11 @@
 // send: Qwen3's own and tiktoken's cl100k_base (what LangChain sends by default).
 //
 // FromGGUF builds the tokenizer of the vocabulary a GGUF carries: byte-level BPE
-// (Qwen3, below), WordPiece (BERT: wordpiece.go) or SentencePiece Unigram (XLM-R, T5:
-// unigram.go, charsmap.go). Each must give the ids of the model's Hugging Face
-// tokenizer with split_special_tokens=True; docs/tokenizers.md says how that is tested
-// and the one deliberate difference (Unigram never produces control ids from text).
+// (Qwen3, below), WordPiece (BERT: wordpiece.go), SentencePiece Unigram (XLM-R, T5:
+// unigram.go, charsmap.go) or SentencePiece BPE with byte fallback (EmbeddingGemma,
+// Llama 2: spmbpe.go). Each must give the ids of the model's Hugging Face tokenizer
+// with split_special_tokens=True; docs/tokenizers.md says how that is tested and the
+// one deliberate difference (text never produces control ids).
 //
 // The Qwen3 tokenizer is a pure-Go reimplementation of Hugging Face's tokenizer.json
 // pipeline for Qwen2/Qwen3, built from the vocabulary a GGUF file carries

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,4 +61,42 @@ func containsAny(s string, literals []string) bool {
 		}
 	}
 	return false
+}
+
+// FuzzEncodeSPMBPE checks the SentencePiece BPE tokenizer (testdata/spm-bpe-vocab.gguf)
+// for any input: no panic, no control, unknown or unused id, Decode(Encode(s)) is s
+// with invalid UTF-8 replaced and "▁" read as a space (there is no normaliser and byte
+// fallback covers every character), and EncodeLimit's ids are Encode's first ones.
+//
+//	go test ./tokenizer -run '^$' -fuzz FuzzEncodeSPMBPE -fuzztime 60s
+func FuzzEncodeSPMBPE(f *testing.F) {
+	tok := spmBPETokenizer(f)
+	for _, e := range loadParityEntries(f, "parity-spm-bpe.json") {
+		if len(e) < 2000 {
+			f.Add(e)
+		}
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids := tok.Encode(s)
+		for _, id := range ids {
+			if id < 0 || int(id) >= tok.VocabSize() {
+				t.Fatalf("Encode(%q) produced id %d", s, id)
+			}
+			switch tok.types[id] {
+			case TokenControl, TokenUnknown, TokenUnused:
+				t.Fatalf("Encode(%q) produced id %d of type %d", s, id, tok.types[id])
+			}
+		}
+		got, err := tok.Decode(ids)
+		if err != nil {
+			t.Fatalf("Decode(Encode(%q)): %v", s, err)
+		}
+		if want := strings.ReplaceAll(toValidUTF8(s), phantomSpace, " "); got != want {
+			t.Fatalf("Decode(Encode(%q)) = %q, want %q", s, got, want)
+		}
+		limit := len(ids) / 2
+		if limited, complete := tok.EncodeLimit(s, limit); limit > 0 && (complete || len(limited) <= limit || !slices.Equal(limited, ids[:len(limited)])) {
+			t.Fatalf("EncodeLimit(%q, %d) = %v, %v; want more than %d of Encode's first ids %v", s, limit, limited, complete, limit, ids)
+		}
+	})
 }

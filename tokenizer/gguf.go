@@ -41,7 +41,8 @@ var qwenUserDefined = map[string]bool{
 //   - "gpt2", byte-level BPE, with tokenizer.ggml.pre "qwen2" (Qwen2 and Qwen3);
 //   - "bert", WordPiece (BERT, MiniLM, BGE, E5 and nomic-embed-text v1);
 //   - "t5", SentencePiece Unigram (XLM-R: bge-m3, multilingual-e5, nomic-embed-text
-//     v2; T5).
+//     v2; T5);
+//   - "llama", SentencePiece BPE with byte fallback (EmbeddingGemma, Gemma; Llama 2).
 //
 // One correction is applied to Qwen vocabularies: llama.cpp's converter
 // (convert_hf_to_gguf.py, does_token_look_special) types every added token spelt <|...|>
@@ -68,8 +69,10 @@ func FromGGUF(path string) (*Tokenizer, error) {
 		t, err = wordPieceFromGGUF(f)
 	case gguf.VocabUGM:
 		t, err = unigramFromGGUF(f)
+	case gguf.VocabSPM:
+		t, err = spmBPEFromGGUF(f)
 	default:
-		return nil, fmt.Errorf("tokenizer: %s: %s is %q; implemented are %q (byte-level BPE), %q (WordPiece) and %q (SentencePiece Unigram)", path, keyModel, model, gguf.VocabBPE, gguf.VocabWPM, gguf.VocabUGM)
+		return nil, fmt.Errorf("tokenizer: %s: %s is %q; implemented are %q (byte-level BPE), %q (WordPiece), %q (SentencePiece Unigram) and %q (SentencePiece BPE)", path, keyModel, model, gguf.VocabBPE, gguf.VocabWPM, gguf.VocabUGM, gguf.VocabSPM)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)
@@ -135,9 +138,8 @@ func unigramFromGGUF(f *gguf.File) (*Tokenizer, error) {
 	if v.Types, err = f.Int32s(keyTypes); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	scores, ok := f.Get(keyScores)
-	if v.Scores, _ = scores.([]float32); !ok || v.Scores == nil {
-		return nil, fmt.Errorf("tokenizer: %s is missing or not a float32 array; a Unigram vocabulary needs its scores", keyScores)
+	if v.Scores, err = readScores(f, "a Unigram vocabulary needs its scores"); err != nil {
+		return nil, err
 	}
 	if cm, ok := f.Get(keyCharsmap); ok {
 		switch b := cm.(type) {
@@ -157,6 +159,39 @@ func unigramFromGGUF(f *gguf.File) (*Tokenizer, error) {
 	v.AddSpacePrefix, _ = f.Bool(keyAddPrefix)
 	v.RemoveExtraWhitespaces, _ = f.Bool(keyRemoveExtraWS)
 	return NewUnigram(v)
+}
+
+// spmBPEFromGGUF reads a "llama" vocabulary. llama.cpp reads add_space_prefix with a
+// default of true for this type (Llama 2's dummy prefix); Gemma's converter writes
+// false.
+func spmBPEFromGGUF(f *gguf.File) (*Tokenizer, error) {
+	var v SPMBPEVocab
+	var err error
+	if v.Tokens, err = f.Strings(keyTokens); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if v.Types, err = f.Int32s(keyTypes); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if v.Scores, err = readScores(f, "a SentencePiece BPE vocabulary needs its scores to order its merges"); err != nil {
+		return nil, err
+	}
+	v.UNK = idKey(f, keyUNK, 0) // llama.cpp's default for "llama"
+	v.AddSpacePrefix = true
+	if b, err := f.Bool(keyAddPrefix); err == nil {
+		v.AddSpacePrefix = b
+	}
+	return NewSPMBPE(v)
+}
+
+// readScores reads tokenizer.ggml.scores; why says what they are needed for.
+func readScores(f *gguf.File, why string) ([]float32, error) {
+	scores, ok := f.Get(keyScores)
+	v, _ := scores.([]float32)
+	if !ok || v == nil {
+		return nil, fmt.Errorf("tokenizer: %s is missing or not a float32 array; %s", keyScores, why)
+	}
+	return v, nil
 }
 
 // uncased says whether no normal token has an uppercase letter with a lowercase form.
@@ -193,6 +228,9 @@ func readSpecial(f *gguf.File, t *Tokenizer) Special {
 		s.AddBOS, s.AddEOS = false, true
 	case gguf.VocabBPE:
 		s.AddBOS, s.AddEOS = false, false
+	case gguf.VocabSPM:
+		s.BOS, s.EOS, s.UNK = 1, 2, 0
+		s.AddBOS, s.AddEOS = true, false
 	}
 	s.BOS = idKey(f, "tokenizer.ggml.bos_token_id", s.BOS)
 	s.EOS = idKey(f, "tokenizer.ggml.eos_token_id", s.EOS)

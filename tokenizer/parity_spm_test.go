@@ -90,7 +90,7 @@ func wordPieceVocabFromTokenizerJSON(path string) (WordPieceVocab, error) {
 	return v, nil
 }
 
-var minilm, xlmr struct {
+var minilm, xlmr, spmBPETok struct {
 	once sync.Once
 	tok  *Tokenizer
 	err  error
@@ -133,6 +133,24 @@ type spmParity struct {
 		IDs   []int32 `json:"ids"`
 		HFRaw []int32 `json:"hf_raw"`
 	} `json:"entries"`
+}
+
+// loadParityEntries returns the texts of a parity file, for fuzz seeds.
+func loadParityEntries(t testing.TB, name string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p spmParity
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatalf("testdata/%s: %v", name, err)
+	}
+	texts := make([]string, len(p.Entries))
+	for i, e := range p.Entries {
+		texts[i] = e.Text
+	}
+	return texts
 }
 
 func loadSPMParity(t *testing.T, name string) spmParity {

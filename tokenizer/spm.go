@@ -40,10 +40,11 @@ type UnigramVocab struct {
 // Token types of SentencePiece vocabularies besides those of byte-level BPE.
 const (
 	TokenUnknown int32 = 2 // <unk>
-	TokenByte    int32 = 6 // <0x0A>: byte fallback, which Unigram vocabularies here do not use
+	TokenByte    int32 = 6 // <0x0A>: byte fallback (SentencePiece BPE); Decode writes the byte
 )
 
-// newSentenceTokenizer builds the parts WordPiece and Unigram tokenizers share:
+// newSentenceTokenizer builds the parts WordPiece, Unigram and SentencePiece BPE
+// tokenizers share:
 // the token table and index, the added-token matcher (control tokens stay text,
 // user-defined ones are cut out) and the pieces Decode writes, where a "▁" is a space.
 func newSentenceTokenizer(kind gguf.VocabType, tokens []string, types []int32, unk int32) (*Tokenizer, error) {
@@ -86,8 +87,15 @@ func newSentenceTokenizer(kind gguf.VocabType, tokens []string, types []int32, u
 	}
 	t.added = newAddedMatcher(added)
 	t.pieces = newStrtab(n, func(i int) string {
-		if types[i] == TokenNormal || types[i] == TokenUserDefined {
+		switch types[i] {
+		case TokenNormal, TokenUserDefined:
 			return strings.ReplaceAll(tokens[i], phantomSpace, " ")
+		case TokenByte:
+			// <0x0A> stands for the byte 0x0A (byte fallback).
+			var b byte
+			if _, err := fmt.Sscanf(tokens[i], "<0x%02X>", &b); err == nil && len(tokens[i]) == 6 {
+				return string([]byte{b})
+			}
 		}
 		return tokens[i]
 	})

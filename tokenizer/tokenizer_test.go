@@ -456,7 +456,8 @@ func TestFromGGUF(t *testing.T) {
 	for _, tt := range []struct {
 		name, model, pre, wantErr string
 	}{
-		{"sentencepiece", "llama", "default", `tokenizer.ggml.model is "llama"`},
+		{"not implemented", "rwkv", "", `tokenizer.ggml.model is "rwkv"; implemented are`},
+		{"sentencepiece bpe without scores", "llama", "default", "tokenizer.ggml.scores is missing"},
 		{"other pre-tokenizer", "gpt2", "llama-bpe", `tokenizer.ggml.pre is "llama-bpe"`},
 		{"pre-tokenizer missing", "gpt2", "", "tokenizer.ggml.pre"},
 	} {

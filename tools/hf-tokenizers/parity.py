@@ -162,8 +162,10 @@ def read_gguf_vocab(path):
     tokens = [bytes(p).decode("utf-8") for p in arr("tokenizer.ggml.tokens")]
     scores = [float(p[0]) for p in arr("tokenizer.ggml.scores")]
     types = [int(p[0]) for p in arr("tokenizer.ggml.token_type")]
-    f = r.fields["tokenizer.ggml.precompiled_charsmap"]
-    charsmap = bytes(np.concatenate([f.parts[i] for i in f.data]).astype(np.uint8))
+    charsmap = None
+    if "tokenizer.ggml.precompiled_charsmap" in r.fields:
+        f = r.fields["tokenizer.ggml.precompiled_charsmap"]
+        charsmap = bytes(np.concatenate([f.parts[i] for i in f.data]).astype(np.uint8))
     return tokens, scores, types, charsmap
 
 
@@ -226,6 +228,23 @@ def build_unigram():
     return render("ggml-vocab-nomic-bert-moe.gguf (XLM-R) sha256 " + XLMR_SHA256, digest, entries)
 
 
+def write_or_check(out, text, check, script, what):
+    """Writes text to out, or with check says whether out already holds it; what
+    describes the text for the message. Returns False when a check failed."""
+    rel = os.path.relpath(out, ROOT)
+    if not check:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {rel}: {what}, {len(text)} bytes")
+        return True
+    have = open(out, encoding="utf-8").read() if os.path.exists(out) else ""
+    if have != text:
+        print(f"{rel} is not what HF tokenizers {tokenizers.__version__} gives now; run tools/hf-tokenizers/{script}", file=sys.stderr)
+        return False
+    print(f"{rel}: {what}, HF tokenizers {tokenizers.__version__} agrees")
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
@@ -238,22 +257,10 @@ def main():
     failed = False
     for out, build in ((OUT_WP, build_wordpiece), (OUT_UG, build_unigram)):
         text = build()
-        rel = os.path.relpath(out, ROOT)
         n = text.count('{"text"')
-        if args.check:
-            have = open(out, encoding="utf-8").read() if os.path.exists(out) else ""
-            if have != text:
-                print(f"{rel} is not what HF tokenizers {tokenizers.__version__} gives now; run tools/hf-tokenizers/parity.py", file=sys.stderr)
-                failed = True
-            else:
-                print(f"{rel}: {n} texts, HF tokenizers {tokenizers.__version__} agrees")
-            continue
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"wrote {rel}: {n} texts, {len(text)} bytes")
+        failed |= not write_or_check(out, text, args.check, "parity.py", f"{n} texts")
     if failed:
         sys.exit(1)
-
 
 if __name__ == "__main__":
     main()

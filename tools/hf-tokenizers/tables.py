@@ -19,6 +19,7 @@ import sys
 import unicodedata
 
 import tokenizers
+from parity import write_or_check
 from tokenizers import normalizers, pre_tokenizers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -144,18 +145,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    text = render(probe())
-    rel = os.path.relpath(OUT, ROOT)
-    if args.check:
-        have = open(OUT, encoding="utf-8").read() if os.path.exists(OUT) else ""
-        if have != text:
-            sys.exit(f"{rel} is not what HF tokenizers {tokenizers.__version__} gives now; run tools/hf-tokenizers/tables.py")
-        print(f"{rel} matches HF tokenizers {tokenizers.__version__}")
-        return
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {rel} ({len(text)} bytes)")
-
+    if not write_or_check(OUT, render(probe()), args.check, "tables.py", "HF's character classes"):
+        sys.exit(1)
 
 if __name__ == "__main__":
     main()
