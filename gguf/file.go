@@ -80,6 +80,9 @@ type File struct {
 	alignment  uint64
 	dataOffset uint64
 	size       uint64
+	// kvEnd is the file position where the metadata ends and the tensor index
+	// begins: Convert copies the bytes before it unchanged.
+	kvEnd uint64
 }
 
 // Open parses the header, metadata and tensor index of the GGUF file at path. It does
@@ -177,6 +180,7 @@ func (f *File) parse(d *decoder) error {
 		f.values[key] = v
 	}
 
+	f.kvEnd = d.pos
 	f.alignment = DefaultAlignment
 	if v, ok := f.values[AlignmentKey]; ok {
 		a, isU32 := v.(uint32)

@@ -114,7 +114,7 @@ func (w *Writer) AddTensor(name string, typ GGMLType, dims []uint64, fill func(i
 // at its aligned offset, every tensor padded to the alignment as ggml pads it. The file
 // is written to a temporary name in the same directory and renamed into place, so
 // path never holds a partial file; on error the temporary file is removed.
-func (w *Writer) WriteFile(path string) (err error) {
+func (w *Writer) WriteFile(path string) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -129,6 +129,74 @@ func (w *Writer) WriteFile(path string) (err error) {
 		offset += alignUp(t.Bytes(), alignment)
 	}
 
+	return writeAtomic(path, func(bw *bufio.Writer) error {
+		e := &encoder{w: bw}
+		e.raw([]byte(magic))
+		e.u32(Version)
+		e.u64(uint64(len(w.tensors)))
+		e.u64(uint64(len(w.keys)))
+		for _, k := range w.keys {
+			e.str(k)
+			e.value(w.values[k])
+		}
+		infos := make([]TensorInfo, len(w.tensors))
+		for i, p := range w.tensors {
+			infos[i] = p.info
+		}
+		e.tensorIndex(infos)
+		e.pad(alignment)
+		if e.err != nil {
+			return fmt.Errorf("gguf: writing %s: %w", path, e.err)
+		}
+		for _, p := range w.tensors {
+			if err := e.tensorData(path, p.info, alignment, p.fill); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// tensorIndex writes the tensor index: each tensor's name, dims, type and offset.
+func (e *encoder) tensorIndex(tensors []TensorInfo) {
+	for _, t := range tensors {
+		e.str(t.Name)
+		e.u32(uint32(len(t.Dims)))
+		for _, d := range t.Dims {
+			e.u64(d)
+		}
+		e.u32(uint32(t.Type))
+		e.u64(t.Offset)
+	}
+}
+
+// tensorData writes t's data through fill, checks that fill wrote exactly t's
+// Bytes(), and pads to the alignment.
+func (e *encoder) tensorData(path string, t TensorInfo, alignment uint64, fill func(io.Writer) error) error {
+	cw := &countingWriter{w: e.w}
+	if err := fill(cw); err != nil {
+		return fmt.Errorf("gguf: writing %s: tensor %q: %w", path, t.Name, err)
+	}
+	if cw.err != nil {
+		return fmt.Errorf("gguf: writing %s: tensor %q: %w", path, t.Name, cw.err)
+	}
+	if want := t.Bytes(); cw.n != want {
+		return fmt.Errorf("gguf: writing %s: tensor %q (%s %v): fill wrote %d bytes, want %d",
+			path, t.Name, t.Type, t.Dims, cw.n, want)
+	}
+	e.n += cw.n
+	e.pad(alignment)
+	if e.err != nil {
+		return fmt.Errorf("gguf: writing %s: %w", path, e.err)
+	}
+	return nil
+}
+
+// writeAtomic writes a file through write, into a temporary name in the same
+// directory, synced and renamed into place, so that path never holds a partial
+// file (a reader sees the old file or the whole new one); on error the temporary
+// file is removed.
+func writeAtomic(path string, write func(*bufio.Writer) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
@@ -139,49 +207,11 @@ func (w *Writer) WriteFile(path string) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-
-	e := &encoder{w: bufio.NewWriterSize(tmp, 1<<20)}
-	e.raw([]byte(magic))
-	e.u32(Version)
-	e.u64(uint64(len(w.tensors)))
-	e.u64(uint64(len(w.keys)))
-	for _, k := range w.keys {
-		e.str(k)
-		e.value(w.values[k])
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := write(bw); err != nil {
+		return err
 	}
-	for _, p := range w.tensors {
-		t := p.info
-		e.str(t.Name)
-		e.u32(uint32(len(t.Dims)))
-		for _, d := range t.Dims {
-			e.u64(d)
-		}
-		e.u32(uint32(t.Type))
-		e.u64(t.Offset)
-	}
-	e.pad(alignment)
-	if e.err != nil {
-		return fmt.Errorf("gguf: writing %s: %w", path, e.err)
-	}
-	for _, p := range w.tensors {
-		cw := &countingWriter{w: e.w}
-		if err := p.fill(cw); err != nil {
-			return fmt.Errorf("gguf: writing %s: tensor %q: %w", path, p.info.Name, err)
-		}
-		if cw.err != nil {
-			return fmt.Errorf("gguf: writing %s: tensor %q: %w", path, p.info.Name, cw.err)
-		}
-		if want := p.info.Bytes(); cw.n != want {
-			return fmt.Errorf("gguf: writing %s: tensor %q (%s %v): fill wrote %d bytes, want %d",
-				path, p.info.Name, p.info.Type, p.info.Dims, cw.n, want)
-		}
-		e.n += cw.n
-		e.pad(alignment)
-		if e.err != nil {
-			return fmt.Errorf("gguf: writing %s: %w", path, e.err)
-		}
-	}
-	if err := e.w.Flush(); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("gguf: writing %s: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
