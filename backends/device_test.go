@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 )
 
@@ -43,7 +44,7 @@ func TestWorkerHandlerHealthDevice(t *testing.T) {
 			switch {
 			case tt.want == nil && h.Device != nil:
 				t.Errorf("device = %+v, want none", h.Device)
-			case tt.want != nil && (h.Device == nil || *h.Device != *tt.want):
+			case tt.want != nil && (h.Device == nil || !reflect.DeepEqual(*h.Device, *tt.want)):
 				t.Errorf("device = %+v, want %+v", h.Device, tt.want)
 			}
 		})

@@ -114,6 +114,10 @@ type Device struct {
 	// CPUVariantNote says why those kernels: "the best variant for this CPU",
 	// "they use every instruction set of haswell", "as asked (--cpu-variant)".
 	CPUVariantNote string `json:"cpu_variant_note,omitempty"`
+	// CPUFeatures are the ggml features of those kernels ("AVX2",
+	// "AVX512_BF16", ...: cpuvariant.Choice.Features), from which serve decides
+	// whether converting F16 weights to BF16 pays (package weights).
+	CPUFeatures []string `json:"cpu_features,omitempty"`
 	// Warning says the worker computes more slowly than its CPU allows: the best
 	// CPU variant's library was missing or did not load.
 	Warning string `json:"warning,omitempty"`

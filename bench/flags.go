@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +122,13 @@ var quickServeArgs = []string{"--warm-max-tokens=512", "--max-input-tokens=2048"
 // "passage: query: ...", tokens the floor and the other servers never see, and
 // the vector check would refuse it for the token count.
 const servePrompts = "--prompts=none"
+
+// serveWeights follows it unless a --serve-arg says --weights: the served model
+// computes with the file's weights, as the floor does, so that the vector check
+// holds it to the floor's vectors and the ratio to the floor is the server's
+// cost. --weights auto would convert F16 to BF16 on a CPU with AVX-512 BF16
+// (package weights); `bench --serve=false` on the converted file measures that.
+const serveWeights = "--weights=file"
 
 // Parse reads a command line into f through s (NewFlagSet(f)): the flags, then
 // --quick's defaults for the flags not given, then the checks.
@@ -246,7 +254,11 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find this executable to start serve: %w", err)
 		}
-		args := append([]string{servePrompts}, f.serveArgs...)
+		args := []string{servePrompts}
+		if !slices.ContainsFunc(f.serveArgs, func(a string) bool { return strings.HasPrefix(a, "--weights") && !strings.HasPrefix(a, "--weights-") }) {
+			args = append(args, serveWeights)
+		}
+		args = append(args, f.serveArgs...)
 		if f.CPUVariant != "" {
 			args = append(args, "--cpu-variant="+f.CPUVariant)
 		}

@@ -37,14 +37,17 @@ func TestSessionSizes(t *testing.T) {
 // the model's prompts, so a serve applying its own (E5's "passage: ", nomic's
 // "search_document: ") would embed the prompt twice and fail the vector check on
 // its token count. With --quick's serve flags, given ones and --cpu-variant alike.
+// --weights=file follows, so that the served model computes with the floor's
+// weights, unless a --serve-arg gives --weights.
 func TestSessionServeTakesTextsAsSent(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		want []string
 	}{
-		{nil, []string{"--prompts=none"}},
-		{[]string{"--quick"}, []string{"--prompts=none", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
-		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--decode-tokens=2048", "--cpu-variant=haswell"}},
+		{nil, []string{"--prompts=none", "--weights=file"}},
+		{[]string{"--quick"}, []string{"--prompts=none", "--weights=file", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
+		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--weights=file", "--decode-tokens=2048", "--cpu-variant=haswell"}},
+		{[]string{"--serve-arg=--weights=auto"}, []string{"--prompts=none", "--weights=auto"}},
 	} {
 		var f Flags
 		args := append([]string{"--model", "m.gguf", "--corpus", "c.txt"}, tt.args...)

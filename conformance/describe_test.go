@@ -21,20 +21,24 @@ import (
 // named (and documented in server/openapi.json).
 type infoResponse struct {
 	Models []struct {
-		ID            string   `json:"id"`
-		Aliases       []string `json:"aliases"`
-		Task          string   `json:"task"`
-		Source        string   `json:"source"`
-		File          string   `json:"file"`
-		SizeBytes     int64    `json:"size_bytes"`
-		Quantization  string   `json:"quantization"`
-		Architecture  string   `json:"architecture"`
-		SHA256        *string  `json:"sha256"`
-		ContextLength int      `json:"context_length"`
-		Tokenizer     string   `json:"tokenizer"`
-		SpecialTokens string   `json:"special_tokens"`
-		Pooling       string   `json:"pooling"`
-		Prompts       struct {
+		ID           string   `json:"id"`
+		Aliases      []string `json:"aliases"`
+		Task         string   `json:"task"`
+		Source       string   `json:"source"`
+		File         string   `json:"file"`
+		SizeBytes    int64    `json:"size_bytes"`
+		Quantization string   `json:"quantization"`
+		Architecture string   `json:"architecture"`
+		SHA256       *string  `json:"sha256"`
+		// The weights the workers compute with (issue 23): the file's, or BF16
+		// converted at load from it (--weights auto on a CPU with AVX-512 BF16).
+		Weights              string `json:"weights"`
+		WeightsConvertedFrom string `json:"weights_converted_from"`
+		ContextLength        int    `json:"context_length"`
+		Tokenizer            string `json:"tokenizer"`
+		SpecialTokens        string `json:"special_tokens"`
+		Pooling              string `json:"pooling"`
+		Prompts              struct {
 			Family      string `json:"family"`
 			Query       string `json:"query"`
 			Document    string `json:"document"`
@@ -125,6 +129,11 @@ func TestInfo(t *testing.T) {
 	}
 	if m.Source != modelPath || m.File != filepath.Base(modelPath) || m.SizeBytes != st.Size() || m.Quantization != "F16" || m.Architecture != "qwen3" {
 		t.Errorf("model %+v: want source %s, file %s, %d bytes, F16, qwen3", m, modelPath, filepath.Base(modelPath), st.Size())
+	}
+	// The F16 file as it is, or converted to BF16 at load where the CPU kernels
+	// have AVX-512 BF16 (--weights auto): either way the weights are named.
+	if !(m.Weights == "F16" && m.WeightsConvertedFrom == "") && !(m.Weights == "BF16" && m.WeightsConvertedFrom == "F16") {
+		t.Errorf("model weights %q converted from %q: want F16 as the file is, or BF16 converted from F16", m.Weights, m.WeightsConvertedFrom)
 	}
 	data, err := os.ReadFile(modelPath)
 	if err != nil {

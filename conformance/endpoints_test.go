@@ -36,9 +36,10 @@ func TestHealthAndReady(t *testing.T) {
 					MemoryFree  int64  `json:"memory_free_bytes"`
 					Note        string `json:"note"`
 					// The CPU kernels the worker runs and why (issue 23).
-					CPUVariant     string `json:"cpu_variant"`
-					CPUVariantNote string `json:"cpu_variant_note"`
-					Warning        string `json:"warning"`
+					CPUVariant     string   `json:"cpu_variant"`
+					CPUVariantNote string   `json:"cpu_variant_note"`
+					CPUFeatures    []string `json:"cpu_features"`
+					Warning        string   `json:"warning"`
 				} `json:"device"`
 			}
 			r.decode(t, &body)
@@ -77,6 +78,9 @@ func TestModels(t *testing.T) {
 		Dimensions    int    `json:"dimensions"`
 		ContextLength int    `json:"context_length"`
 		Tokenizer     string `json:"tokenizer"`
+		// The weights in use (issue 23).
+		Weights              string `json:"weights"`
+		WeightsConvertedFrom string `json:"weights_converted_from"`
 	}
 	var list struct {
 		Object string  `json:"object"`

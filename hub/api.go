@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -48,13 +46,9 @@ func newClient(opts Options) (*client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, &Error{Kind: ErrHub, Msg: fmt.Sprintf("invalid hub endpoint %q (HF_ENDPOINT): expected a URL such as %s", ep, DefaultEndpoint), Err: err}
 	}
-	cacheDir := opts.CacheDir
-	if cacheDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, &Error{Kind: ErrCache, Msg: "cannot locate the Hugging Face cache: no home folder; set HF_HUB_CACHE or HF_HOME", Err: err}
-		}
-		cacheDir = filepath.Join(home, ".cache", "huggingface", "hub")
+	cacheDir, err := opts.Dir()
+	if err != nil {
+		return nil, err
 	}
 	c := &client{
 		endpoint: u,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/embed-stack/embed-stack/internal/filelock"
 )
 
 // repoCache is one repository's folder in the Hugging Face cache:
@@ -165,7 +167,7 @@ func (c repoCache) lockBlob(ctx context.Context, etag string, onWait func()) (un
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, fmt.Errorf("create lock folder: %w", err)
 	}
-	return lockFile(ctx, p, onWait)
+	return filelock.Lock(ctx, p, onWait)
 }
 
 // isRegularFile reports whether p (following symlinks) is a regular file.

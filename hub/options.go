@@ -86,6 +86,19 @@ func optionsFromEnv(getenv func(string) string) Options {
 	return o
 }
 
+// Dir is the Hub cache folder: CacheDir, else huggingface_hub's default
+// ~/.cache/huggingface/hub.
+func (o Options) Dir() (string, error) {
+	if o.CacheDir != "" {
+		return o.CacheDir, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", &Error{Kind: ErrCache, Msg: "cannot locate the Hugging Face cache: no home folder; set HF_HUB_CACHE or HF_HOME", Err: err}
+	}
+	return filepath.Join(home, ".cache", "huggingface", "hub"), nil
+}
+
 // truthy parses a boolean environment variable the way huggingface_hub does.
 func truthy(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {

@@ -38,7 +38,7 @@ func (m *Model) capacityConfig(workers, tokens, maxInput, warmCtx int) (backends
 	}
 	c := backends.CapacityConfig{Workers: workers, Tokens: tokens, MaxInput: maxInput, WarmContext: warmCtx, KVBytesPerToken: kv, Device: m.Device}
 	c.HostMemory()
-	return c, c.WeightsOf(m.Path)
+	return c, c.WeightsOf(m.Weights.Path)
 }
 
 // checkEphemeralLimits refuses bounds under which the longest accepted input could

@@ -1,6 +1,7 @@
 // Package modelrun prepares one model to run as both `embed-stack serve` and
 // `embed-stack embed` run it: the GGUF's facts (package modelinfo) and input limits,
-// its tokenizer, its special tokens and prompts, the command lines of its warm and
+// its tokenizer, its special tokens and prompts, the weight file its workers load
+// (package weights: the GGUF, or its F16 matrices converted to BF16), the command lines of its warm and
 // ephemeral workers (not yet started), the router over them (package routing), and
 // the ephemeral workers' admission sized to the model and this machine
 // (backends.CapacityConfig).
@@ -26,6 +27,7 @@ import (
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Config is what `serve` and `embed` share: which model, and how the worker
@@ -85,6 +87,13 @@ type Config struct {
 	// Executable is the embed-stack binary the workers run as `embed-stack
 	// worker`; "" is this process's own.
 	Executable string
+	// Weights is --weights: whether the workers load the GGUF as it is or a copy
+	// with its F16 matrices converted to BF16 (package weights: auto, file or
+	// bf16); "" means auto.
+	Weights string
+	// WeightsCache is the folder of converted weight files (--weights-cache); ""
+	// converts none.
+	WeightsCache string
 }
 
 // Model is one model made ready to run: the resolved GGUF, its facts, the
@@ -92,8 +101,11 @@ type Config struct {
 // The caller starts Warm (or a backends.OnDemand over it), builds a router with
 // Router, and closes what it started. Not safe for concurrent changes.
 type Model struct {
-	// Path is the local GGUF file.
-	Path      string
+	// Path is the local GGUF file, as given: its facts, tokenizer and identity.
+	Path string
+	// Weights is the file the workers load: Path, or a copy converted at load
+	// (package weights).
+	Weights   weights.Result
 	Facts     *modelinfo.Facts
 	Tokenizer *tokenizer.Tokenizer
 	// Frame and Prompts are the special tokens and prompts of the model's inputs
@@ -173,9 +185,18 @@ func Prepare(ctx context.Context, cfg Config, logger *slog.Logger) (*Model, erro
 			"memory_total_mib", device.MemoryTotal>>20, "memory_free_mib", device.MemoryFree>>20, "note", device.Note,
 			"cpu_variant", device.CPUVariant)
 	}
+	// Auto asks which CPU kernels the workers get only when the file has F16
+	// matrices; a worker that may have a GPU was probed above.
+	probe := func() (*backends.Device, error) {
+		if device != nil {
+			return device, nil
+		}
+		return backends.ProbeDevice(exe, cfg.Device)
+	}
+	w := weights.Load(ctx, weights.Request{Source: modelPath, Mode: cfg.Weights, Device: probe, CacheDir: cfg.WeightsCache}, logger)
 	// --threads only when set: a worker's default depends on its device (every
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
-	base := backends.WorkerArgs{Model: modelPath, Threads: cfg.Threads, Pooling: facts.WorkerPooling(),
+	base := backends.WorkerArgs{Model: w.Path, Threads: cfg.Threads, Pooling: facts.WorkerPooling(),
 		LogFormat: cfg.LogFormat, LogLevel: cfg.LogLevel, DeviceArgs: cfg.Device}
 	// A reranker's workers return the two logits of yes and no per sequence.
 	outputs := facts.Outputs()
@@ -187,6 +208,7 @@ func Prepare(ctx context.Context, cfg Config, logger *slog.Logger) (*Model, erro
 	longArgs.Nice = cfg.EphemeralNice
 	return &Model{
 		Path:      modelPath,
+		Weights:   w,
 		Device:    device,
 		Facts:     facts,
 		Tokenizer: tok,

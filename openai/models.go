@@ -30,6 +30,10 @@ type ModelMeta struct {
 	ContextLength int `json:"context_length,omitempty"`
 	// Tokenizer is the tokenizer algorithm: "BPE", "WordPiece", "Unigram".
 	Tokenizer string `json:"tokenizer,omitempty"`
+	// Weights is the weight type the model computes with ("F16", "BF16"), and
+	// WeightsConvertedFrom the file's where the server converted it at load.
+	Weights              string `json:"weights,omitempty"`
+	WeightsConvertedFrom string `json:"weights_converted_from,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

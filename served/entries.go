@@ -9,6 +9,7 @@ import (
 	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/server"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Entry is one --model of serve: the reference to load and the names
@@ -29,6 +30,8 @@ type Entry struct {
 	// (nil = its convention's).
 	Pooling, Prompts            string
 	QueryPrompt, DocumentPrompt *string
+	// Weights is its --weights ("" = the configuration's: package weights).
+	Weights string
 	// Flag is the entry as given, for messages.
 	Flag string
 }
@@ -103,6 +106,19 @@ func ParseKeepAlive(values []string, entries []Entry) error {
 			return fmt.Errorf("give a duration such as 10m (0 never stops a warm worker), or MODEL=DURATION")
 		}
 		e.KeepAlive = d
+		return nil
+	})
+}
+
+// ParseWeights sets each entry's --weights from the values: MODE (auto, file or
+// bf16) for every model, MODEL=MODE for one.
+func ParseWeights(values []string, entries []Entry) error {
+	return perModel("--weights", "weights mode", values, entries, false, func(e *Entry, v string) error {
+		mode, err := weights.ParseMode(v)
+		if err != nil {
+			return fmt.Errorf("give %s, or MODEL=MODE", strings.Join(weights.Modes, ", "))
+		}
+		e.Weights = mode
 		return nil
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/family"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 func TestParseModelEntries(t *testing.T) {
@@ -148,5 +149,49 @@ func TestParseSettings(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("pooling %q prompts %q query %q:\n got %s\nwant %s", tt.pooling, tt.prompts, tt.query, got, tt.want)
 		}
+	}
+}
+
+func TestParseWeights(t *testing.T) {
+	for _, tt := range []struct {
+		values []string
+		want   string
+	}{
+		{nil, "a: b:"},
+		{[]string{"bf16"}, "a:bf16 b:bf16"},
+		{[]string{"b=FILE", "bf16"}, "a:bf16 b:file"},
+		{[]string{"a=auto"}, "a:auto b:"},
+		{[]string{"f16"}, `--weights "f16": give auto, file, bf16, or MODEL=MODE`},
+		{[]string{"c=bf16"}, `--weights "c=bf16": "c" is not the NAME of a --model NAME=MODEL (or --model-name)`},
+		{[]string{"file", "bf16"}, `--weights "bf16": a weights mode for every model is already given; name the model for the others: --weights MODEL=bf16`},
+	} {
+		e := []Entry{{Name: "a"}, {Name: "b"}}
+		var got string
+		if err := ParseWeights(tt.values, e); err != nil {
+			got = err.Error()
+		} else {
+			got = "a:" + e[0].Weights + " b:" + e[1].Weights
+		}
+		if got != tt.want {
+			t.Errorf("%q:\n got %s\nwant %s", tt.values, got, tt.want)
+		}
+	}
+}
+
+// TestCacheIdentity: converted weights key the vector cache apart from the file's
+// own, and a digest not yet known keys nothing.
+func TestCacheIdentity(t *testing.T) {
+	digest := "abc"
+	d := func() string { return digest }
+	if got := cacheIdentity(d, weights.Result{Path: "m.gguf", Type: "F16"})(); got != "abc" {
+		t.Errorf("file as it is: %q", got)
+	}
+	conv := cacheIdentity(d, weights.Result{Path: "c.gguf", Type: "BF16", From: "F16"})
+	if got := conv(); got != "abc+BF16" {
+		t.Errorf("converted: %q", got)
+	}
+	digest = ""
+	if got := conv(); got != "" {
+		t.Errorf("unknown digest: %q", got)
 	}
 }

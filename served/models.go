@@ -27,6 +27,7 @@ import (
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/server"
 	"github.com/embed-stack/embed-stack/telemetry"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Config is what the command gives Load. The zero value of each field is
@@ -92,6 +93,9 @@ func Load(ctx context.Context, cfg Config, logger *slog.Logger) (*Models, error)
 		mc.Model = e.Ref
 		mc.Pooling, mc.Prompts = e.Pooling, e.Prompts
 		mc.QueryPrompt, mc.DocumentPrompt = e.QueryPrompt, e.DocumentPrompt
+		if e.Weights != "" {
+			mc.Weights = e.Weights
+		}
 		run, err := modelrun.Prepare(ctx, mc, logger)
 		if err != nil {
 			if several {
@@ -149,7 +153,7 @@ func Load(ctx context.Context, cfg Config, logger *slog.Logger) (*Models, error)
 		c.Model, c.MaxEphemeral, c.MaxEphemeralTokens = m.Name, m.Capacity.Workers, m.Capacity.Tokens
 		m.Router = run.Router(c)
 		m.Router.Warm = modelrun.WarmBackend{W: m.Warm}
-		m.Router.Cache, m.Router.Identity = cache, m.File.Digest
+		m.Router.Cache, m.Router.Identity = cache, cacheIdentity(m.File.Digest, run.Weights)
 		run.Long.HangTimeout = cfg.HangTimeout
 		if cfg.HangTimeout == 0 {
 			run.Long.HangTimeout = -1 // off, as for the warm worker
@@ -160,6 +164,22 @@ func Load(ctx context.Context, cfg Config, logger *slog.Logger) (*Models, error)
 		logger.Info("warm worker: mlx-embed-server", "path", cfg.Warm.MLXServer, "model_dir", cfg.Warm.MLXModel)
 	}
 	return models, nil
+}
+
+// cacheIdentity keys a model's cached vectors: the file's digest, and the weights
+// converted from it at load, whose vectors differ from the file's in the last bits
+// (a cache shared by servers with and without --weights must not mix them).
+func cacheIdentity(digest func() string, w weights.Result) func() string {
+	if !w.Converted() {
+		return digest
+	}
+	return func() string {
+		d := digest()
+		if d == "" {
+			return ""
+		}
+		return d + "+" + w.Type
+	}
 }
 
 // Start starts the models' warm workers, wording a failure with the flag to
@@ -200,7 +220,8 @@ func (ms *Models) Registry() []server.Model {
 	out := make([]server.Model, len(ms.List))
 	for i, m := range ms.List {
 		f := m.Run.Facts
-		meta := openai.ModelMeta{Architecture: f.Arch.Name, ContextLength: m.Run.ContextLength(), Tokenizer: f.Vocab.Algorithm()}
+		meta := openai.ModelMeta{Architecture: f.Arch.Name, ContextLength: m.Run.ContextLength(), Tokenizer: f.Vocab.Algorithm(),
+			Weights: m.Run.Weights.Type, WeightsConvertedFrom: m.Run.Weights.From}
 		if !f.Rerank {
 			// A reranker's vectors are its two logits: no pooling, no dimensions.
 			meta.Pooling, meta.Dimensions = f.Pooling.String(), f.Dim
@@ -219,7 +240,8 @@ func (ms *Models) Info() []server.ModelInfo {
 		file := m.File
 		file.Source, file.Name = m.Entry.Ref, filepath.Base(r.Path)
 		info := server.ModelInfo{ID: m.Name, Aliases: m.Entry.Aliases, Task: f.TaskName(), ContextLength: r.ContextLength(),
-			Tokenizer: f.Vocab.Algorithm(), SpecialTokens: r.Frame.Text, Limits: m.Router.Limits(), File: file}
+			Tokenizer: f.Vocab.Algorithm(), SpecialTokens: r.Frame.Text, Limits: m.Router.Limits(), File: file,
+			Weights: r.Weights.Type, WeightsFrom: r.Weights.From}
 		if f.Rerank {
 			info.Reranker = rerankerInfo(f)
 		} else {

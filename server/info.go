@@ -34,6 +34,10 @@ type ModelInfo struct {
 	SpecialTokens string
 	// Prompts are an embedding model's query and document prompts.
 	Prompts *Prompts
+	// Weights is the type of the weights the workers compute with ("F16",
+	// "BF16", "Q8_0"), and WeightsFrom the file's type where the server converted
+	// them at load (--weights), else "".
+	Weights, WeightsFrom string
 	routing.Limits
 	// File describes the GGUF: GET /info's source, file, size, quantization,
 	// architecture and sha256, the Ollama probes (GET /api/tags, POST /api/show)
@@ -88,10 +92,14 @@ type modelBody struct {
 	Quantization string   `json:"quantization"`
 	Architecture string   `json:"architecture"`
 	// SHA256 is null until known.
-	SHA256        *string `json:"sha256"`
-	ContextLength int     `json:"context_length"`
-	Tokenizer     string  `json:"tokenizer"`
-	SpecialTokens string  `json:"special_tokens"`
+	SHA256 *string `json:"sha256"`
+	// Weights is the weight type in use: quantization's, or BF16 converted at
+	// load from WeightsConvertedFrom.
+	Weights              string `json:"weights"`
+	WeightsConvertedFrom string `json:"weights_converted_from,omitempty"`
+	ContextLength        int    `json:"context_length"`
+	Tokenizer            string `json:"tokenizer"`
+	SpecialTokens        string `json:"special_tokens"`
 
 	Pooling       string   `json:"pooling,omitempty"`
 	Prompts       *Prompts `json:"prompts,omitempty"`
@@ -111,7 +119,7 @@ func (m ModelInfo) body() modelBody {
 	f := m.File
 	b := modelBody{
 		ID: m.ID, Aliases: m.Aliases, Task: m.Task, Source: f.Source, File: f.Name, SizeBytes: f.Size,
-		Quantization: f.FileType, Architecture: f.Architecture,
+		Quantization: f.FileType, Architecture: f.Architecture, Weights: m.Weights, WeightsConvertedFrom: m.WeightsFrom,
 		ContextLength: m.ContextLength, Tokenizer: m.Tokenizer, SpecialTokens: m.SpecialTokens,
 		MaxInputs: m.MaxInputs, MaxTotalTokens: m.MaxTotalTokens, MaxInputTokens: m.MaxInputTokens,
 		MaxInstructionBytes: m.MaxInstructionBytes,

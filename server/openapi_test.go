@@ -28,7 +28,8 @@ func documentedServer(e *fakeEmbedder, ready bool, cfg Config) *Server {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Created = time.Unix(1700000000, 0)
 	cfg.DebugVars = true
-	cfg.ModelMeta = openai.ModelMeta{Architecture: "qwen3", Pooling: "last", Dimensions: 3, ContextLength: 32768, Tokenizer: "BPE"}
+	cfg.ModelMeta = openai.ModelMeta{Architecture: "qwen3", Pooling: "last", Dimensions: 3, ContextLength: 32768, Tokenizer: "BPE",
+		Weights: "BF16", WeightsConvertedFrom: "F16"}
 	return &Server{
 		Config: cfg, Embedder: e, Ready: func() bool { return ready },
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -36,13 +37,13 @@ func documentedServer(e *fakeEmbedder, ready bool, cfg Config) *Server {
 			_, _ = io.WriteString(w, "# metrics\n")
 		}),
 		Info: Info{Device: "cpu", Models: []ModelInfo{{ID: "qwen3-embedding-0.6b", Aliases: []string{"alias"}, Task: "embedding", Pooling: "last",
-			ContextLength: 32768, Tokenizer: "BPE", SpecialTokens: "<|endoftext|>",
+			ContextLength: 32768, Tokenizer: "BPE", SpecialTokens: "<|endoftext|>", Weights: "BF16", WeightsFrom: "F16",
 			Prompts: &Prompts{Family: "qwen3", Query: "Instruct: {instruction}\nQuery:", Instruction: routing.DefaultInstruction},
 			Limits:  routing.Limits{Dim: 3, MinDimensions: 1, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096},
 			File: ModelFile{Source: "Qwen/Qwen3-Embedding-0.6B-GGUF:f16", Name: "Qwen3-Embedding-0.6B-f16.gguf", Size: 1 << 20, Modified: time.Unix(1700000000, 0),
 				Digest: func() string { return strings.Repeat("ab", 32) }, Architecture: "qwen3", FileType: "F16", Parameters: 595776512, ContextLength: 32768}},
 			// A reranker, whose local file is not hashed yet.
-			{ID: "qwen3-reranker-0.6b", Task: "rerank", ContextLength: 32768, Tokenizer: "BPE", SpecialTokens: "<|endoftext|>",
+			{ID: "qwen3-reranker-0.6b", Task: "rerank", ContextLength: 32768, Tokenizer: "BPE", SpecialTokens: "<|endoftext|>", Weights: "Q8_0",
 				Reranker: &RerankerInfo{Head: "classifier", Labels: []string{"yes", "no"}, Score: "sigmoid(logit(yes) - logit(no))"},
 				Limits:   routing.Limits{Dim: 2, MaxInputs: 2048, MaxTotalTokens: 300000, MaxInputTokens: 32768, MaxInstructionBytes: 4096},
 				File: ModelFile{Source: "models/reranker.gguf", Name: "reranker.gguf", Size: 639153184, Modified: time.Unix(1700000000, 0),

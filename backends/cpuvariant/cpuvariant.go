@@ -272,7 +272,17 @@ type Choice struct {
 	// (its library is missing from the folder): the worker runs, more slowly than
 	// it could. Logged at WARN and shown in /health.
 	Warning string
+	// Features are the ggml features of the kernels chosen, as
+	// ggml_backend_get_features names them ("AVX2", "AVX512_BF16", ...): the
+	// variant's, or the compiled-in kernels' (Request.Builtin). What a caller
+	// asks of the kernels, such as whether BF16 weights take AVX-512 BF16's dot
+	// products (package weights), it reads here.
+	Features []string
 }
+
+// BF16 is the ggml feature of kernels that multiply BF16 weights with AVX-512
+// BF16's dot-product instruction (vdpbf16ps).
+const BF16 = "AVX512_BF16"
 
 // Name is the variant's name, or "builtin".
 func (c Choice) Name() string {
@@ -286,6 +296,32 @@ func (c Choice) Name() string {
 // (ErrUnknown) and a variant the CPU cannot run (*UnsupportedError); a missing
 // library is never an error, but a fallback with a Warning.
 func Choose(r Request) (Choice, error) {
+	c, err := choose(r)
+	if err == nil {
+		c.Features = kernelFeatures(c.Variant, r.Builtin)
+	}
+	return c, err
+}
+
+// kernelFeatures are the reported ggml features of v's kernels, or of the
+// compiled-in ones (builtin) when v is nil, in ggml's order.
+func kernelFeatures(v *Variant, builtin []string) []string {
+	if v == nil {
+		return slices.Clone(builtin)
+	}
+	var out []string
+	for _, name := range reportedSIMD {
+		for _, f := range v.GGML {
+			if reportable[f] == name {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func choose(r Request) (Choice, error) {
 	arch := r.Host.Arch
 	if err := Check(r.Host, r.Choice); err != nil {
 		return Choice{}, err
@@ -342,7 +378,7 @@ func Choose(r Request) (Choice, error) {
 // DamagedWarning is the Warning of a worker whose chosen library did not load, and
 // which runs the compiled-in kernels instead.
 func DamagedWarning(v *Variant, path, reason string, builtinFeats []string) Choice {
-	c := Choice{Note: "compiled-in kernels" + builtinFeatures(builtinFeats)}
+	c := Choice{Note: "compiled-in kernels" + builtinFeatures(builtinFeats), Features: slices.Clone(builtinFeats)}
 	c.Warning = fmt.Sprintf("CPU variant %s did not load from %s (%s); running the %s instead (rebuild it with `make cpu-variants`, or remove it)", v.Name, path, reason, c.Note)
 	return c
 }

@@ -345,3 +345,36 @@ func TestUses(t *testing.T) {
 		t.Error("Uses does not follow the variants' instruction sets")
 	}
 }
+
+// TestChoiceFeatures: a choice carries the ggml features of the kernels it runs,
+// as ggml_backend_get_features reports them: the variant's (AVX-512 BF16 for zen4
+// and sapphirerapids, which package weights converts F16 weights for), or the
+// compiled-in kernels' when it runs those.
+func TestChoiceFeatures(t *testing.T) {
+	for _, h := range hosts {
+		if h.arch != "amd64" {
+			continue
+		}
+		host := readHost(t, h.file, h.arch)
+		c, err := Choose(Request{Host: host, Present: allNames(h.arch), Builtin: builtinV2, Dir: "lib/embed-stack"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bf16 := h.best == "zen4" || h.best == "sapphirerapids"
+		if got := slices.Contains(c.Features, BF16); got != bf16 || !slices.Contains(c.Features, "AVX") {
+			t.Errorf("%s: auto runs %s with features %v; AVX512_BF16 among them: %t, want %t", h.file, c.Name(), c.Features, got, bf16)
+		}
+	}
+	zen4 := Find("amd64", "zen4")
+	want := []string{"AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"}
+	if got := kernelFeatures(zen4, builtinV2); !slices.Equal(got, want) {
+		t.Errorf("zen4's features %v, want %v", got, want)
+	}
+	c, err := Choose(Request{Host: readHost(t, "zen5-avx512.cpuinfo", "amd64"), Choice: Builtin, Builtin: builtinZen3})
+	if err != nil || !slices.Equal(c.Features, builtinZen3) {
+		t.Errorf("builtin: %v, %v; want the compiled-in kernels' %v", c.Features, err, builtinZen3)
+	}
+	if d := DamagedWarning(zen4, "x.so", "bad", builtinV2); !slices.Equal(d.Features, builtinV2) {
+		t.Errorf("a damaged library runs the compiled-in kernels, features %v", d.Features)
+	}
+}

@@ -37,10 +37,7 @@ func testVariant(t *testing.T) (name, dir string) {
 	if len(usable) == 0 {
 		t.Skipf("this CPU (%s) can run no CPU variant of %s", host.Model, host.Arch)
 	}
-	src := testenv.Get("EMBED_STACK_CPU_VARIANT_DIR")
-	if src == "" {
-		src = filepath.Join(e2e.RepoRoot(t), "lib", "embed-stack")
-	}
+	src := variantSource(t)
 	for _, v := range slices.Backward(usable) {
 		if _, err := os.Stat(filepath.Join(src, cpuvariant.LibraryPrefix+v+".so")); err == nil {
 			name = v
@@ -50,7 +47,24 @@ func testVariant(t *testing.T) (name, dir string) {
 	if name == "" {
 		e2e.Require(t, fmt.Sprintf("no CPU variant library this CPU runs (%s) in %s: run `make cpu-variants CPU_VARIANTS=%s`", strings.Join(usable, ", "), src, usable[0]))
 	}
-	dir = t.TempDir()
+	return name, variantDir(t, src, name)
+}
+
+// variantSource is the folder of the variant libraries the tests load:
+// EMBED_STACK_CPU_VARIANT_DIR, else lib/embed-stack.
+func variantSource(t *testing.T) string {
+	if src := testenv.Get("EMBED_STACK_CPU_VARIANT_DIR"); src != "" {
+		return src
+	}
+	return filepath.Join(e2e.RepoRoot(t), "lib", "embed-stack")
+}
+
+// variantDir is a fresh backend folder holding src's library of the variant
+// name and the libggml-base it links against, so that each test decides what
+// else is there.
+func variantDir(t *testing.T, src, name string) string {
+	t.Helper()
+	dir := t.TempDir()
 	entries, _ := os.ReadDir(src)
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "libggml-base.so") || e.Name() == cpuvariant.LibraryPrefix+name+".so" {
@@ -63,7 +77,7 @@ func testVariant(t *testing.T) (name, dir string) {
 			}
 		}
 	}
-	return name, dir
+	return dir
 }
 
 // healthDevice is serve's /health "device" (the warm worker's).
@@ -109,7 +123,9 @@ func TestCPUVariantServe(t *testing.T) {
 	seqs := variantSeqs(ref.Config().Vocab)
 	vectors := map[string][][]float64{}
 	for _, want := range []string{name, cpuvariant.Builtin} {
-		s := e2e.Serve(t, "--backend-dir", dir, "--cpu-variant", want, "--token-ids", "native")
+		// --weights file: the same weights for both kernels, which --weights auto
+		// would convert to BF16 for the one with AVX-512 BF16 only.
+		s := e2e.Serve(t, "--backend-dir", dir, "--cpu-variant", want, "--token-ids", "native", "--weights", "file")
 		d := healthDevice(t, s.URL)
 		if d.CPUVariant != want || d.Warning != "" {
 			t.Fatalf("--cpu-variant %s: /health device %+v", want, d)

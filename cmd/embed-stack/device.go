@@ -13,6 +13,7 @@ import (
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/backends/llama"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // checkDevice refuses a malformed device name, a negative layer count, and a CPU
@@ -97,6 +98,11 @@ func (c *devicesCommand) Run(context.Context) error {
 		fmt.Fprintln(c.stdout, "note:", d.Note)
 	}
 	fmt.Fprintf(c.stdout, "cpu kernels: %s: %s\n", d.CPUVariant, d.CPUVariantNote)
+	if why, ok := weights.PaysOff(&d); ok {
+		fmt.Fprintf(c.stdout, "weights: --weights auto converts F16 matrices to BF16 at load: %s\n", why)
+	} else {
+		fmt.Fprintf(c.stdout, "weights: --weights auto loads F16 files as they are: %s\n", why)
+	}
 	if d.Warning != "" {
 		fmt.Fprintln(c.stdout, "warning:", d.Warning)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/embed-stack/embed-stack/modelrun"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/telemetry"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // embedFlags is the parsed command line of `embed-stack embed`.
@@ -112,6 +113,9 @@ func parseEmbedFlags(args []string, stdout, stderr io.Writer, getenv func(string
 	}
 	if _, ok := family.PromptsNamed(f.run.Prompts); !ok && f.run.Prompts != "auto" {
 		return nil, fmt.Errorf("--prompts %q is not one of auto, %s", f.run.Prompts, family.PromptNames())
+	}
+	if _, err := weights.ParseMode(f.run.Weights); err != nil {
+		return nil, fmt.Errorf("--weights: %w", err)
 	}
 	switch {
 	case f.run.Model == "":

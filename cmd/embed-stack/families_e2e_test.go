@@ -82,7 +82,9 @@ func nearestText(vecs [][]float64, q int) int {
 func TestServeMiniLMRealWeights(t *testing.T) {
 	f32, f16 := encoderModel(t, "models/minilm-f32.gguf"), encoderModel(t, "models/minilm-f16.gguf")
 	ref, want := readMiniLMReference(t)
-	s := serveWith(t, "--model", "f32="+f32, "--model", "f16="+f16)
+	// --weights file: each file's own weights, which --weights auto would convert
+	// to BF16 on a CPU with AVX-512 BF16 (TestServeMiniLMWeightsBF16 holds those).
+	s := serveWith(t, "--model", "f32="+f32, "--model", "f16="+f16, "--weights", "file")
 	for _, tc := range []struct {
 		model string
 		min   float64
@@ -137,7 +139,7 @@ func TestServeFamilies(t *testing.T) {
 	bert, xlmr := encoderModel(t, "models/bert-tiny.gguf"), encoderModel(t, "models/xlmr-tiny.gguf")
 	_, qwen := e2e.Paths(t)
 	s := serveWith(t, "--model", "bert="+bert, "--model", "xlmr="+xlmr, "--model", "qwen="+qwen,
-		"--pooling", "xlmr=cls", "--prompts", "bert=e5", "--prompts", "xlmr=nomic")
+		"--pooling", "xlmr=cls", "--prompts", "bert=e5", "--prompts", "xlmr=nomic", "--weights", "file")
 
 	code, raw := call(t, s.URL+"/info", "")
 	if code != 200 {
@@ -177,9 +179,9 @@ func TestServeFamilies(t *testing.T) {
 	code, raw = call(t, s.URL+"/v1/models", "")
 	for _, want := range []string{
 		`{"id":"bert","object":"model","created":`,
-		`"owned_by":"embed-stack","root":"bert","task":"embedding","architecture":"bert","pooling":"mean","dimensions":64,"context_length":512,"tokenizer":"WordPiece"}`,
-		`"owned_by":"embed-stack","root":"xlmr","task":"embedding","architecture":"bert","pooling":"cls","dimensions":64,"context_length":512,"tokenizer":"Unigram"}`,
-		`"owned_by":"embed-stack","root":"qwen","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"}`,
+		`"owned_by":"embed-stack","root":"bert","task":"embedding","architecture":"bert","pooling":"mean","dimensions":64,"context_length":512,"tokenizer":"WordPiece","weights":"F16"}`,
+		`"owned_by":"embed-stack","root":"xlmr","task":"embedding","architecture":"bert","pooling":"cls","dimensions":64,"context_length":512,"tokenizer":"Unigram","weights":"F16"}`,
+		`"owned_by":"embed-stack","root":"qwen","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE","weights":"F16"}`,
 	} {
 		if code != 200 || !strings.Contains(raw, want) {
 			t.Errorf("GET /v1/models: %d %s\nwant it to hold %s", code, raw, want)

@@ -13,6 +13,7 @@ import (
 	"github.com/embed-stack/embed-stack/hub"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelrun"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // defineWorkerFlags defines the flags of the workers: where and how they compute.
@@ -23,6 +24,8 @@ func defineWorkerFlags(s *flagconfig.Set, c *modelrun.Config) {
 	s.Int(&c.WarmMaxTokens, "warm-max-tokens", "N", 8192, "inputs of up to N tokens go to the warm worker, which stays loaded; each longer one gets an ephemeral worker of its own").AtLeast(1).
 		More("An ephemeral worker is sized to its input and exits when done (docs/routing.md). Left at its default, the model's input limit where that is shorter.")
 	s.Duration(&c.ReadyTimeout, "worker-ready-timeout", "DURATION", 2*time.Minute, "how long a loading worker may show no progress before it counts as hung")
+	s.String(&c.WeightsCache, "weights-cache", "DIR", "", "folder of the weight files converted at load (--weights)").
+		More("Default: embed-stack/weights beside the Hugging Face cache (HF_HUB_CACHE's parent: ~/.cache/huggingface/embed-stack/weights; in the container image, its /data/huggingface volume). A file is named by its source's path, size and modification time, and converted again when they change.")
 	s.Bool(&c.AllowPoolingMismatch, "allow-pooling-mismatch", false, "the older spelling of --pooling last").
 		More("For every model without a --pooling of its own: its vectors are last-token pooled, which is right only for a model trained that way.")
 }
@@ -43,6 +46,12 @@ const (
 	documentPromptHelp = "text before every document, in place of the convention's"
 )
 
+// Help of --weights, which serve takes per model and embed for its one model.
+const (
+	weightsHelp = "weights the workers compute with: auto, file or bf16"
+	weightsMore = "auto: on a CPU whose kernels have AVX-512 BF16 (Zen 4 and 5, Sapphire Rapids and later), with no GPU, the file's F16 matrices are converted to BF16 once, into --weights-cache, which multiplies faster there (docs/performance.md); elsewhere the file as it is. file: the file as it is. bf16: F16 and F32 matrices converted to BF16 wherever the model runs. A conversion that fails loads the file as it is, with a warning."
+)
+
 // promptsHelp is --prompts' help line.
 func promptsHelp() string {
 	return "prompt convention: auto, or one of " + family.PromptNames()
@@ -57,6 +66,7 @@ func defineModelSettings(s *flagconfig.Set, c *modelrun.Config, query, document 
 	s.String(&c.Prompts, "prompts", "NAME", "auto", promptsHelp()).More(promptsMore)
 	s.String(query, "query-prompt", "TEXT", "", queryPromptHelp).More(queryPromptMore)
 	s.String(document, "document-prompt", "TEXT", "", documentPromptHelp)
+	s.String(&c.Weights, "weights", "MODE", weights.Auto, weightsHelp).More(weightsMore)
 }
 
 // noteSources records which input limits were set (flag, environment or file)
@@ -96,7 +106,9 @@ func checkModelConfig(c *modelrun.Config) error {
 // modelConfig completes c for the models of a run: a --model that is a Hugging
 // Face reference is downloaded into the Hugging Face cache (with a progress bar
 // when stderr is a terminal; its failure worded with the ways to run without the
-// Hub), and a worker that may have a GPU is probed first (mayHaveGPU).
+// Hub), a worker that may have a GPU is probed first (mayHaveGPU), and weights
+// converted at load go beside the Hugging Face cache unless --weights-cache says
+// where.
 func modelConfig(c modelrun.Config, logger *slog.Logger) modelrun.Config {
 	ho := hub.OptionsFromEnv()
 	ho.Logger, ho.Progress = logger, os.Stderr
@@ -109,6 +121,11 @@ func modelConfig(c modelrun.Config, logger *slog.Logger) modelrun.Config {
 		return path, nil
 	}
 	c.ProbeDevice = mayHaveGPU(c.Device)
+	if c.WeightsCache == "" {
+		if dir, err := ho.Dir(); err == nil {
+			c.WeightsCache = filepath.Join(filepath.Dir(dir), "embed-stack", "weights")
+		}
+	}
 	return c
 }
 

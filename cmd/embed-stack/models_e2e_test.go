@@ -162,16 +162,18 @@ func TestServeSeveralModels(t *testing.T) {
 	inputs := map[string]any{"input": []string{"hello world", "a second, longer input about something else"}}
 	const rerankBody = `{"query":"what is a cat?","documents":["a cat is a small feline","stock markets fell today","cats purr"]}`
 
-	single := serveWith(t, "--model", model)
+	// --weights file: the exact bodies below say the file's weight type, which
+	// --weights auto would convert on a CPU with AVX-512 BF16.
+	single := serveWith(t, "--model", model, "--weights", "file")
 	want := e2e.Embeddings(t, single.URL, inputs)
 	single.Stop()
-	singleRR := serveWith(t, "--model", reranker)
+	singleRR := serveWith(t, "--model", reranker, "--weights", "file")
 	wantScores := rerankScores(t, singleRR.URL, rerankBody)
 	singleRR.Stop()
 
 	const keepAlive = 2 * time.Second
 	s := serveWith(t, "--model", "small="+model, "--model", "big="+model, "--model", "rr="+reranker,
-		"--model-alias", "small=text-embedding-3-small", "--keep-alive", keepAlive.String(), "--keep-alive", "small=1h")
+		"--model-alias", "small=text-embedding-3-small", "--keep-alive", keepAlive.String(), "--keep-alive", "small=1h", "--weights", "file")
 
 	for _, name := range []string{"small", "text-embedding-3-small:query", "big"} {
 		body := map[string]any{"model": name, "input": inputs["input"], "input_type": "document"}
@@ -198,11 +200,11 @@ func TestServeSeveralModels(t *testing.T) {
 		{"/v1/rerank", `{"model":"big","query":"q","documents":["a"]}`, 400,
 			"{\"error\":{\"message\":\"The model `big` is an embedding model, which does not rerank; name a reranker (GET /v1/models lists them), or compare embeddings.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_task_mismatch\"}}"},
 		{"/v1/models", "", 200, `{"object":"list","data":[` +
-			`{"id":"small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
-			`{"id":"text-embedding-3-small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
-			`{"id":"big","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"},` +
-			`{"id":"rr","object":"model","created":0,"owned_by":"embed-stack","root":"rr","task":"rerank","architecture":"qwen3","context_length":32768,"tokenizer":"BPE"}]}`},
-		{"/v1/models/big:query", "", 200, `{"id":"big:query","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE"}`},
+			`{"id":"small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE","weights":"F16"},` +
+			`{"id":"text-embedding-3-small","object":"model","created":0,"owned_by":"embed-stack","root":"small","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE","weights":"F16"},` +
+			`{"id":"big","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE","weights":"F16"},` +
+			`{"id":"rr","object":"model","created":0,"owned_by":"embed-stack","root":"rr","task":"rerank","architecture":"qwen3","context_length":32768,"tokenizer":"BPE","weights":"F16"}]}`},
+		{"/v1/models/big:query", "", 200, `{"id":"big:query","object":"model","created":0,"owned_by":"embed-stack","root":"big","task":"embedding","architecture":"qwen3","pooling":"last","dimensions":64,"context_length":32768,"tokenizer":"BPE","weights":"F16"}`},
 		{"/v1/models/nope", "", 404,
 			"{\"error\":{\"message\":\"The model `nope` does not exist or you do not have access to it.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"},
 	}

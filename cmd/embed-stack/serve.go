@@ -52,6 +52,8 @@ type serveFlags struct {
 	// --pooling, --prompts, --query-prompt and --document-prompt values
 	// (served.ParseSettings puts them on the entries).
 	pooling, prompts, queryPrompt, documentPrompt []string
+	// weights is the per-model --weights (served.ParseWeights).
+	weights []string
 	// warm is --warm-backend, --mlx-server and --mlx-model; parseServeFlags resolves
 	// it (see backends.WarmProgram.Resolve).
 	warm backends.WarmProgram
@@ -123,6 +125,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 
 	s.Group("Workers (llama.cpp)")
 	defineWorkerFlags(s, e)
+	s.List(&f.weights, "weights", "[MODEL=]MODE", weightsHelp).More(weightsMore + " MODEL=MODE sets one model's.")
 	s.String(&f.warmBuckets, "warm-buckets", "N,N,...", "256,1024,8192", "input lengths the warm worker runs once before it is ready, so that the first request of each size is fast").
 		More("As fast as the hundredth. Lengths above --warm-max-tokens are capped to it.")
 	s.Duration(&f.workerHangTimeout, "worker-hang-timeout", "DURATION", 5*time.Minute, "restart a warm worker that answers none of its requests for this long (0 = never)").AtLeast(0).
@@ -197,6 +200,9 @@ func parseServeFlags(args []string, stdout, stderr io.Writer) (*serveFlags, erro
 		return nil, err
 	}
 	if err := served.ParseSettings(f.entries, f.pooling, f.prompts, f.queryPrompt, f.documentPrompt); err != nil {
+		return nil, err
+	}
+	if err := served.ParseWeights(f.weights, f.entries); err != nil {
 		return nil, err
 	}
 	noteSources(s, &f.run)

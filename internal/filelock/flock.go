@@ -1,6 +1,10 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package hub
+// Package filelock takes exclusive advisory locks on files (flock), so that processes
+// that share a cache (two servers starting at once, or this program and
+// huggingface_hub) never write one entry at once. It knows nothing of what the lock
+// guards.
+package filelock
 
 import (
 	"context"
@@ -11,14 +15,15 @@ import (
 	"time"
 )
 
-// lockPollInterval is how often a waiter retries a lock held by another download.
+// lockPollInterval is how often a waiter retries a lock held by another process.
 const lockPollInterval = 200 * time.Millisecond
 
-// lockFile takes an exclusive flock on path, the lock Python's filelock takes on the
-// same file, so this package and huggingface_hub never download one blob at once. flock
-// cannot wait on a context, so a held lock is polled without blocking; onWait is called
-// once when the wait begins.
-func lockFile(ctx context.Context, path string, onWait func()) (func(), error) {
+// Lock takes an exclusive flock on path (created if missing) and returns the function
+// that releases it. flock cannot wait on a context, so a held lock is polled without
+// blocking; onWait is called once when the wait begins. The lock is the one Python's
+// filelock takes on the same file, so hub and huggingface_hub never download one
+// blob at once.
+func Lock(ctx context.Context, path string, onWait func()) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)

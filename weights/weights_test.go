@@ -1,0 +1,333 @@
+package weights
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
+	"github.com/embed-stack/embed-stack/gguf"
+)
+
+// portable are the features of a portable build's compiled-in kernels (x86-64-v2),
+// which leave the choice to the variant libraries.
+var portable = []string{"SSE3", "SSSE3", "LLAMAFILE"}
+
+// kernelsOn is the device of a CPU worker on the recorded host file with every
+// variant library present, as `embed-stack devices --json` reports it.
+func kernelsOn(t *testing.T, file, choice string, builtin []string) *backends.Device {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "backends", "cpuvariant", "testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := cpuvariant.ParseCPUInfo("amd64", string(b))
+	var all []string
+	for _, v := range cpuvariant.ForArch("amd64") {
+		all = append(all, v.Name)
+	}
+	c, err := cpuvariant.Choose(cpuvariant.Request{Host: host, Choice: choice, Present: all, Builtin: builtin, Dir: "lib/embed-stack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &backends.Device{Name: "CPU", Backend: "CPU", CPUVariant: c.Name(), CPUFeatures: c.Features}
+}
+
+// TestPaysOffOnRecordedHosts is Auto's rule against the recorded /proc/cpuinfo of
+// each CPU class: BF16 where the kernels the workers get have AVX-512 BF16 (Zen 5
+// and Sapphire Rapids through their variants, or a native build on Zen 5), never
+// on AVX2 or AVX-512 without BF16, never with a variant forced that lacks it, and
+// never on a GPU.
+func TestPaysOffOnRecordedHosts(t *testing.T) {
+	native := []string{"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "LLAMAFILE"}
+	tests := []struct {
+		file, choice string
+		builtin      []string
+		want         bool
+	}{
+		{"zen5-avx512.cpuinfo", "", portable, true},                // zen4
+		{"sapphirerapids-amx.cpuinfo", "", portable, true},         // sapphirerapids
+		{"zen5-avx512.cpuinfo", "", native, true},                  // builtin, -march=native
+		{"zen5-avx512.cpuinfo", "haswell", portable, false},        // forced AVX2
+		{"zen5-avx512.cpuinfo", "icelake", portable, false},        // forced, AVX-512 without BF16
+		{"sapphirerapids-amx.cpuinfo", "builtin", portable, false}, // the portable baseline
+		{"skylakex-avx512.cpuinfo", "", portable, false},
+		{"zen3-avx2.cpuinfo", "", portable, false},
+		{"sandybridge-avx.cpuinfo", "", portable, false},
+	}
+	for _, tt := range tests {
+		dev := kernelsOn(t, tt.file, tt.choice, tt.builtin)
+		why, ok := PaysOff(dev)
+		if ok != tt.want {
+			t.Errorf("%s, --cpu-variant %q (kernels %s %v): pays off %t (%s), want %t", tt.file, tt.choice, dev.CPUVariant, dev.CPUFeatures, ok, why, tt.want)
+		}
+	}
+	gpu := kernelsOn(t, "zen5-avx512.cpuinfo", "", portable)
+	gpu.GPU, gpu.Name = true, "CUDA0"
+	if why, ok := PaysOff(gpu); ok || !strings.Contains(why, "GPU (CUDA0)") {
+		t.Errorf("on a GPU: %t (%s)", ok, why)
+	}
+}
+
+// source writes a GGUF with an F16 matrix, an F32 matrix and an F32 norm.
+func source(t *testing.T, dir string) string {
+	t.Helper()
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen3")
+	f16, _ := gguf.AppendEncoded(nil, gguf.TypeF16, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+	f32, _ := gguf.AppendEncoded(nil, gguf.TypeF32, []float32{0.1, 0.2, 0.3, 0.4})
+	fill := func(b []byte) func(io.Writer) error {
+		return func(w io.Writer) error { _, err := w.Write(b); return err }
+	}
+	w.AddTensor("blk.0.attn_q.weight", gguf.TypeF16, []uint64{4, 2}, fill(f16))
+	w.AddTensor("blk.0.ffn_up.weight", gguf.TypeF32, []uint64{2, 2}, fill(f32))
+	w.AddTensor("blk.0.attn_norm.weight", gguf.TypeF32, []uint64{4}, fill(f32))
+	p := filepath.Join(dir, "model.gguf")
+	if err := w.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// logBuf is a logger into a buffer, safe for the concurrent test.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logBuf) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func types(t *testing.T, path string) map[string]gguf.GGMLType {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]gguf.GGMLType{}
+	for _, ti := range f.Tensors() {
+		out[ti.Name] = ti.Type
+	}
+	return out
+}
+
+func deviceOf(d *backends.Device) func() (*backends.Device, error) {
+	return func() (*backends.Device, error) { return d, nil }
+}
+
+// TestLoad: what each mode loads, the cached copy reused and replaced when the
+// source changes, and the fallbacks to the file as it is.
+func TestLoad(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := source(t, dir)
+	cache := filepath.Join(dir, "cache")
+	zen5 := kernelsOn(t, "zen5-avx512.cpuinfo", "", portable)
+	haswell := kernelsOn(t, "zen5-avx512.cpuinfo", "haswell", portable)
+	var log logBuf
+
+	if r := Load(ctx, Request{Source: src, Mode: File, CacheDir: cache}, log.logger()); r.Path != src || r.Type != "F16" || r.Converted() {
+		t.Fatalf("file: %+v", r)
+	}
+	if r := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(haswell), CacheDir: cache}, log.logger()); r.Path != src || r.Converted() {
+		t.Fatalf("auto on haswell kernels: %+v", r)
+	}
+
+	auto := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
+	if !auto.Converted() || auto.Type != "BF16" || auto.From != "F16" || filepath.Dir(auto.Path) != cache {
+		t.Fatalf("auto on zen4 kernels: %+v", auto)
+	}
+	want := map[string]gguf.GGMLType{"blk.0.attn_q.weight": gguf.TypeBF16, "blk.0.ffn_up.weight": gguf.TypeF32, "blk.0.attn_norm.weight": gguf.TypeF32}
+	if got := types(t, auto.Path); !equalTypes(got, want) {
+		t.Fatalf("auto converted %v, want %v", got, want)
+	}
+	if !strings.Contains(log.String(), "converted to BF16 at load") || !strings.Contains(log.String(), "seconds=") {
+		t.Errorf("no conversion logged:\n%s", log.String())
+	}
+
+	// The second start loads the same copy without converting again.
+	st1, _ := os.Stat(auto.Path)
+	again := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
+	st2, _ := os.Stat(again.Path)
+	if again != auto || !st1.ModTime().Equal(st2.ModTime()) || !strings.Contains(log.String(), "converted earlier") {
+		t.Fatalf("second load %+v (first %+v), modified %v then %v", again, auto, st1.ModTime(), st2.ModTime())
+	}
+
+	// bf16 converts the F32 matrix as well and asks nothing of the device.
+	forced := Load(ctx, Request{Source: src, Mode: BF16, Device: func() (*backends.Device, error) {
+		t.Error("bf16 asked for the device")
+		return nil, nil
+	}, CacheDir: cache}, log.logger())
+	want["blk.0.ffn_up.weight"] = gguf.TypeBF16
+	if got := types(t, forced.Path); !forced.Converted() || forced.Path == auto.Path || !equalTypes(got, want) {
+		t.Fatalf("bf16: %+v, types %v", forced, got)
+	}
+
+	// A changed source is converted again and its outdated copy removed; the
+	// other mode's copy stays.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(src, later, later); err != nil {
+		t.Fatal(err)
+	}
+	fresh := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
+	if fresh.Path == auto.Path || !fresh.Converted() {
+		t.Fatalf("changed source: %+v, first %+v", fresh, auto)
+	}
+	if _, err := os.Stat(auto.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("outdated copy %s: %v", auto.Path, err)
+	}
+	if _, err := os.Stat(forced.Path); err != nil {
+		t.Errorf("the bf16 copy was removed: %v", err)
+	}
+}
+
+func equalTypes(a, b map[string]gguf.GGMLType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLoadFallsBack: a cache that cannot be written, a device that cannot be
+// probed, and no cache folder all keep the file, with a warning; the server is
+// never stopped.
+func TestLoadFallsBack(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := source(t, dir)
+	zen5 := kernelsOn(t, "zen5-avx512.cpuinfo", "", portable)
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		req  Request
+		warn string
+	}{
+		{"cache is a file", Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: notDir}, "converting to BF16 failed"},
+		{"no cache", Request{Source: src, Mode: BF16}, "no cache folder"},
+		{"probe fails", Request{Source: src, Mode: Auto, Device: func() (*backends.Device, error) { return nil, errors.New("no ggml") }, CacheDir: dir}, "cannot tell which CPU kernels"},
+		{"bad mode", Request{Source: src, Mode: "fp8", CacheDir: dir}, `unknown weights mode`},
+	} {
+		var log logBuf
+		r := Load(ctx, tt.req, log.logger())
+		if r.Path != src || r.Converted() || r.Type != "F16" {
+			t.Errorf("%s: %+v", tt.name, r)
+		}
+		if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), tt.warn) {
+			t.Errorf("%s: want a warning %q, log:\n%s", tt.name, tt.warn, log.String())
+		}
+	}
+}
+
+// TestLoadConvertsOnce: two loads at once (two servers starting together) convert
+// once, under the lock, and both load the same copy.
+func TestLoadConvertsOnce(t *testing.T) {
+	dir := t.TempDir()
+	src := source(t, dir)
+	zen5 := kernelsOn(t, "zen5-avx512.cpuinfo", "", portable)
+	var log logBuf
+	var wg sync.WaitGroup
+	results := make([]Result, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = Load(context.Background(), Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: filepath.Join(dir, "cache")}, log.logger())
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r != results[0] || !r.Converted() {
+			t.Fatalf("results differ: %+v", results)
+		}
+	}
+	if n := strings.Count(log.String(), "converted to BF16 at load"); n != 1 {
+		t.Errorf("converted %d times, want once:\n%s", n, log.String())
+	}
+	// The conversion's bytes: F16 values become BF16 exactly (small integers).
+	f, err := gguf.Open(results[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	vals, err := f.TensorFloat64("blk.0.attn_q.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v != float64(i+1) {
+			t.Fatalf("value %d is %v, want %d", i, v, i+1)
+		}
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]string{"": Auto, "AUTO": Auto, " file ": File, "bf16": BF16} {
+		if got, err := ParseMode(in); err != nil || got != want {
+			t.Errorf("ParseMode(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseMode("f16"); err == nil || err.Error() != `unknown weights mode "f16": choose auto, file, bf16` {
+		t.Errorf("f16: %v", err)
+	}
+}
+
+// TestPlanKeepsAddedMatrices: BERT's position and token-type embeddings, which
+// llama.cpp adds to the activations, and T5's relative attention bias stay as they
+// are under every mode; vectors and non-weight tensors too.
+func TestPlanKeepsAddedMatrices(t *testing.T) {
+	m := func(name string, typ gguf.GGMLType) gguf.TensorInfo {
+		return gguf.TensorInfo{Name: name, Type: typ, Dims: []uint64{32, 4}}
+	}
+	tensors := []gguf.TensorInfo{
+		m("token_embd.weight", gguf.TypeF16), m("blk.0.attn_q.weight", gguf.TypeF16), m("cls.output.weight", gguf.TypeF32),
+		m("position_embd.weight", gguf.TypeF16), m("token_types.weight", gguf.TypeF32), m("enc.blk.0.attn_rel_b.weight", gguf.TypeF16),
+		{Name: "blk.0.attn_norm.weight", Type: gguf.TypeF16, Dims: []uint64{32}}, m("rope_freqs", gguf.TypeF16),
+	}
+	for mode, want := range map[string][]string{
+		Auto: {"token_embd.weight", "blk.0.attn_q.weight"},
+		BF16: {"token_embd.weight", "blk.0.attn_q.weight", "cls.output.weight"},
+	} {
+		p := planFor(mode, tensors)
+		var got []string
+		for _, ti := range tensors {
+			if p.converts(ti) {
+				got = append(got, ti.Name)
+			}
+		}
+		if !slices.Equal(got, want) || p.tensors != len(want) {
+			t.Errorf("%s converts %v (%d), want %v", mode, got, p.tensors, want)
+		}
+	}
+}
