@@ -220,7 +220,7 @@ func planFor(mode string, tensors []gguf.TensorInfo) plan {
 // convert returns the converted copy of src in dir, converting it first unless
 // another process (or an earlier start) already has.
 func convert(ctx context.Context, src *gguf.File, source, dir string, p plan, logger *slog.Logger) (string, error) {
-	name, prefix, err := cachedName(source, p)
+	name, prefix, abs, err := cachedName(source, p)
 	if err != nil {
 		return "", err
 	}
@@ -251,6 +251,11 @@ func convert(ctx context.Context, src *gguf.File, source, dir string, p plan, lo
 	logger.Info("weights: converted to BF16 at load", "model", source, "file", target, "converted", p.tag,
 		"tensors", st.Tensors, "source_bytes", st.SourceBytes, "bf16_bytes", st.TargetBytes, "file_bytes", st.FileBytes,
 		"seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
+	// The source's path beside the copy, so that a later conversion can tell a
+	// copy whose source is gone (a model deleted, a test's temporary file).
+	if err := os.WriteFile(target+sourceSuffix, []byte(abs), 0o644); err != nil {
+		logger.Warn("weights: cannot record the source of a converted file", "file", target, "err", err)
+	}
 	removeStale(dir, prefix, ".bf16-"+p.tag+".gguf", name, logger)
 	return target, nil
 }
@@ -260,28 +265,32 @@ func convert(ctx context.Context, src *gguf.File, source, dir string, p plan, lo
 // time, the converter's version and what is converted, and its base name, so that a
 // changed source or a new converter is converted again and a person can tell the
 // files apart.
-func cachedName(source string, p plan) (name, prefix string, err error) {
-	abs, err := filepath.Abs(source)
-	if err != nil {
-		return "", "", err
+func cachedName(source string, p plan) (name, prefix, abs string, err error) {
+	if abs, err = filepath.Abs(source); err != nil {
+		return "", "", "", err
 	}
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real // a Hub snapshot is a symlink to its blob
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	ph := sha256.Sum256([]byte(abs))
 	prefix = hex.EncodeToString(ph[:6]) + "-"
 	id := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%s", abs, st.Size(), st.ModTime().UnixNano(), converterVersion, p.tag))
 	base := strings.TrimSuffix(filepath.Base(source), ".gguf")
-	return prefix + hex.EncodeToString(id[:6]) + "-" + base + ".bf16-" + p.tag + ".gguf", prefix, nil
+	return prefix + hex.EncodeToString(id[:6]) + "-" + base + ".bf16-" + p.tag + ".gguf", prefix, abs, nil
 }
+
+// sourceSuffix names the file beside each converted copy that holds its source's
+// path.
+const sourceSuffix = ".source"
 
 // removeStale removes the copies converted the same way (suffix) from earlier
 // versions of the same source (prefix: same path; another size, time or
-// converter), which nothing loads any more. A worker still running on one keeps its mapping; the space comes back
+// converter), and every copy whose recorded source no longer exists: nothing
+// loads them any more. A worker still running on one keeps its mapping; the space comes back
 // when it exits.
 func removeStale(dir, prefix, suffix, keep string, logger *slog.Logger) {
 	entries, err := os.ReadDir(dir)
@@ -290,13 +299,26 @@ func removeStale(dir, prefix, suffix, keep string, logger *slog.Logger) {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if n == keep || !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, suffix) {
+		outdated := strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix)
+		if n == keep || !strings.HasSuffix(n, ".gguf") || !outdated && !sourceGone(filepath.Join(dir, n)) {
 			continue
 		}
+		os.Remove(filepath.Join(dir, n+sourceSuffix))
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			logger.Warn("weights: cannot remove an outdated converted file", "file", filepath.Join(dir, n), "err", err)
 			continue
 		}
 		logger.Info("weights: removed an outdated converted file", "file", filepath.Join(dir, n))
 	}
+}
+
+// sourceGone says that the converted file's recorded source no longer exists; a
+// copy without a record is kept.
+func sourceGone(converted string) bool {
+	src, err := os.ReadFile(converted + sourceSuffix)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(string(src))
+	return errors.Is(err, os.ErrNotExist)
 }

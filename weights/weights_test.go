@@ -203,6 +203,29 @@ func TestLoad(t *testing.T) {
 	if _, err := os.Stat(forced.Path); err != nil {
 		t.Errorf("the bf16 copy was removed: %v", err)
 	}
+
+	// A copy whose source is gone (a deleted model, a test's temporary file) is
+	// removed by the next conversion, with its record.
+	gone := source(t, t.TempDir())
+	old := Load(ctx, Request{Source: gone, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
+	if b, err := os.ReadFile(old.Path + sourceSuffix); err != nil || filepath.Base(string(b)) != "model.gguf" {
+		t.Fatalf("record of %s: %q, %v", old.Path, b, err)
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(src, later.Add(time.Hour), later.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
+	for _, p := range []string{old.Path, old.Path + sourceSuffix} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s of a deleted source: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(forced.Path); err != nil {
+		t.Errorf("the bf16 copy, whose source is there, was removed: %v", err)
+	}
 }
 
 func equalTypes(a, b map[string]gguf.GGMLType) bool {
