@@ -193,7 +193,7 @@ func Prepare(ctx context.Context, cfg Config, logger *slog.Logger) (*Model, erro
 		}
 		return backends.ProbeDevice(exe, cfg.Device)
 	}
-	w := weights.Load(ctx, weights.Request{Source: modelPath, Mode: cfg.Weights, Device: probe, CacheDir: cfg.WeightsCache}, logger)
+	w := weights.Load(ctx, weights.Request{Source: modelPath, Mode: cfg.Weights, Device: probe, CacheDir: cfg.WeightsCache, Rerank: facts.Rerank}, logger)
 	// --threads only when set: a worker's default depends on its device (every
 	// CPU on the CPU, a few on a GPU; see llama.Config.Threads).
 	base := backends.WorkerArgs{Model: w.Path, Threads: cfg.Threads, Pooling: facts.WorkerPooling(),

@@ -83,6 +83,12 @@ type Request struct {
 	// CacheDir is the folder of converted files; "" keeps the file (with a warning
 	// when a conversion was wanted).
 	CacheDir string
+	// Rerank says the model is a reranker (a Qwen3-Reranker or a cross-encoder).
+	// Auto keeps its weights: its score is one number a client sorts by, held to
+	// 0.0025 of the file's in the rerank tests, and BF16 moved the tiny Qwen3
+	// reranker's P(yes) by 0.0028 and the cross-encoders' by 0.0039 (where an
+	// embedding keeps cosine 0.9999). BF16 converts it all the same.
+	Rerank bool
 }
 
 // Result is the weight file the workers load.
@@ -127,6 +133,10 @@ func Load(ctx context.Context, r Request, logger *slog.Logger) Result {
 		if mode == BF16 {
 			logger.Info("weights: no F16 or F32 matrix to convert to BF16; loading the file as it is", "model", r.Source, "weights", keep.Type)
 		}
+		return keep
+	}
+	if mode == Auto && r.Rerank {
+		logger.Debug("weights: keeping a reranker's weights (auto converts embedding models only)", "model", r.Source, "weights", keep.Type)
 		return keep
 	}
 	if mode == Auto {

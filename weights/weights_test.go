@@ -157,6 +157,18 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("auto on haswell kernels: %+v", r)
 	}
 
+	// A reranker keeps its weights under auto, even where BF16 pays, and converts
+	// under bf16.
+	if r := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache, Rerank: true}, log.logger()); r.Path != src || r.Converted() || r.Type != "F16" {
+		t.Fatalf("auto, a reranker on zen4 kernels: %+v", r)
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+		t.Fatalf("auto wrote %d files for a reranker", len(entries))
+	}
+	if r := Load(ctx, Request{Source: src, Mode: BF16, CacheDir: filepath.Join(dir, "cache-rerank"), Rerank: true}, log.logger()); !r.Converted() || r.Type != "BF16" {
+		t.Fatalf("bf16, a reranker: %+v", r)
+	}
+
 	auto := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
 	if !auto.Converted() || auto.Type != "BF16" || auto.From != "F16" || filepath.Dir(auto.Path) != cache {
 		t.Fatalf("auto on zen4 kernels: %+v", auto)

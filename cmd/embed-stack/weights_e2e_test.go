@@ -163,8 +163,14 @@ func TestServeWeightsAuto(t *testing.T) {
 		t.Fatalf("devices --json: exit %d\n%s%s", code, stdout, stderr)
 	}
 	cache := t.TempDir()
-	s := serveWith(t, "--model", "m="+model, "--weights-cache", cache)
+	// Beside it a reranker, whose weights auto keeps wherever it runs (its score
+	// is held to the file's): the one converted file is the embedding model's.
+	reranker := filepath.Join(filepath.Dir(model), "tiny-reranker.gguf")
+	s := serveWith(t, "--model", "m="+model, "--model", "rr="+reranker, "--weights-cache", cache)
 	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+")", slices.Contains(dev.CPUFeatures, cpuvariant.BF16))
+	if got := servedWeights(t, s.URL)["rr"]; got.Weights != "F16" || got.ConvertedFrom != "" {
+		t.Errorf("auto, the reranker: %+v, want its F16 weights as the file has them", got)
+	}
 	s.Stop()
 
 	name, _ := testVariant(t)
