@@ -502,11 +502,13 @@ CPU_CROSS      ?=
 CPU_BUILD_DIR  ?= .cache/cpu-build$(if $(CPU_CROSS),-$(CPU_CROSS))
 CPU_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CPU_CMAKE_FLAGS ?=
-# -mtune for every variant (empty: GCC's `generic`, what release archives and the
-# image need). The instruction sets stay each variant's, so the libraries still run on
-# any CPU that has them; CPU_TUNE=native schedules the code for the build host, as the
-# compiled-in -march=native kernels are (on the Zen 3 development host, generic
-# tuning costs the haswell variant up to about 10%: docs/performance.md).
+# -mtune for every variant. Empty: each variant's own (cmake/cpu/variants.cmake:
+# zen4 for AMD Zen, the others GCC's `generic`, since their CPUs are several), what
+# release archives and the image get. The instruction sets stay each variant's, so the
+# libraries still run on any CPU that has them; CPU_TUNE=native schedules the code for
+# the build host, as the compiled-in -march=native kernels are (on the Zen 3
+# development host, generic tuning costs the haswell variant up to about 10%), and
+# CPU_TUNE=generic tunes none (docs/performance.md).
 CPU_TUNE       ?=
 CPU_CROSS_FLAGS = $(if $(CPU_CROSS),-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=$(firstword $(subst -, ,$(CPU_CROSS))) \
                   -DCMAKE_C_COMPILER=$(CPU_CROSS)-gcc -DCMAKE_CXX_COMPILER=$(CPU_CROSS)-g++)

@@ -17,20 +17,39 @@ ggml_get_system_arch()
 # On arm64 the variant's features choose its -march (ggml's CPU CMakeLists.txt).
 set(GGML_CPU_ALL_VARIANTS ON)
 
-# EMBED_STACK_CPU_TUNE (the Makefile's CPU_TUNE) sets -mtune for every variant: the
-# instruction sets stay the variant's, so the library still runs on every CPU its
-# table entry admits, but the compiler schedules for that CPU. Unset, GCC tunes
-# for `generic`, which release archives and the image need; on the AMD Zen 3
-# development host the haswell variant so built reaches 0.9 to 0.98x the compiled-in
-# -march=native kernels, whose code -mtune=native (znver3 there) reproduces
-# instruction for instruction (docs/performance.md).
-set(EMBED_STACK_CPU_TUNE "" CACHE STRING "-mtune for the CPU kernel variants (empty: the compiler's default, generic)")
+# -mtune: the instruction sets stay each variant's, so a library still runs on every
+# CPU its table entry admits, but the compiler schedules the code for one CPU.
+# EMBED_STACK_CPU_TUNE (the Makefile's CPU_TUNE) sets it for every variant
+# (CPU_TUNE=generic for GCC's default everywhere). Unset, a variant whose CPUs are
+# one family is tuned for it: EMBED_STACK_TUNE_<name> lists the -mtune values in
+# order of preference, and the first the compiler accepts is used; the others keep
+# GCC's `generic`, since their CPUs are several (haswell runs Intel from 2013 on and
+# AMD Zen 1 to 3) or no measurement says which tuning pays. Measured
+# (docs/performance.md, "Tuning the zen4 variant"): on AMD Zen 5, zen4 tuned for
+# znver3 (GCC 12 knows no znver4) ran 1.03 to 1.04 x the same library tuned
+# generic, four interleaved rounds on a quiet host, which brought it from 0.92 to
+# 1.01 x a -march=native build to 0.96 to 1.04 x.
+set(EMBED_STACK_CPU_TUNE "" CACHE STRING "-mtune for every CPU kernel variant (empty: each variant's own, see EMBED_STACK_TUNE_<name>; generic: the compiler's default)")
+set(EMBED_STACK_TUNE_zen4 znver4 znver3)
 
+include(CheckCXXCompilerFlag)
 add_custom_target(cpu-variants)
 function(embed_stack_cpu_variant name)
     ggml_add_cpu_backend_variant(${name} ${ARGN})
-    if(EMBED_STACK_CPU_TUNE)
-        target_compile_options(ggml-cpu-${name} PRIVATE -mtune=${EMBED_STACK_CPU_TUNE})
+    set(tune "${EMBED_STACK_CPU_TUNE}")
+    if(NOT tune)
+        foreach(t IN LISTS EMBED_STACK_TUNE_${name})
+            string(MAKE_C_IDENTIFIER "EMBED_STACK_HAS_MTUNE_${t}" known)
+            check_cxx_compiler_flag(-mtune=${t} ${known})
+            if(${known})
+                set(tune ${t})
+                break()
+            endif()
+        endforeach()
+    endif()
+    if(tune)
+        target_compile_options(ggml-cpu-${name} PRIVATE -mtune=${tune})
+        message(STATUS "ggml-cpu-${name}: -mtune=${tune}")
     endif()
     add_dependencies(cpu-variants ggml-cpu-${name})
 endfunction()
