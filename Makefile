@@ -187,7 +187,11 @@ MINILM_F16  := $(MODELS_DIR)/minilm-f16.gguf
 # the others.
 WPM_ARCHS := nomic-bert jina-bert-v2 neo-bert
 UGM_ARCHS := nomic-bert-moe jina-bert-v3 t5encoder
-ARCH_MODELS := $(foreach a,$(WPM_ARCHS) $(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf)
+# gemma-embedding carries the SentencePiece BPE test vocabulary, written as llama.cpp
+# writes EmbeddingGemma's (tokenizer/testdata/spm-bpe-vocab.gguf, docs/tokenizers.md).
+SPM_VOCAB := tokenizer/testdata/spm-bpe-vocab.gguf
+GEMMA_TINY := $(MODELS_DIR)/gemma-embedding-tiny.gguf
+ARCH_MODELS := $(foreach a,$(WPM_ARCHS) $(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf) $(GEMMA_TINY)
 ENCODER_MODELS := $(BERT_TINY) $(BERT_RERANKER) $(XLMR_RERANKER) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
 
 $(foreach a,$(WPM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
@@ -195,6 +199,9 @@ $(foreach a,$(WPM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.ggu
 
 $(foreach a,$(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch $* -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@
+
+$(GEMMA_TINY): $(SPM_VOCAB)
+	$(GO) run ./cmd/genmodel -arch gemma-embedding -shape tiny -vocab-gguf $(SPM_VOCAB) -out $@
 
 $(BERT_TINY): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@

@@ -45,10 +45,11 @@ type Arch struct {
 }
 
 // Archs are the architectures embed-stack serves, in the order messages list them.
-// gemma-embedding is not among them yet: llama.cpp as pinned aborts encoding
-// genmodel's test model of it (GGML_ASSERT(buffer), with its own pooling too), and
-// EmbeddingGemma's dense projections run only in llama.cpp's pooled graph, which
-// the engine does not use (docs/models.md).
+// gemma-embedding's two dense projections after pooling (sentence-transformers'
+// 2_Dense and 3_Dense, dense_2 and dense_3 in the GGUF) are linear and without bias,
+// and llama.cpp applies them to every token's output when the context pools nothing,
+// so the engine's mean of those outputs is the projection of the mean, as llama.cpp's
+// pooled graph computes it (docs/models.md).
 // Every one of them is run by llama.cpp as pinned in go.mod (llama-arch.cpp); the
 // encoders are those llama_model::create_memory gives no KV cache, and t5encoder,
 // whose graph reads none.
@@ -60,6 +61,7 @@ var Archs = []Arch{
 	{Name: "neo-bert", Encoder: true, Flash: true, Pooling: gguf.PoolingCLS, Models: "NeoBERT"},
 	{Name: "jina-bert-v2", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "jina-embeddings-v2"},
 	{Name: "jina-bert-v3", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "jina-embeddings-v3"},
+	{Name: "gemma-embedding", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "EmbeddingGemma"},
 	{Name: "t5encoder", Encoder: true, Flash: false, Pooling: gguf.PoolingMean, Models: "sentence-T5, T5 encoders"},
 }
 

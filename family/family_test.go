@@ -62,7 +62,7 @@ func TestPrompts(t *testing.T) {
 }
 
 func TestArchs(t *testing.T) {
-	if got := Names(); got != "qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, t5encoder" {
+	if got := Names(); got != "qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, gemma-embedding, t5encoder" {
 		t.Errorf("Names() = %q", got)
 	}
 	for _, a := range Archs {

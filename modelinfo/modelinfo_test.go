@@ -167,7 +167,7 @@ func TestReadFamilies(t *testing.T) {
 		{arch: "t5encoder", name: "sentence-t5", heads: 12, kv: map[string]any{"t5encoder.pooling_type": uint32(1)},
 			pooling: gguf.PoolingMean, from: "model", maxTokens: 512, prompts: "none"},
 		{arch: "llama", name: "Llama 3.2 1B Instruct", ctx: 131072, heads: 32,
-			wantErr: `its architecture "llama" is not one embed-stack serves (qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, t5encoder); a decoder-only model can be served as an embedding model all the same with --pooling last, mean or cls`},
+			wantErr: `its architecture "llama" is not one embed-stack serves (qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, gemma-embedding, t5encoder); a decoder-only model can be served as an embedding model all the same with --pooling last, mean or cls`},
 		{arch: "llama", name: "e5-mistral-7b-instruct", ctx: 32768, heads: 32, o: Options{Pooling: "last"},
 			pooling: gguf.PoolingLast, from: "--pooling", maxTokens: 32768, prompts: "e5-instruct"},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)},

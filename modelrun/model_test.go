@@ -35,7 +35,7 @@ func TestServeRefusesModels(t *testing.T) {
 		want string
 	}{
 		{"unsupported architecture", map[string]any{"general.architecture": "llama", "llama.embedding_length": uint32(64)}, Config{},
-			`its architecture "llama" is not one embed-stack serves (qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, t5encoder); a decoder-only model can be served as an embedding model all the same with --pooling last, mean or cls`},
+			`its architecture "llama" is not one embed-stack serves (qwen3, bert, nomic-bert, nomic-bert-moe, neo-bert, jina-bert-v2, jina-bert-v3, gemma-embedding, t5encoder); a decoder-only model can be served as an embedding model all the same with --pooling last, mean or cls`},
 		{"a chat model: no pooling declared", map[string]any{"general.architecture": "qwen3", "qwen3.embedding_length": uint32(64)}, Config{},
 			"it declares no pooling type (qwen3.pooling_type), so it is not known how its vectors are made: a decoder-only chat model has none, and a qwen3 embedding model should (Qwen3-Embedding's GGUFs declare last). Pass --pooling last, mean or cls to serve it all the same"},
 		{"rank pooling for embeddings", map[string]any{"general.architecture": "qwen3", "qwen3.embedding_length": uint32(64), "qwen3.pooling_type": uint32(4)}, Config{Task: "embed"},

@@ -240,6 +240,9 @@ var archModels = []struct {
 	{"models/jina-bert-v3-tiny.gguf", gguf.PoolingMean},
 	{"models/neo-bert-tiny.gguf", gguf.PoolingCLS},
 	{"models/t5encoder-tiny.gguf", gguf.PoolingMean},
+	// Mean pooling, then the two dense projections, which llama.cpp's pooled graph
+	// applies to the mean and the engine's context to every token.
+	{"models/gemma-embedding-tiny.gguf", gguf.PoolingMean},
 }
 
 // TestEncoderArchitectures runs every encoder architecture's test model through

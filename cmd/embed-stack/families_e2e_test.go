@@ -141,33 +141,7 @@ func TestServeFamilies(t *testing.T) {
 	s := serveWith(t, "--model", "bert="+bert, "--model", "xlmr="+xlmr, "--model", "qwen="+qwen,
 		"--pooling", "xlmr=cls", "--prompts", "bert=e5", "--prompts", "xlmr=nomic", "--weights", "file")
 
-	code, raw := call(t, s.URL+"/info", "")
-	if code != 200 {
-		t.Fatalf("GET /info: %d %s", code, raw)
-	}
-	var info struct {
-		Models []struct {
-			ID             string `json:"id"`
-			Architecture   string `json:"architecture"`
-			Pooling        string `json:"pooling"`
-			ContextLength  int    `json:"context_length"`
-			Tokenizer      string `json:"tokenizer"`
-			SpecialTokens  string `json:"special_tokens"`
-			Dimensions     int    `json:"dimensions"`
-			MaxInputTokens int    `json:"max_input_tokens"`
-			Prompts        struct {
-				Family, Query, Document, Instruction string
-			} `json:"prompts"`
-		} `json:"models"`
-	}
-	if err := json.Unmarshal([]byte(raw), &info); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]string, len(info.Models))
-	for i, m := range info.Models {
-		got[i] = fmt.Sprintf("%s %s %s ctx=%d %s %q dim=%d max=%d prompts=%s %q %q %q", m.ID, m.Architecture, m.Pooling, m.ContextLength, m.Tokenizer,
-			m.SpecialTokens, m.Dimensions, m.MaxInputTokens, m.Prompts.Family, m.Prompts.Query, m.Prompts.Document, m.Prompts.Instruction)
-	}
+	got := infoModels(t, s.URL)
 	wantInfo := []string{
 		`bert bert mean ctx=512 WordPiece "[CLS] and [SEP]" dim=64 max=512 prompts=e5 "query: " "passage: " ""`,
 		`xlmr bert cls ctx=512 Unigram "<s> and </s>" dim=64 max=512 prompts=nomic "{instruction}: " "search_document: " "search_query"`,
@@ -176,7 +150,7 @@ func TestServeFamilies(t *testing.T) {
 	if !slices.Equal(got, wantInfo) {
 		t.Errorf("GET /info models:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantInfo, "\n"))
 	}
-	code, raw = call(t, s.URL+"/v1/models", "")
+	code, raw := call(t, s.URL+"/v1/models", "")
 	for _, want := range []string{
 		`{"id":"bert","object":"model","created":`,
 		`"owned_by":"embed-stack","root":"bert","task":"embedding","architecture":"bert","pooling":"mean","dimensions":64,"context_length":512,"tokenizer":"WordPiece","weights":"F16"}`,
@@ -420,6 +394,40 @@ func TestServeCustomPrompts(t *testing.T) {
 	}
 }
 
+// infoModels describes each model of GET /info in one line: its id, architecture,
+// pooling, context, tokenizer, special tokens, dimensions, input limit and prompts.
+func infoModels(t *testing.T, url string) []string {
+	t.Helper()
+	code, raw := call(t, url+"/info", "")
+	if code != 200 {
+		t.Fatalf("GET /info: %d %s", code, raw)
+	}
+	var info struct {
+		Models []struct {
+			ID             string `json:"id"`
+			Architecture   string `json:"architecture"`
+			Pooling        string `json:"pooling"`
+			ContextLength  int    `json:"context_length"`
+			Tokenizer      string `json:"tokenizer"`
+			SpecialTokens  string `json:"special_tokens"`
+			Dimensions     int    `json:"dimensions"`
+			MaxInputTokens int    `json:"max_input_tokens"`
+			Prompts        struct {
+				Family, Query, Document, Instruction string
+			} `json:"prompts"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(raw), &info); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(info.Models))
+	for i, m := range info.Models {
+		got[i] = fmt.Sprintf("%s %s %s ctx=%d %s %q dim=%d max=%d prompts=%s %q %q %q", m.ID, m.Architecture, m.Pooling, m.ContextLength, m.Tokenizer,
+			m.SpecialTokens, m.Dimensions, m.MaxInputTokens, m.Prompts.Family, m.Prompts.Query, m.Prompts.Document, m.Prompts.Instruction)
+	}
+	return got
+}
+
 // TestServeEveryArchitecture serves a random-weight GGUF of every architecture
 // embed-stack serves (cmd/genmodel -arch, `make models`), all side by side, and
 // checks through the real binary that each is what its GGUF says (/info), embeds
@@ -436,6 +444,7 @@ func TestServeEveryArchitecture(t *testing.T) {
 		{"jina-bert-v3", encoderModel(t, "models/jina-bert-v3-tiny.gguf"), "jina-bert-v3", "mean", "Unigram", "<s> and </s>"},
 		{"neo-bert", encoderModel(t, "models/neo-bert-tiny.gguf"), "neo-bert", "cls", "WordPiece", "[CLS] and [SEP]"},
 		{"t5encoder", encoderModel(t, "models/t5encoder-tiny.gguf"), "t5encoder", "mean", "Unigram", "<s> and </s>"},
+		{"gemma-embedding", encoderModel(t, "models/gemma-embedding-tiny.gguf"), "gemma-embedding", "mean", "SentencePiece BPE", "<bos> and <eos>"},
 	}
 	var args []string
 	for _, m := range models {

@@ -239,7 +239,7 @@ const miniLMBF16Cosine = 0.9999
 func TestServeEveryArchitectureBF16(t *testing.T) {
 	_, qwen := e2e.Paths(t)
 	models := map[string]string{"qwen3": qwen}
-	for _, m := range []string{"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert", "t5encoder"} {
+	for _, m := range []string{"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "neo-bert", "gemma-embedding", "t5encoder"} {
 		models[m] = encoderModel(t, "models/"+m+"-tiny.gguf")
 	}
 	args := []string{"--weights", "file", "--weights-cache", t.TempDir()}

@@ -78,6 +78,11 @@ EXTRA = [
     "a  b   c    d     e", " " * 40 + "x", "x" + "\t" * 9 + "y", "\n\n\n\n\n\n\n", "<h1>Title</h1><br>",
     "<table><td>1</td></table>", "<h1 class=x>", "\u2581\u2581", "\u2581 \u2581", " \u2581\u2581 ", "task: search result | query: ",
     "title: none | text: ", "2024-12-02 14:30:00", "1234567890" * 3,
+    # EmbeddingGemma's prompts around a text, as the server tokenizes them
+    # (cmd/embed-stack's TestServeEmbeddingGemma reads these).
+    "task: search result | query: What is the speed of light?",
+    "task: clustering | query: What is the speed of light?",
+    "title: none | text: Light travels at about 300,000 km per second in a vacuum.",
 ]
 
 
