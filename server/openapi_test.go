@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/schemacheck"
 	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
@@ -129,10 +130,18 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 	reranker.Reranker = &fakeReranker{}
 	reranker.Info.Models[0].Task = "rerank"
 	onGPU := documentedServer(&fakeEmbedder{}, true, Config{})
-	onGPU.Device = func() any {
-		return map[string]any{"name": "CUDA0", "description": "NVIDIA H200", "backend": "CUDA", "gpu": true, "gpu_layers": 29,
-			"memory_total_bytes": 150 << 30, "memory_free_bytes": 140 << 30, "note": "n", "cpu_variant": "zen4", "cpu_variant_note": "n", "warning": "w"}
+	// The worker protocol's own Device with every field set, so that a field added
+	// to it and not to the document fails here (additionalProperties is false),
+	// not only in the schemathesis run of make test-openapi.
+	gpuDev := backends.Device{Name: "CUDA0", Description: "NVIDIA H200", Backend: "CUDA", GPU: true, GPULayers: 29,
+		MemoryTotal: 150 << 30, MemoryFree: 140 << 30, Note: "n", CPUVariant: "zen4", CPUVariantNote: "n",
+		CPUFeatures: []string{"AVX512", "AVX512_BF16"}, Warning: "w"}
+	for v, i := reflect.ValueOf(gpuDev), 0; i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			t.Fatalf("backends.Device.%s is not set in this test: set it, so that GET /health is checked against the document with it", v.Type().Field(i).Name)
+		}
 	}
+	onGPU.Device = func() any { return gpuDev }
 	onGPU.CPUVariant = func() string { return "zen4" }
 	idle := documentedServer(&fakeEmbedder{}, true, Config{})
 	idle.Loads = func(string) ModelLoad {
