@@ -48,8 +48,10 @@ var (
 	}{byKey: map[string]*server{}}
 )
 
+// TestMain runs the suite with the weights the binary converts at load kept out of
+// the user's cache (e2e.Run).
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+	os.Exit(e2e.Run(func() int { return runMain(m) }))
 }
 
 func runMain(m *testing.M) int {

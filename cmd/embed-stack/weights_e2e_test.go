@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -188,6 +189,72 @@ func TestServeWeightsAuto(t *testing.T) {
 		}
 		check(t, s.URL, cache, v, cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"))
 		s.Stop()
+	}
+}
+
+// TestServeKeepsOutOfTheUsersWeightsCache: a server the tests start converts into
+// the test binary's temporary folder (e2e.Main), never into the weights cache of
+// the user's home, which the suites had filled with copies of their temporary
+// models. Started through the harness with HOME a temporary folder and no HF_* or
+// XDG_CACHE_HOME variable, so that serve's default --weights-cache lies under that
+// HOME, and with --weights bf16, which converts on any CPU, it serves BF16
+// converted from F16, after a request the converted file lies in
+// e2e.WeightsCache() with the model recorded as its source, and no GGUF file nor
+// Hugging Face folder was written under HOME. Without the TestMain the file is
+// HOME/.cache/huggingface/embed-stack/weights/*.gguf.
+func TestServeKeepsOutOfTheUsersWeightsCache(t *testing.T) {
+	bin, model := e2e.Paths(t)
+	home := t.TempDir()
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "HOME" || k == "XDG_CACHE_HOME" || k == "HUGGINGFACE_HUB_CACHE" || strings.HasPrefix(k, "HF_")
+	})
+	s, err := e2e.StartServe(e2e.ServeSpec{Bin: bin, Env: append(env, "HOME="+home), Group: true,
+		Flags: []string{"--model", "m=" + model, "--threads", "1", "--weights", "bf16"}}, e2e.ReadyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	if got := servedWeights(t, s.URL)["m"]; got.Weights != "BF16" || got.ConvertedFrom != "F16" {
+		t.Fatalf("served %+v, want BF16 converted from F16 at load", got)
+	}
+	if v := e2e.Embeddings(t, s.URL, map[string]any{"model": "m", "input": "a text to embed"}); len(v) != 1 {
+		t.Fatalf("%d vectors, want 1", len(v))
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("stop: %v\n%s", err, s.Out)
+	}
+
+	// (serve also keeps the models' digests in ~/.cache/embed-stack/digests, a
+	// few bytes each, which is not this test's business.)
+	var written []string
+	if err := filepath.WalkDir(home, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && (strings.Contains(path, "huggingface") || strings.HasSuffix(path, ".gguf")) {
+			written = append(written, path)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(written) > 0 {
+		t.Errorf("the server wrote weights under HOME: %v", written)
+	}
+	source, err := filepath.EvalSymlinks(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if source, err = filepath.Abs(source); err != nil {
+		t.Fatal(err)
+	}
+	// The other tests of this binary convert there too (under auto: *.bf16-f16.gguf).
+	var ours []string
+	for _, f := range convertedFiles(t, e2e.WeightsCache()) {
+		if b, err := os.ReadFile(f + ".source"); err == nil && string(b) == source && strings.HasSuffix(f, ".bf16-f16-f32.gguf") {
+			ours = append(ours, f)
+		}
+	}
+	if len(ours) != 1 {
+		t.Errorf("the test binary's weights cache %s holds %v converted by --weights bf16 from %s, want one file", e2e.WeightsCache(), ours, source)
 	}
 }
 

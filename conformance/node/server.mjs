@@ -4,8 +4,9 @@
 // GET /ready, and SIGTERM at the end. EMBED_STACK_URL points the tests at a server someone
 // else runs instead (then nothing is started or stopped).
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -36,6 +37,20 @@ function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// serve converts a model's F16 matrices to BF16 at load into --weights-cache (under
+// --weights auto on a CPU with AVX-512 BF16), by default the user's
+// ~/.cache/huggingface/embed-stack/weights; the servers of this process convert into a
+// folder of their own instead, made on first use and removed at exit, as the Go
+// suites' do (internal/e2e's Run).
+let weightsCache = '';
+function testWeightsCache() {
+  if (!weightsCache) {
+    weightsCache = mkdtempSync(join(tmpdir(), 'embed-stack-test-weights-'));
+    process.once('exit', () => rmSync(weightsCache, { recursive: true, force: true }));
+  }
+  return weightsCache;
+}
+
 /**
  * @returns {Promise<{url?: string, model?: string, skip?: string, stderr: () => string,
  *   stop: () => Promise<{code: number|null, signal: string|null}|null>}>}
@@ -58,6 +73,7 @@ export async function startServer(flags = []) {
   const addr = `127.0.0.1:${port}`;
   const child = spawn(bin, ['serve', '--model', model, '--addr', addr, ...flags], {
     cwd: root,
+    env: { ...process.env, EMBED_STACK_WEIGHTS_CACHE: testWeightsCache() },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let tail = '';

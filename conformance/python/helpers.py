@@ -42,6 +42,13 @@ MODEL = Path(os.environ.get("EMBED_STACK_MODEL") or ROOT / "models" / "tiny.gguf
 # The address every documented snippet uses; tests point it at their own server.
 DEFAULT_URL = "http://127.0.0.1:8080"
 
+# serve converts a model's F16 matrices to BF16 at load into --weights-cache (under
+# --weights auto on a CPU with AVX-512 BF16), by default the user's
+# ~/.cache/huggingface/embed-stack/weights; the servers of this suite convert into a
+# folder of their own instead, removed when the interpreter exits, as the Go suites'
+# do (internal/e2e's Run).
+WEIGHTS_CACHE = tempfile.TemporaryDirectory(prefix="embed-stack-test-weights-")
+
 READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 15.0
 
@@ -85,7 +92,8 @@ class Server:
         # One llama.cpp thread, as the Go and node suites use: test machines are
         # shared, and threads that wait for each other at every node are slower there.
         args = [str(BIN), "serve", "--model", str(MODEL), "--addr", f"127.0.0.1:{self.port}", "--threads", "1", *flags]
-        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        env = {**os.environ, "EMBED_STACK_WEIGHTS_CACHE": WEIGHTS_CACHE.name}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if ready:
             self.wait_ready()
 

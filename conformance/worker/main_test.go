@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/e2e"
 	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
 )
@@ -57,8 +58,10 @@ var suite struct {
 	skipReason string
 }
 
+// TestMain runs the suite with the weights the binary converts at load kept out of
+// the user's cache (e2e.Run).
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+	os.Exit(e2e.Run(func() int { return runMain(m) }))
 }
 
 func runMain(m *testing.M) int {

@@ -11,7 +11,8 @@
 // Environment (internal/testenv, docs/testing.md): EMBED_STACK_BIN and
 // EMBED_STACK_MODEL name the binary and the model (default bin/embed-stack and
 // models/tiny.gguf, from `make build models`); EMBED_STACK_REQUIRE_E2E=1 turns a
-// missing one into a failure instead of a skip.
+// missing one into a failure instead of a skip. It sets one variable, for the
+// commands the tests start: EMBED_STACK_WEIGHTS_CACHE (Main).
 package e2e
 
 import (
@@ -51,6 +52,53 @@ const (
 	tailBytes = 64 << 10
 )
 
+// weightsCacheVar is serve's and embed's --weights-cache in the environment.
+const weightsCacheVar = "EMBED_STACK_WEIGHTS_CACHE"
+
+// weightsCache is the folder Run made; "" outside Run. Written once, before any
+// test runs.
+var weightsCache string
+
+// Main is the TestMain of every package whose tests start the binary:
+//
+//	func TestMain(m *testing.M) { e2e.Main(m) }
+//
+// It runs the tests under Run and exits with their status.
+func Main(m *testing.M) { os.Exit(Run(m.Run)) }
+
+// Run runs tests (a TestMain's m.Run, and what else that TestMain does) with
+// EMBED_STACK_WEIGHTS_CACHE set to a new temporary folder, which it removes after.
+// serve and embed convert a model's F16 matrices to BF16 at load into their
+// --weights-cache (under --weights auto on a CPU with AVX-512 BF16, under --weights
+// bf16 anywhere), by default the user's ~/.cache/huggingface/embed-stack/weights,
+// where a test must write nothing: every command the tests start inherits this
+// process's environment unless given one of its own, so each of them converts into
+// the folder instead. A value set beforehand is replaced, since it may name the
+// user's cache; a test of the default gives its command an environment without the
+// variable, and a temporary HOME. Paths and LaunchServe refuse to start the binary
+// outside Run.
+func Run(tests func() int) int {
+	dir, err := os.MkdirTemp("", "embed-stack-test-weights-")
+	if err == nil {
+		err = os.Setenv(weightsCacheVar, dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: a temporary weights cache for the tests:", err)
+		return 1
+	}
+	weightsCache = dir
+	defer os.RemoveAll(dir)
+	return tests()
+}
+
+// WeightsCache is the folder of converted weights of the commands the tests start
+// (Run); "" outside Run.
+func WeightsCache() string { return weightsCache }
+
+// errNoMain is the refusal to start the binary outside Run.
+var errNoMain = errors.New("this package's tests start embed-stack without a TestMain calling e2e.Main (or e2e.Run), " +
+	"so the weights it converts at load would go into the user's cache: add func TestMain(m *testing.M) { e2e.Main(m) }")
+
 // RepoRoot is the directory holding go.mod (testrepo.RootOf).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
@@ -81,11 +129,15 @@ func Binary() (bin, model string, err error) {
 
 // Paths returns the binary and the test model, skipping the test when either is
 // missing (failing it when EMBED_STACK_REQUIRE_E2E=1), and under -short (`make unit`,
-// the inner loop, which leaves every real-binary test to `make test`).
+// the inner loop, which leaves every real-binary test to `make test`). It fails the
+// test outside Run (errNoMain).
 func Paths(t testing.TB) (bin, model string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: this test runs the real binary")
+	}
+	if weightsCache == "" {
+		t.Fatal(errNoMain)
 	}
 	bin, model, err := Binary()
 	if err != nil {
@@ -283,8 +335,11 @@ type ServeSpec struct {
 }
 
 // LaunchServe starts spec on a free loopback port and returns at once, without
-// waiting for it to be ready.
+// waiting for it to be ready. It refuses outside Run (errNoMain).
 func LaunchServe(spec ServeSpec) (*Server, error) {
+	if weightsCache == "" {
+		return nil, errNoMain
+	}
 	if spec.Bin == "" || spec.Model == "" {
 		bin, model, err := Binary()
 		if err != nil {

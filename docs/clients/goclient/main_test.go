@@ -18,6 +18,10 @@ import (
 	"github.com/embed-stack/embed-stack/internal/e2e"
 )
 
+// TestMain runs the tests with the weights the binary converts at load kept out of
+// the user's cache (e2e.Main).
+func TestMain(m *testing.M) { e2e.Main(m) }
+
 // defaultURL is the address every snippet uses; tests point it at their server.
 const defaultURL = "http://127.0.0.1:8080"
 
