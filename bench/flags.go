@@ -14,16 +14,22 @@ import (
 
 	"github.com/embed-stack/embed-stack/bench/peers"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Flags are `embed-stack bench`'s settings. The command registers them
 // (NewFlagSet) and parses its command line into them (Parse); Session turns them
 // into the run. They live here, beside the Plan most of them fill, so that the
 // command only wires: the one setting it reads itself is how to open the floor
-// (Model, Threads, CPUVariant, Floor), which needs llama.cpp.
+// (Model, Threads, CPUVariant, Weights, WeightsCache, Floor), which needs
+// llama.cpp.
 type Flags struct {
-	Model, CPUVariant, LogLevel     string
-	Threads                         int
+	Model, CPUVariant, LogLevel string
+	Threads                     int
+	// Weights is --weights (package weights' modes) and WeightsCache
+	// --weights-cache, for the floor and the embed-stack serve the harness starts;
+	// the command fills WeightsCache's default before Session.
+	Weights, WeightsCache           string
 	Floor, Quick                    bool
 	corpus, url, ollama, ollamaHome string
 	stModel, stPython, stScript     string
@@ -66,6 +72,8 @@ func NewFlagSet(f *Flags) *flagconfig.Set {
 	s.Float(&f.minCosine, "min-cosine", "X", DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
 	s.Int(&f.warmContext, "warm-context", "TOKENS", 8192, "the warm worker's context, for the memory goal (serve's --warm-max-tokens)")
 	s.String(&f.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
+	s.String(&f.Weights, "weights", "MODE", weights.File, "weights the floor and the embed-stack serve the harness starts compute with: file, auto or bf16 (serve's --weights, docs/performance.md). Not serve's auto by default, so that figures compare with earlier runs, made on the file's weights; the report's host line names the floor's, and --serve-arg=--weights=MODE changes the served model's alone")
+	s.String(&f.WeightsCache, "weights-cache", "DIR", "", "folder of the weight files converted at load, for the floor and that serve alike (serve's --weights-cache; default EMBED_STACK_WEIGHTS_CACHE, else serve's default beside the Hugging Face cache)")
 	s.String(&f.LogLevel, "log-level", "LEVEL", "warn", "log level of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
 	s.Group("Shapes")
 	p := &f.plan
@@ -123,13 +131,6 @@ var quickServeArgs = []string{"--warm-max-tokens=512", "--max-input-tokens=2048"
 // the vector check would refuse it for the token count.
 const servePrompts = "--prompts=none"
 
-// serveWeights follows it unless a --serve-arg says --weights: the served model
-// computes with the file's weights, as the floor does, so that the vector check
-// holds it to the floor's vectors and the ratio to the floor is the server's
-// cost. --weights auto would convert F16 to BF16 on a CPU with AVX-512 BF16
-// (package weights); `bench --serve=false` on the converted file measures that.
-const serveWeights = "--weights=file"
-
 // Parse reads a command line into f through s (NewFlagSet(f)): the flags, then
 // --quick's defaults for the flags not given, then the checks.
 func (f *Flags) Parse(s *flagconfig.Set, args []string) error {
@@ -180,6 +181,9 @@ func (f *Flags) finish() error {
 	}
 	if f.only != "" {
 		f.plan.Only = strings.Split(f.only, ",")
+	}
+	if f.Weights, err = weights.ParseMode(f.Weights); err != nil {
+		return fmt.Errorf("--weights: %w", err)
 	}
 	if f.cacheMiB < 1 {
 		return fmt.Errorf("--reindex-cache-size %d: give the cache of the re-index shape's second server in MiB, at least 1", f.cacheMiB)
@@ -254,10 +258,7 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find this executable to start serve: %w", err)
 		}
-		args := []string{servePrompts}
-		if !slices.ContainsFunc(f.serveArgs, func(a string) bool { return strings.HasPrefix(a, "--weights") && !strings.HasPrefix(a, "--weights-") }) {
-			args = append(args, serveWeights)
-		}
+		args := append([]string{servePrompts}, serveWeights(f.Weights, f.WeightsCache, f.serveArgs)...)
 		args = append(args, f.serveArgs...)
 		if f.CPUVariant != "" {
 			args = append(args, "--cpu-variant="+f.CPUVariant)
@@ -271,6 +272,24 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 		s.Ollama = &peers.Ollama{Bin: f.ollama, Model: f.Model, Home: f.ollamaHome, Threads: f.Threads, NumCtx: f.ollamaNumCtx}
 	}
 	return s, nil
+}
+
+// serveWeights are the served model's --weights and --weights-cache: the floor's
+// (--weights, --weights-cache), so that the vector check holds it to the floor's
+// vectors and its ratio to the floor is the server's cost, not a difference of
+// weights; each is left out where a --serve-arg gives its own.
+func serveWeights(mode, cache string, serveArgs []string) []string {
+	gives := func(name string) bool {
+		return slices.ContainsFunc(serveArgs, func(a string) bool { return a == name || strings.HasPrefix(a, name+"=") })
+	}
+	var args []string
+	if !gives("--weights") {
+		args = append(args, "--weights="+mode)
+	}
+	if cache != "" && !gives("--weights-cache") {
+		args = append(args, "--weights-cache="+cache)
+	}
+	return args
 }
 
 // WriteReport writes rep's table to stdout, and to the --markdown and --json

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Report is one run: where it ran, what was compared, every result, and the goals.
@@ -51,9 +53,15 @@ type Host struct {
 	// library ("haswell", "zen4", ...) or "builtin", the kernels compiled into the
 	// binary (backends/cpuvariant); "" without a floor.
 	CPUKernels string `json:"cpu_kernels,omitempty"`
-	OS         string `json:"os"`
-	Arch       string `json:"arch"`
-	GoVersion  string `json:"go_version"`
+	// Weights is the type of the weights the floor computed with ("F16", "BF16"),
+	// and WeightsConvertedFrom the file's type where they were converted at load
+	// (bench --weights, package weights), as serve's /info names a model's; ""
+	// without a floor.
+	Weights              string `json:"weights,omitempty"`
+	WeightsConvertedFrom string `json:"weights_converted_from,omitempty"`
+	OS                   string `json:"os"`
+	Arch                 string `json:"arch"`
+	GoVersion            string `json:"go_version"`
 	// Load averages (1, 5, 15 minutes) at the start and end, and the highest
 	// 1-minute figure seen at the start of a shape: other work on the machine.
 	LoadStart [3]float64 `json:"load_start"`
@@ -205,6 +213,9 @@ func (h Host) cpuLabel() string {
 	if h.CPUKernels != "" {
 		parts = append(parts, "CPU kernels "+h.CPUKernels)
 	}
+	if h.Weights != "" {
+		parts = append(parts, "weights "+weights.Result{Type: h.Weights, From: h.WeightsConvertedFrom}.Describe())
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -261,7 +272,10 @@ func (rep *Report) Table(w io.Writer) error {
 	}
 	if best, shape := bestFloorGFLOPS(rep); best > 0 {
 		kernels := "the model's"
-		if rep.Model != nil && rep.Model.WeightType != "" {
+		switch {
+		case h.Weights != "": // the floor's, converted at load or not
+			kernels = h.Weights
+		case rep.Model != nil && rep.Model.WeightType != "":
 			kernels = rep.Model.WeightType
 		}
 		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (llama.cpp's %s kernels, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, kernels, shape)

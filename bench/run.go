@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Role says what a contender is to the report.
@@ -72,9 +74,10 @@ type Runner struct {
 	SampleEvery time.Duration
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
-	// CPUKernels names the CPU kernels the floor runs, for the report's host line
-	// (Host.CPUKernels).
+	// CPUKernels names the CPU kernels the floor runs, and Weights the weights it
+	// computes with, for the report's host line (Host.CPUKernels, Host.Weights).
 	CPUKernels string
+	Weights    weights.Result
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -100,7 +103,7 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		r.SampleEvery = 200 * time.Millisecond
 	}
 	rep := &Report{Started: time.Now().UTC(), Host: readHost(), Model: r.Model}
-	rep.Host.CPUKernels = r.CPUKernels
+	rep.Host.CPUKernels, rep.Host.Weights, rep.Host.WeightsConvertedFrom = r.CPUKernels, r.Weights.Type, r.Weights.From
 	rep.Host.LoadStart = loadAvg()
 	for _, s := range r.Shapes {
 		rep.Shapes = append(rep.Shapes, ShapeInfo{ID: s.ID, Kind: s.Kind, About: s.About, Tokens: s.Tokens(), Warmup: s.Warmup, Reps: s.Reps, Expect: s.Expect})

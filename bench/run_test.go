@@ -313,6 +313,10 @@ flags		: avx512f
 	if got, want := h.cpuLabel(), "AMD EPYC 9B45, family 26 model 2, AVX2 FMA F16C AVX512F AVX512_VNNI AVX512_BF16, CPU kernels zen4"; got != want {
 		t.Errorf("cpuLabel = %q, want %q", got, want)
 	}
+	h.Weights, h.WeightsConvertedFrom = "BF16", "F16"
+	if got, want := h.cpuLabel(), "AMD EPYC 9B45, family 26 model 2, AVX2 FMA F16C AVX512F AVX512_VNNI AVX512_BF16, CPU kernels zen4, weights BF16 (converted from F16)"; got != want {
+		t.Errorf("cpuLabel = %q, want %q", got, want)
+	}
 	if got := (Host{}).cpuLabel(); got != "–" {
 		t.Errorf("empty host label = %q, want –", got)
 	}

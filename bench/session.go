@@ -15,6 +15,7 @@ import (
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/routing"
 	"github.com/embed-stack/embed-stack/tokenizer"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // Session is one run of `embed-stack bench`: the model and the corpus its inputs
@@ -49,12 +50,15 @@ type Session struct {
 	// called after the servers have started, so that their cold start is measured
 	// as a user's would be, with no engine of this process holding the model and
 	// its context's memory (docs/performance.md, "Cold start"). about describes it
-	// for the report; close releases it.
-	Floor func(ctxTokens int) (e Embedder, about string, close func(), err error)
+	// for the report; close releases it. ctx bounds what opening it waits for (a
+	// conversion of its weights another process is making).
+	Floor func(ctx context.Context, ctxTokens int) (e Embedder, about string, close func(), err error)
 	// CPUKernels names the build of ggml's CPU kernels the floor runs ("haswell",
-	// "builtin"; backends/cpuvariant), for the report's host line; Floor sets it
-	// when it opens the engine.
+	// "builtin"; backends/cpuvariant), and Weights the weights it computes with
+	// (package weights: the file's, or converted at load), for the report's host
+	// line; Floor sets them when it opens the engine.
 	CPUKernels string
+	Weights    weights.Result
 
 	// MinCosine is the vector check's threshold (0: DefaultMinCosine); Goals
 	// configures the report's goals.
@@ -250,7 +254,7 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		})
 	}
 	if s.Floor != nil {
-		eng, about, closeFloor, err := s.Floor(FloorContext(s.Plan.LongTokens, model.Context))
+		eng, about, closeFloor, err := s.Floor(ctx, FloorContext(s.Plan.LongTokens, model.Context))
 		if err != nil {
 			return nil, fmt.Errorf("floor: %w", err)
 		}
@@ -258,7 +262,7 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		contenders = append([]*Contender{{Name: "floor", Role: RoleFloor, Target: &Floor{Engine: eng}, About: about}}, contenders...)
 	}
 
-	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, Model: &model, Log: s.Log, CPUKernels: s.CPUKernels}
+	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, Model: &model, Log: s.Log, CPUKernels: s.CPUKernels, Weights: s.Weights}
 	rep, err := r.Run(ctx)
 	if err != nil {
 		return nil, err

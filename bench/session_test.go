@@ -37,8 +37,8 @@ func TestSessionSizes(t *testing.T) {
 // the model's prompts, so a serve applying its own (E5's "passage: ", nomic's
 // "search_document: ") would embed the prompt twice and fail the vector check on
 // its token count. With --quick's serve flags, given ones and --cpu-variant alike.
-// --weights=file follows, so that the served model computes with the floor's
-// weights, unless a --serve-arg gives --weights.
+// bench's --weights (default file) and --weights-cache follow, so that the served
+// model computes with the floor's weights, each unless a --serve-arg gives its own.
 func TestSessionServeTakesTextsAsSent(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -48,6 +48,8 @@ func TestSessionServeTakesTextsAsSent(t *testing.T) {
 		{[]string{"--quick"}, []string{"--prompts=none", "--weights=file", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
 		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--weights=file", "--decode-tokens=2048", "--cpu-variant=haswell"}},
 		{[]string{"--serve-arg=--weights=auto"}, []string{"--prompts=none", "--weights=auto"}},
+		{[]string{"--weights", "BF16", "--weights-cache", "/tmp/w"}, []string{"--prompts=none", "--weights=bf16", "--weights-cache=/tmp/w"}},
+		{[]string{"--weights=auto", "--weights-cache=/tmp/w", "--serve-arg=--weights-cache=/tmp/x"}, []string{"--prompts=none", "--weights=auto", "--weights-cache=/tmp/x"}},
 	} {
 		var f Flags
 		args := append([]string{"--model", "m.gguf", "--corpus", "c.txt"}, tt.args...)
@@ -70,5 +72,19 @@ func TestSessionServeTakesTextsAsSent(t *testing.T) {
 	}
 	if s, err := f.Session(args, io.Discard); err != nil || s.Serve != nil {
 		t.Errorf("--url: serve %+v, %v; want none started", s.Serve, err)
+	}
+}
+
+// TestFlagsWeights: bench's --weights takes serve's modes, file by default (the
+// figures of earlier runs were made on the file's weights), and refuses another.
+func TestFlagsWeights(t *testing.T) {
+	var f Flags
+	if err := f.Parse(NewFlagSet(&f), []string{"--model", "m.gguf", "--corpus", "c.txt"}); err != nil || f.Weights != "file" {
+		t.Errorf("default: %q, %v; want file", f.Weights, err)
+	}
+	f = Flags{}
+	err := f.Parse(NewFlagSet(&f), []string{"--model", "m.gguf", "--corpus", "c.txt", "--weights", "fp8"})
+	if want := `--weights: unknown weights mode "fp8": choose auto, file, bf16`; err == nil || err.Error() != want {
+		t.Errorf("--weights fp8: %v, want %q", err, want)
 	}
 }

@@ -105,6 +105,19 @@ type Result struct {
 // Converted says the workers load a copy converted at load.
 func (r Result) Converted() bool { return r.From != "" }
 
+// Describe says which weights these are, for people: "BF16 (converted from F16)"
+// or "F16 (the file's)", "unknown" for a type that could not be read.
+func (r Result) Describe() string {
+	t := r.Type
+	if t == "" {
+		t = "unknown"
+	}
+	if r.Converted() {
+		return t + " (converted from " + r.From + ")"
+	}
+	return t + " (the file's)"
+}
+
 // Load returns the file the workers of Source load under Mode: for Auto and BF16,
 // when there is something to convert, a converted copy in CacheDir, made on first
 // use under a lock (two servers starting at once convert once) and reused while the

@@ -366,3 +366,19 @@ func TestPlanKeepsAddedMatrices(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribe: the words the bench report gives the floor's weights.
+func TestDescribe(t *testing.T) {
+	for _, tt := range []struct {
+		r    Result
+		want string
+	}{
+		{Result{Path: "m.gguf", Type: "F16"}, "F16 (the file's)"},
+		{Result{Path: "c.gguf", Type: "BF16", From: "F16"}, "BF16 (converted from F16)"},
+		{Result{Path: "m.gguf"}, "unknown (the file's)"},
+	} {
+		if got := tt.r.Describe(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.r, got, tt.want)
+		}
+	}
+}

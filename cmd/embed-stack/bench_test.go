@@ -40,6 +40,11 @@ func TestBenchSmoke(t *testing.T) {
 	if ours.ColdStartMS <= 0 || ours.Idle == nil || len(ours.Idle.Procs) != 2 || ours.After == nil || len(ours.After.Procs) != 2 {
 		t.Errorf("embed-stack: cold start %v ms, idle %+v, after %+v; want serve and its warm worker, before and after", ours.ColdStartMS, ours.Idle, ours.After)
 	}
+	// --weights file, the default: the floor and the served model on the file's
+	// F16 weights, as the figures of earlier runs were made.
+	if rep.Host.Weights != "F16" || rep.Host.WeightsConvertedFrom != "" || !strings.Contains(ours.About, "--weights=file") {
+		t.Errorf("floor weights %q converted from %q, embed-stack started as %q; want the file's F16 weights and --weights=file", rep.Host.Weights, rep.Host.WeightsConvertedFrom, ours.About)
+	}
 	if ours.Memory == nil || ours.Memory.Peak.RSS < ours.Idle.RSS {
 		t.Errorf("memory: %+v, want a peak at least the idle RSS", ours.Memory)
 	}
@@ -109,6 +114,43 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// TestBenchWeightsBF16: bench --weights bf16 runs the floor on the tiny model's
+// F16 matrices converted to BF16 at load into --weights-cache (package weights, as
+// serve's workers get them), says so on the report's host line, and starts the
+// served embed-stack with the same --weights and --weights-cache, so that one
+// converted file serves both and the served vectors pass the vector check against
+// that floor.
+func TestBenchWeightsBF16(t *testing.T) {
+	_, model := e2e.Paths(t)
+	cache := t.TempDir()
+	rep, stdout := runBench(t, "--model", model, "--quick", "--only", bench.ShapeShort, "--weights", "bf16", "--weights-cache", cache)
+	files := convertedFiles(t, cache)
+	if len(files) != 1 {
+		t.Fatalf("weights cache %s holds %v, want the one converted file", cache, files)
+	}
+	const want = "BF16 (converted from F16)"
+	if rep.Host.Weights != "BF16" || rep.Host.WeightsConvertedFrom != "F16" || !strings.Contains(stdout.String(), ", weights "+want+"), load average ") {
+		t.Errorf("floor weights %q converted from %q, want BF16 from F16, and %q on the host line:\n%s", rep.Host.Weights, rep.Host.WeightsConvertedFrom, want, stdout.String())
+	}
+	if len(rep.Contenders) != 2 || rep.Contenders[0].Role != bench.RoleFloor || rep.Contenders[1].Name != "embed-stack" {
+		t.Fatalf("contenders %+v, want the floor and embed-stack", rep.Contenders)
+	}
+	floor, ours := rep.Contenders[0], rep.Contenders[1]
+	if !strings.Contains(floor.About, "weights "+want+",") || !strings.Contains(floor.About, files[0]) {
+		t.Errorf("floor: %q, want it to name its BF16 weights and %s", floor.About, files[0])
+	}
+	if !strings.Contains(ours.About, "--weights=bf16") || !strings.Contains(ours.About, "--weights-cache="+cache) {
+		t.Errorf("embed-stack started as %q, without the floor's --weights=bf16 --weights-cache=%s", ours.About, cache)
+	}
+	// Same converted file, same tokens, same llama.cpp: the floor's vectors.
+	if c := ours.Check; c == nil || !c.Pass || c.MinCosine < 0.99999 || c.Tokens != c.WantTokens || len(c.Cosines) != 4 {
+		t.Errorf("vector check %+v, want a pass at cosine >= 0.99999 over 4 inputs", c)
+	}
+	if r := rep.Result(bench.ShapeShort, "embed-stack"); r == nil || r.Requests == 0 || r.Statuses["200"] != r.Requests {
+		t.Errorf("%s on embed-stack: %+v", bench.ShapeShort, r)
+	}
+}
+
 // runBench runs `embed-stack bench args --json FILE` from the repository root and
 // returns the report it wrote and its stdout (the table).
 func runBench(t *testing.T, args ...string) (bench.Report, *bytes.Buffer) {
@@ -147,6 +189,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "nourl"}, "use name=URL"},
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "x=http://h/v1,pid=abc"}, "is not a process id"},
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--peer", "x=http://h/v1,colour=red"}, "unknown option \"colour\""},
+		{[]string{"--model", "m.gguf", "--weights", "fp8"}, `--weights: unknown weights mode "fp8": choose auto, file, bf16`},
 		{[]string{"--model", "m.gguf", "--corpus", "c.txt", "--reindex-cache-size", "0"}, "--reindex-cache-size 0: give the cache of the re-index shape's second server in MiB, at least 1"},
 	}
 	for _, tt := range tests {

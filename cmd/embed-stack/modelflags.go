@@ -122,11 +122,20 @@ func modelConfig(c modelrun.Config, logger *slog.Logger) modelrun.Config {
 	}
 	c.ProbeDevice = mayHaveGPU(c.Device)
 	if c.WeightsCache == "" {
-		if dir, err := ho.Dir(); err == nil {
-			c.WeightsCache = filepath.Join(filepath.Dir(dir), "embed-stack", "weights")
-		}
+		c.WeightsCache = defaultWeightsCache(ho)
 	}
 	return c
+}
+
+// defaultWeightsCache is --weights-cache's default (serve's, embed's and bench's):
+// embed-stack/weights beside the Hugging Face cache of ho, or "" where there is
+// none (no home folder), which converts nothing.
+func defaultWeightsCache(ho hub.Options) string {
+	dir, err := ho.Dir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(dir), "embed-stack", "weights")
 }
 
 // isTerminal reports whether f is an interactive terminal (where a progress bar
