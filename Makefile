@@ -52,10 +52,11 @@ OPT_FLAGS   := $(strip $(OPT) -march=$(MARCH) $(NO_AMX))
 export CGO_ENABLED  := 1
 # The stand-in headers' folder is part of CGO_CPPFLAGS and so of every cgo build-cache
 # key: several checkouts (git worktrees) can share one llama.cpp build by pointing
-# STANDIN_INCLUDE at the same folder.
+# STANDIN_INCLUDE at the same folder. ggml's src folder gives backends/llama/accel.c
+# ggml-backend-impl.h, the interface a ggml backend implements.
 STANDIN_INCLUDE ?= $(CURDIR)/backends/llama/include
 
-export CGO_CPPFLAGS := $(strip -I$(STANDIN_INCLUDE) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include $(EXTRA_CPPFLAGS))
+export CGO_CPPFLAGS := $(strip -I$(STANDIN_INCLUDE) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/src $(EXTRA_CPPFLAGS))
 export CGO_CFLAGS   := $(OPT_FLAGS)
 export CGO_CXXFLAGS := $(OPT_FLAGS)
 

@@ -118,6 +118,10 @@ type Device struct {
 	// "AVX512_BF16", ...: cpuvariant.Choice.Features), from which serve decides
 	// whether converting F16 weights to BF16 pays (package weights).
 	CPUFeatures []string `json:"cpu_features,omitempty"`
+	// CPUAccel names embed-stack's own CPU kernels when they compute part of
+	// the model ("embed-stack kernels (AVX-512)"); empty when off (--cpu-accel),
+	// on a GPU, or on a CPU without AVX-512F or AVX2 with FMA.
+	CPUAccel string `json:"cpu_accel,omitempty"`
 	// Warning says the worker computes more slowly than its CPU allows: the best
 	// CPU variant's library was missing or did not load.
 	Warning string `json:"warning,omitempty"`

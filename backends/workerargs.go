@@ -49,6 +49,10 @@ type DeviceArgs struct {
 	// CPUVariant is the build of ggml's CPU kernels: auto ("" writes no flag),
 	// builtin or a variant's name (backends/cpuvariant).
 	CPUVariant string
+	// CPUAccel is CPUAccelAuto ("" writes no flag) or CPUAccelOff: whether
+	// embed-stack's own kernels take the operations ggml's CPU kernels compute
+	// slowly (backends/llama's accel.c).
+	CPUAccel string
 }
 
 // AddFlags defines the device flags on s, bound to d.
@@ -60,6 +64,8 @@ func (d *DeviceArgs) AddFlags(s *flagconfig.Set) {
 		More("`make cuda` builds the GPU ones, `make cpu-variants` libggml-cpu-NAME.so; bin/embed-stack loads " + BackendDirName + "/. Every GPU backend library in the folder must load.")
 	s.String(&d.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels: auto (the best variant of the backend folder for this CPU; the default), builtin, or a variant such as haswell or zen4").
 		More("builtin is the compiled-in kernels; docs/building.md lists the variants. One this CPU lacks an instruction set of is refused at start; a missing or damaged library falls back to the compiled-in kernels with a warning.")
+	s.String(&d.CPUAccel, "cpu-accel", "MODE", "", "embed-stack's own CPU kernels for what ggml's compute slowly (an encoder's attention scores, GELU, products with F32 weights): auto (where the CPU has AVX-512F, or AVX2 with FMA; the default) or off").
+		More("They run beside ggml's CPU kernels on a model that runs on the CPU, and keep a copy of F32 weight matrices laid out for them (up to 2 GiB); docs/performance.md has their figures. off leaves every operation to ggml.")
 }
 
 // Args are the worker flags that carry d: none when d.Device is "".
@@ -73,6 +79,9 @@ func (d DeviceArgs) Args() []string {
 	}
 	if d.CPUVariant != "" && d.CPUVariant != cpuvariant.Auto {
 		out = append(out, "--cpu-variant", d.CPUVariant)
+	}
+	if d.CPUAccel != "" && d.CPUAccel != CPUAccelAuto {
+		out = append(out, "--cpu-accel", d.CPUAccel)
 	}
 	return out
 }
@@ -229,4 +238,21 @@ func JoinLengths(lengths []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// Values of DeviceArgs.CPUAccel and backends/llama's Config.CPUAccel.
+const (
+	// CPUAccelAuto uses embed-stack's own CPU kernels where the CPU can run them.
+	CPUAccelAuto = "auto"
+	// CPUAccelOff leaves every operation to ggml's CPU kernels.
+	CPUAccelOff = "off"
+)
+
+// CheckCPUAccel refuses a --cpu-accel value other than auto, off or "" (auto).
+func CheckCPUAccel(v string) error {
+	switch v {
+	case "", CPUAccelAuto, CPUAccelOff:
+		return nil
+	}
+	return fmt.Errorf("%q is not auto or off", v)
 }

@@ -21,10 +21,11 @@ import (
 // (NewFlagSet) and parses its command line into them (Parse); Session turns them
 // into the run. They live here, beside the Plan most of them fill, so that the
 // command only wires: the one setting it reads itself is how to open the floor
-// (Model, Threads, CPUVariant, Weights, WeightsCache, Floor), which needs
-// llama.cpp.
+// (Model, Threads, CPUVariant, CPUAccel, Weights, WeightsCache, Floor), which
+// needs llama.cpp.
 type Flags struct {
 	Model, CPUVariant, LogLevel string
+	CPUAccel                    string
 	Threads                     int
 	// Weights is --weights (package weights' modes) and WeightsCache
 	// --weights-cache, for the floor and the embed-stack serve the harness starts;
@@ -74,6 +75,7 @@ func NewFlagSet(f *Flags) *flagconfig.Set {
 	s.String(&f.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
 	s.String(&f.Weights, "weights", "MODE", weights.File, "weights the floor and the embed-stack serve the harness starts compute with: file, auto or bf16 (serve's --weights, docs/performance.md). Not serve's auto by default, so that figures compare with earlier runs, made on the file's weights; the report's host line names the floor's, and --serve-arg=--weights=MODE changes the served model's alone")
 	s.String(&f.WeightsCache, "weights-cache", "DIR", "", "folder of the weight files converted at load, for the floor and that serve alike (serve's --weights-cache; default EMBED_STACK_WEIGHTS_CACHE, else serve's default beside the Hugging Face cache)")
+	s.String(&f.CPUAccel, "cpu-accel", "MODE", "", "embed-stack's own CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-accel: auto or off; default auto)")
 	s.String(&f.LogLevel, "log-level", "LEVEL", "warn", "log level of this process: debug shows llama.cpp's own lines for the floor (buffer sizes, kernels)")
 	s.Group("Shapes")
 	p := &f.plan
@@ -262,6 +264,9 @@ func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 		args = append(args, f.serveArgs...)
 		if f.CPUVariant != "" {
 			args = append(args, "--cpu-variant="+f.CPUVariant)
+		}
+		if f.CPUAccel != "" {
+			args = append(args, "--cpu-accel="+f.CPUAccel)
 		}
 		s.Serve = &peers.EmbedStack{Bin: exe, Model: f.Model, Threads: f.Threads, Args: args}
 	}

@@ -51,7 +51,8 @@ type Host struct {
 	SIMD  []string `json:"simd,omitempty"`
 	// CPUKernels is the build of ggml's CPU kernels the floor ran: a variant
 	// library ("haswell", "zen4", ...) or "builtin", the kernels compiled into the
-	// binary (backends/cpuvariant); "" without a floor.
+	// binary (backends/cpuvariant), followed by " with embed-stack kernels (...)"
+	// when embed-stack's own CPU kernels (--cpu-accel) took part; "" without a floor.
 	CPUKernels string `json:"cpu_kernels,omitempty"`
 	// Weights is the type of the weights the floor computed with ("F16", "BF16"),
 	// and WeightsConvertedFrom the file's type where they were converted at load

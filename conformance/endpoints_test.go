@@ -39,7 +39,9 @@ func TestHealthAndReady(t *testing.T) {
 					CPUVariant     string   `json:"cpu_variant"`
 					CPUVariantNote string   `json:"cpu_variant_note"`
 					CPUFeatures    []string `json:"cpu_features"`
-					Warning        string   `json:"warning"`
+					// embed-stack's own CPU kernels, when registered (--cpu-accel).
+					CPUAccel string `json:"cpu_accel"`
+					Warning  string `json:"warning"`
 				} `json:"device"`
 			}
 			r.decode(t, &body)

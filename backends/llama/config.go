@@ -122,6 +122,15 @@ type Config struct {
 	// the compiled-in kernels with Info().Device.Warning. Chosen once per process.
 	CPUVariant string
 
+	// CPUAccel switches embed-stack's own CPU kernels (accel.c) for the operations
+	// ggml's CPU backend computes slowly: "auto" (or "") uses them where the CPU has
+	// AVX-512F or AVX2 with FMA, "off" leaves every operation to ggml. They serve
+	// a model that runs on the CPU; on a GPU they stay off. Chosen once per
+	// process (ggml's registry has no way back): a later "auto" after "off" keeps
+	// them off, a later "off" after "auto" turns them off for contexts created
+	// after it.
+	CPUAccel string
+
 	// AttentionBytes bounds the attention scores of one decode call of a long
 	// sequence: without flash attention llama.cpp materialises them as an f32 matrix
 	// of cells x tokens x heads per layer, 4 x ContextTokens x calls x heads bytes at
@@ -202,6 +211,9 @@ func (cfg Config) check() error {
 	case gguf.PoolingNone, gguf.PoolingMean, gguf.PoolingCLS, gguf.PoolingLast:
 	default:
 		return fmt.Errorf("llama: Config.Pooling is %d (%s); the engine pools mean, cls or last", cfg.Pooling, cfg.Pooling)
+	}
+	if err := backends.CheckCPUAccel(cfg.CPUAccel); err != nil {
+		return fmt.Errorf("llama: Config.CPUAccel: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package llama
 
 /*
 #include "es.h"
+#include "accel.h"
 */
 import "C"
 
@@ -26,6 +27,7 @@ type kctx struct {
 
 	lctx  *C.struct_llama_context
 	batch C.struct_llama_batch
+	pool  unsafe.Pointer // the CPU threads attached to lctx (es_threadpool_attach), or nil
 }
 
 // create makes k's llama.cpp context if it has none yet.
@@ -79,6 +81,15 @@ func (e *Engine) create(k *kctx) error {
 		return fmt.Errorf("llama: llama.cpp runs this model's architecture as a decoder over a KV cache, but family.Archs lists it as an encoder")
 	}
 	k.lctx = lctx
+	// With embed-stack's own kernels taking part, an encoder's call runs as a couple
+	// of dozen graphs alternating between them and ggml's CPU backend, which without
+	// a pool of its own starts and joins its threads for each: that cost 2x on two
+	// threads (docs/performance.md). A pool that lives with the context avoids it.
+	// A decoder's graph (flash attention, F16 weights and KV cache) gives the kernels
+	// nothing and stays one graph, which ran 0.9x as fast with the pool on 1 x 16.
+	if e.info.Device.CPUAccel != "" && e.encoder {
+		k.pool = C.es_threadpool_attach(lctx, C.int(e.threads))
+	}
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
 	// A cross-encoder with token types is fed input embeddings (tokenInput).
 	embd := 0
@@ -114,6 +125,7 @@ func (e *Engine) contextFor(n int) *kctx {
 func (k *kctx) free() {
 	if k != nil && k.lctx != nil {
 		C.llama_batch_free(k.batch)
+		C.es_threadpool_free(k.lctx, k.pool)
 		C.llama_free(k.lctx)
 		k.lctx = nil
 	}

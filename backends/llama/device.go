@@ -361,7 +361,10 @@ func Probe(c Config) (backends.Device, error) {
 	if err := backendInit(); err != nil {
 		return backends.Device{}, err
 	}
-	_, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "", c.CPUVariant)
+	dev, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "", c.CPUVariant)
+	if err == nil && dev == nil {
+		info.CPUAccel = setupAccel(c.CPUAccel)
+	}
 	return info, err
 }
 

@@ -199,6 +199,9 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dev == nil {
+		device.CPUAccel = setupAccel(cfg.CPUAccel)
+	}
 	shape, err := readShape(cfg.ModelPath)
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func (c *benchCommand) Close() error { return nil }
 func (c *benchCommand) floor(s *bench.Session) func(ctx context.Context, ctxTokens int) (bench.Embedder, string, func(), error) {
 	f := &c.f
 	return func(ctx context.Context, ctxTokens int) (bench.Embedder, string, func(), error) {
-		lc := llama.Config{ContextTokens: ctxTokens, Threads: f.Threads, CPUVariant: f.CPUVariant}
+		lc := llama.Config{ContextTokens: ctxTokens, Threads: f.Threads, CPUVariant: f.CPUVariant, CPUAccel: f.CPUAccel}
 		facts, err := modelinfo.Read(f.Model, modelinfo.Options{})
 		if err != nil {
 			return nil, "", nil, err
@@ -99,6 +99,9 @@ func (c *benchCommand) floor(s *bench.Session) func(ctx context.Context, ctxToke
 		}
 		info := eng.Info()
 		s.CPUKernels, s.Weights = info.Device.CPUVariant, w
+		if a := info.Device.CPUAccel; a != "" {
+			s.CPUKernels += " with " + a
+		}
 		if w := info.Device.Warning; w != "" {
 			fmt.Fprintln(c.stderr, "bench: warning:", w)
 		}

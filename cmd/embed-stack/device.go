@@ -16,8 +16,9 @@ import (
 	"github.com/embed-stack/embed-stack/weights"
 )
 
-// checkDevice refuses a malformed device name, a negative layer count, and a CPU
-// variant that names none or that this CPU lacks an instruction set of.
+// checkDevice refuses a malformed device name, a negative layer count, a CPU
+// variant that names none or that this CPU lacks an instruction set of, and a
+// --cpu-accel other than auto or off.
 func checkDevice(d backends.DeviceArgs) error {
 	if _, _, err := llama.ParseDevice(d.Device); err != nil {
 		return fmt.Errorf("--device: %w", err)
@@ -28,12 +29,15 @@ func checkDevice(d backends.DeviceArgs) error {
 	if err := cpuvariant.Check(cpuvariant.ReadHost(), d.CPUVariant); err != nil {
 		return fmt.Errorf("--cpu-variant: %w", err)
 	}
+	if err := backends.CheckCPUAccel(d.CPUAccel); err != nil {
+		return fmt.Errorf("--cpu-accel: %w", err)
+	}
 	return nil
 }
 
 // deviceConfig fills the device fields of an engine configuration.
 func deviceConfig(d backends.DeviceArgs, c *llama.Config) {
-	c.Device, c.GPULayers, c.BackendDir, c.CPUVariant = d.Device, d.GPULayers, d.BackendDir, d.CPUVariant
+	c.Device, c.GPULayers, c.BackendDir, c.CPUVariant, c.CPUAccel = d.Device, d.GPULayers, d.BackendDir, d.CPUVariant, d.CPUAccel
 }
 
 // explainDeviceError adds to an engine's device or backend error the flags that
@@ -98,6 +102,11 @@ func (c *devicesCommand) Run(context.Context) error {
 		fmt.Fprintln(c.stdout, "note:", d.Note)
 	}
 	fmt.Fprintf(c.stdout, "cpu kernels: %s: %s\n", d.CPUVariant, d.CPUVariantNote)
+	if d.CPUAccel != "" {
+		fmt.Fprintf(c.stdout, "cpu accel: %s (an encoder's attention scores, GELU and products with F32 weights; --cpu-accel off leaves them to ggml)\n", d.CPUAccel)
+	} else if !d.GPU {
+		fmt.Fprintln(c.stdout, "cpu accel: off (--cpu-accel off, or a CPU without AVX-512F or AVX2 with FMA)")
+	}
 	if why, ok := weights.PaysOff(&d); ok {
 		fmt.Fprintf(c.stdout, "weights: --weights auto converts F16 matrices to BF16 at load: %s\n", why)
 	} else {

@@ -20,28 +20,28 @@ import (
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
 
-// TestDeviceFlagsPlumbing: --device, --gpu-layers and --backend-dir come from the
+// TestDeviceFlagsPlumbing: --device, --gpu-layers, --backend-dir and --cpu-accel come from the
 // flag, the environment or the config file like every serve setting, are checked,
 // and reach every worker's command line (but the MLX server's).
 func TestDeviceFlagsPlumbing(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "embed-stack.toml")
 	os.WriteFile(file, []byte("backend_dir = \"/opt/es/lib\"\ngpu_layers = 12\ndevice = \"metal\"\n"), 0o600)
-	env := map[string]string{"EMBED_STACK_CONFIG": file, "EMBED_STACK_DEVICE": "cuda:1"}
+	env := map[string]string{"EMBED_STACK_CONFIG": file, "EMBED_STACK_DEVICE": "cuda:1", "EMBED_STACK_CPU_ACCEL": "off"}
 	f := &serveFlags{}
 	s := newServeFlagSet(f)
 	if err := s.Parse([]string{"--gpu-layers", "7", "--model", "m.gguf"}, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	d := f.run.Device
-	if d != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib"}) ||
+	if d != (backends.DeviceArgs{Device: "cuda:1", GPULayers: 7, BackendDir: "/opt/es/lib", CPUAccel: "off"}) ||
 		s.Source("device") != flagconfig.FromEnv || s.Source("gpu-layers") != flagconfig.FromFlag || s.Source("backend-dir") != flagconfig.FromFile {
 		t.Errorf("device flags = %+v from %s/%s/%s", d, s.Source("device"), s.Source("gpu-layers"), s.Source("backend-dir"))
 	}
 	if err := checkDevice(d); err != nil {
 		t.Errorf("check: %v", err)
 	}
-	want := []string{"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/es/lib"}
+	want := []string{"--device", "cuda:1", "--gpu-layers", "7", "--backend-dir", "/opt/es/lib", "--cpu-accel", "off"}
 	if got := d.Args(); !slices.Equal(got, want) {
 		t.Errorf("worker args = %q, want %q", got, want)
 	}
@@ -53,6 +53,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 		want string
 	}{
 		{backends.DeviceArgs{Device: "gpu"}, `--device: device "gpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`},
+		{backends.DeviceArgs{Device: "cpu", CPUAccel: "fast"}, `--cpu-accel: "fast" is not auto or off`},
 	} {
 		if err := checkDevice(bad.f); err == nil || err.Error() != bad.want {
 			t.Errorf("check(%+v) = %v, want %q", bad.f, err, bad.want)

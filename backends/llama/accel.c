@@ -1,0 +1,1214 @@
+// accel.c: embed-stack's own ggml backend, a second CPU device ("ESK") that takes
+// over the few operations ggml's CPU backend computes slowly for encoders, and
+// leaves every other operation to it.
+//
+// Why a backend: llama.cpp builds an encoder's attention without flash attention as
+// KQ = mul_mat(K, Q) with both operands permuted views, and ggml's CPU backend hands
+// a product to its matrix kernels (tinyBLAS) only when the second operand is
+// contiguous; KQ instead runs one dot product of head_dim floats per output cell,
+// each ending in a horizontal sum. On all-MiniLM-L6-v2 (head_dim 32) that was a
+// quarter of the encoder's time for 3% of its arithmetic. GELU is the other: ggml
+// computes it one value at a time through an f16 table. Neither can be changed
+// without patching llama.cpp or ggml, which this project links unmodified; ggml's
+// scheduler, though, gives an operation to the first backend that supports it when
+// its operands sit in a buffer that backend can use (pass 3 of
+// ggml_backend_sched_split_graph, the path ggml's BLAS backend takes), and
+// llama.cpp adds every registered device of type ACCEL to each context. So this
+// device uses the CPU backend's own buffer type, claims exactly those operations,
+// and the scheduler splits each layer between it and the CPU backend; both read and
+// write host memory, so no tensor is copied.
+//
+// The kernels need AVX-512F or AVX2 with FMA, picked at run time with
+// target attributes, so the portable build carries them; on other CPUs (and other
+// architectures) es_accel_register registers nothing.
+//
+// Threads: llama.cpp sets each backend's thread count through the registry's
+// "ggml_backend_set_n_threads"; the backend keeps that many minus one workers that
+// spin briefly, then sleep, between operations.
+
+#include "accel.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-backend-impl.h"
+#include "ggml-cpu.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define ES_ACCEL_X86 1
+#include <immintrin.h>
+#endif
+
+enum { ES_ISA_NONE = 0, ES_ISA_AVX2 = 1, ES_ISA_AVX512 = 2 };
+
+static int es_accel_isa_detect(void) {
+#if ES_ACCEL_X86
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f")) {
+		return ES_ISA_AVX512;
+	}
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+		return ES_ISA_AVX2;
+	}
+#endif
+	return ES_ISA_NONE;
+}
+
+// The kernels in use (ES_ISA_*), and whether the device takes operations at all:
+// es_accel_set_enabled switches it off for a comparison in the same process.
+static int es_accel_isa;
+static atomic_int es_accel_on = 1;
+// Which operations it takes (ES_ACCEL_OP_*), for measuring one against another.
+static atomic_int es_accel_ops = ES_ACCEL_OP_ALL;
+// Operations computed, for the tests that check the device took them.
+static atomic_llong es_accel_computed;
+
+// ---------------------------------------------------------------------------
+// Thread pool
+
+typedef void (*es_task_fn)(void *arg, int task, int thread);
+
+// A job is published by bumping gen; its tasks are claimed from next, whose high
+// 32 bits name the job, so a worker that wakes late (after its job was done, or
+// while the next one runs) claims nothing it did not read fn and arg for. The
+// caller waits for done == n_tasks, not for the workers: one the kernel has not
+// scheduled yet costs nothing (on a loaded host waiting for it cost more than
+// the job).
+struct es_pool {
+	int n_threads; // including the caller
+	pthread_t *workers;
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	atomic_uint gen;
+	atomic_uint_fast64_t next; // gen << 32 | next task index
+	atomic_int done;           // tasks finished in the current job
+	atomic_int n_tasks;
+	_Atomic(es_task_fn) fn;
+	_Atomic(void *) arg;
+	atomic_bool quit;
+	atomic_int sleeping; // workers waiting on wake
+};
+
+// es_pool_claim runs tasks of job g until none is left or the job is no longer g.
+static void es_pool_claim(struct es_pool *p, unsigned g, es_task_fn fn, void *arg, int n, int thread) {
+	for (;;) {
+		uint_fast64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
+		if ((unsigned)(v >> 32) != g || (int)(uint32_t)v >= n) {
+			return;
+		}
+		if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) {
+			continue;
+		}
+		fn(arg, (int)(uint32_t)v, thread);
+		atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+	}
+}
+
+struct es_worker_arg {
+	struct es_pool *pool;
+	int index;
+};
+
+// A worker spins this many rounds (a few microseconds) for the next job before it
+// sleeps: the device's next operation is usually hundreds of microseconds away
+// while ggml's CPU threads need the cores, and a long spin measured 4x slower on
+// two threads.
+#define ES_WORKER_SPIN 256
+#define ES_CALLER_SPIN 20000
+
+static void *es_worker(void *a) {
+	struct es_worker_arg *wa = a;
+	struct es_pool *p = wa->pool;
+	int index = wa->index;
+	free(wa);
+	unsigned seen = atomic_load(&p->gen);
+	for (;;) {
+		int spins = 0;
+		while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && !atomic_load(&p->quit)) {
+			if (++spins < ES_WORKER_SPIN) {
+#if ES_ACCEL_X86
+				_mm_pause();
+#endif
+				continue;
+			}
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleeping, 1);
+			while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) {
+				pthread_cond_wait(&p->wake, &p->mu);
+			}
+			atomic_fetch_sub(&p->sleeping, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->quit)) {
+			return NULL;
+		}
+		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+		es_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+		void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+		int n = atomic_load_explicit(&p->n_tasks, memory_order_acquire);
+		es_pool_claim(p, seen, fn, arg, n, index);
+	}
+}
+
+static void es_pool_stop(struct es_pool *p) {
+	if (p->workers == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	atomic_store(&p->quit, true);
+	pthread_cond_broadcast(&p->wake);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->n_threads - 1; i++) {
+		pthread_join(p->workers[i], NULL);
+	}
+	free(p->workers);
+	p->workers = NULL;
+	atomic_store(&p->quit, false);
+}
+
+static void es_pool_start(struct es_pool *p, int n_threads) {
+	es_pool_stop(p);
+	p->n_threads = n_threads < 1 ? 1 : n_threads;
+	if (p->n_threads == 1) {
+		return;
+	}
+	p->workers = calloc((size_t)p->n_threads - 1, sizeof(pthread_t));
+	int started = 0;
+	for (int i = 0; i < p->n_threads - 1; i++) {
+		struct es_worker_arg *wa = malloc(sizeof *wa);
+		wa->pool = p;
+		wa->index = i + 1;
+		if (pthread_create(&p->workers[i], NULL, es_worker, wa) != 0) {
+			free(wa);
+			break;
+		}
+		started++;
+	}
+	p->n_threads = started + 1;
+	if (started == 0) {
+		free(p->workers);
+		p->workers = NULL;
+	}
+}
+
+// es_pool_run runs fn over tasks 0..n_tasks-1 on the caller and the workers.
+static void es_pool_run(struct es_pool *p, int n_tasks, es_task_fn fn, void *arg) {
+	if (p->n_threads <= 1 || n_tasks <= 1) {
+		for (int t = 0; t < n_tasks; t++) {
+			fn(arg, t, 0);
+		}
+		return;
+	}
+	unsigned g = atomic_load(&p->gen) + 1;
+	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->next, (uint_fast64_t)g << 32, memory_order_release);
+	atomic_store_explicit(&p->gen, g, memory_order_release);
+	if (atomic_load(&p->sleeping) > 0) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->wake);
+		pthread_mutex_unlock(&p->mu);
+	}
+	es_pool_claim(p, g, fn, arg, n_tasks, 0);
+	// The tasks left are running on workers: wait for them, briefly spinning.
+	int spins = 0;
+	while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
+		if (++spins < ES_CALLER_SPIN) {
+#if ES_ACCEL_X86
+			_mm_pause();
+#endif
+		} else {
+			sched_yield();
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Kernels
+
+// Per-thread packing buffer: B of one batch transposed to [K][Npad].
+struct es_scratch {
+	float *buf;
+	size_t cap;
+	const char *packed_b; // which B it holds
+	int64_t packed_n;
+};
+
+// A product of this backend: dst[b][m][n] = sum_k A[b][m][k] * B[b'][n][k], with
+// A = src1 (rows of K floats, any strides) and B = src0 (ditto, broadcast over the
+// batch as ggml_mul_mat broadcasts it), dst contiguous in n.
+struct es_mm {
+	const char *a, *b;
+	char *d;
+	int64_t K, M, N;
+	size_t a_row, b_row, d_row; // byte strides of a row (m, n, m)
+	int64_t nb2, nb3;            // batch extents (dst ne2, ne3)
+	int64_t r2, r3;              // broadcast ratios of B
+	size_t a_s2, a_s3, b_s2, b_s3, d_s2, d_s3;
+	int64_t m_block;
+	int64_t m_blocks;
+	struct es_scratch *scratch; // one per thread of the pool
+};
+
+#define ES_MAX_THREADS 256
+
+static float *es_scratch_get(struct es_scratch *s, size_t n) {
+	if (s->cap < n) {
+		free(s->buf);
+		s->buf = aligned_alloc(64, ((n * sizeof(float)) + 63) / 64 * 64);
+		s->cap = n;
+		s->packed_b = NULL;
+	}
+	return s->buf;
+}
+
+// es_pack_bt writes B's rows n = 0..N-1 (K floats each) as columns: bt[k*ldb + n],
+// zero in the padding columns N..ldb-1.
+static void es_pack_bt(float *bt, const char *b, size_t b_row, int64_t K, int64_t N, int64_t ldb) {
+	for (int64_t n = 0; n < N; n++) {
+		const float *row = (const float *)(b + (size_t)n * b_row);
+		for (int64_t k = 0; k < K; k++) {
+			bt[k * ldb + n] = row[k];
+		}
+	}
+	for (int64_t k = 0; k < K; k++) {
+		for (int64_t n = N; n < ldb; n++) {
+			bt[k * ldb + n] = 0.0f;
+		}
+	}
+}
+
+#if ES_ACCEL_X86
+
+// AVX-512: tiles of MR rows by 32 (two vectors) or 16 columns; the column tail
+// is masked on store (bt's padding is zero, so its loads are whole vectors).
+#define ES_MR512 8
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+es_tile512(int mr, int nv, const float *const *arow, const float *bt, int64_t ldb, int64_t K,
+           float *const *drow, int64_t n0, __mmask16 tail) {
+	__m512 acc[ES_MR512][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm512_setzero_ps();
+		acc[r][1] = _mm512_setzero_ps();
+	}
+	for (int64_t k = 0; k < K; k++) {
+		const float *bk = bt + k * ldb + n0;
+		__m512 b0 = _mm512_load_ps(bk);
+		__m512 b1 = nv > 1 ? _mm512_load_ps(bk + 16) : b0;
+		for (int r = 0; r < mr; r++) {
+			__m512 a = _mm512_set1_ps(arow[r][k]);
+			acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+			if (nv > 1) {
+				acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+			}
+		}
+	}
+	for (int r = 0; r < mr; r++) {
+		if (nv > 1) {
+			_mm512_storeu_ps(drow[r] + n0, acc[r][0]);
+			_mm512_mask_storeu_ps(drow[r] + n0 + 16, tail, acc[r][1]);
+		} else {
+			_mm512_mask_storeu_ps(drow[r] + n0, tail, acc[r][0]);
+		}
+	}
+}
+
+__attribute__((target("avx512f"))) static void
+es_rows512(int mr, const float *const *arow, const float *bt, int64_t ldb, int64_t K, int64_t N,
+           float *const *drow) {
+	int64_t n0 = 0;
+#define ES_ROWS512(MR)                                                                        \
+	for (; n0 + 32 <= N; n0 += 32) es_tile512(MR, 2, arow, bt, ldb, K, drow, n0, 0xffff); \
+	if (N - n0 > 16) {                                                                     \
+		es_tile512(MR, 2, arow, bt, ldb, K, drow, n0, (__mmask16)((1u << (N - n0 - 16)) - 1)); \
+	} else if (N - n0 > 0) {                                                               \
+		es_tile512(MR, 1, arow, bt, ldb, K, drow, n0,                                      \
+		           (__mmask16)(N - n0 == 16 ? 0xffff : (1u << (N - n0)) - 1));             \
+	}
+	switch (mr) {
+	case 8: ES_ROWS512(8) break;
+	case 7: ES_ROWS512(7) break;
+	case 6: ES_ROWS512(6) break;
+	case 5: ES_ROWS512(5) break;
+	case 4: ES_ROWS512(4) break;
+	case 3: ES_ROWS512(3) break;
+	case 2: ES_ROWS512(2) break;
+	default: ES_ROWS512(1) break;
+	}
+#undef ES_ROWS512
+}
+
+// AVX2: tiles of MR rows by 16 (two vectors) or 8 columns, the tail stored lane
+// by lane.
+#define ES_MR256 6
+
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+es_tile256(int mr, int nv, const float *const *arow, const float *bt, int64_t ldb, int64_t K,
+           float *const *drow, int64_t n0, int64_t nvalid) {
+	__m256 acc[ES_MR256][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm256_setzero_ps();
+		acc[r][1] = _mm256_setzero_ps();
+	}
+	for (int64_t k = 0; k < K; k++) {
+		const float *bk = bt + k * ldb + n0;
+		__m256 b0 = _mm256_load_ps(bk);
+		__m256 b1 = nv > 1 ? _mm256_load_ps(bk + 8) : b0;
+		for (int r = 0; r < mr; r++) {
+			__m256 a = _mm256_broadcast_ss(arow[r] + k);
+			acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+			if (nv > 1) {
+				acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+			}
+		}
+	}
+	for (int r = 0; r < mr; r++) {
+		if (nvalid == 8 * nv) {
+			_mm256_storeu_ps(drow[r] + n0, acc[r][0]);
+			if (nv > 1) {
+				_mm256_storeu_ps(drow[r] + n0 + 8, acc[r][1]);
+			}
+		} else {
+			float tmp[16] __attribute__((aligned(32)));
+			_mm256_store_ps(tmp, acc[r][0]);
+			_mm256_store_ps(tmp + 8, acc[r][1]);
+			for (int64_t j = 0; j < nvalid; j++) {
+				drow[r][n0 + j] = tmp[j];
+			}
+		}
+	}
+}
+
+__attribute__((target("avx2,fma"))) static void
+es_rows256(int mr, const float *const *arow, const float *bt, int64_t ldb, int64_t K, int64_t N,
+           float *const *drow) {
+	int64_t n0 = 0;
+#define ES_ROWS256(MR)                                                                          \
+	for (; n0 + 16 <= N; n0 += 16) es_tile256(MR, 2, arow, bt, ldb, K, drow, n0, 16);       \
+	if (N - n0 > 8) {                                                                        \
+		es_tile256(MR, 2, arow, bt, ldb, K, drow, n0, N - n0);                               \
+	} else if (N - n0 > 0) {                                                                 \
+		es_tile256(MR, 1, arow, bt, ldb, K, drow, n0, N - n0);                               \
+	}
+	switch (mr) {
+	case 6: ES_ROWS256(6) break;
+	case 5: ES_ROWS256(5) break;
+	case 4: ES_ROWS256(4) break;
+	case 3: ES_ROWS256(3) break;
+	case 2: ES_ROWS256(2) break;
+	default: ES_ROWS256(1) break;
+	}
+#undef ES_ROWS256
+}
+
+#endif // ES_ACCEL_X86
+
+// es_mm_task computes one block of M_block rows of one batch.
+static void es_mm_task(void *arg, int task, int thread) {
+	const struct es_mm *mm = arg;
+	int64_t batch = task / mm->m_blocks;
+	int64_t mb = task % mm->m_blocks;
+	int64_t i2 = batch % mm->nb2, i3 = batch / mm->nb2;
+	const char *a = mm->a + i2 * mm->a_s2 + i3 * mm->a_s3;
+	const char *b = mm->b + (i2 / mm->r2) * mm->b_s2 + (i3 / mm->r3) * mm->b_s3;
+	char *d = mm->d + i2 * mm->d_s2 + i3 * mm->d_s3;
+
+	int64_t ldb = (mm->N + 15) / 16 * 16;
+	struct es_scratch *s = &mm->scratch[thread];
+	float *bt = es_scratch_get(s, (size_t)(mm->K * ldb));
+	if (s->packed_b != b || s->packed_n != mm->N) {
+		es_pack_bt(bt, b, mm->b_row, mm->K, mm->N, ldb);
+		s->packed_b = b;
+		s->packed_n = mm->N;
+	}
+	int64_t m0 = mb * mm->m_block;
+	int64_t m1 = m0 + mm->m_block < mm->M ? m0 + mm->m_block : mm->M;
+	const int mr_max = es_accel_isa == ES_ISA_AVX512 ? 8 : 6;
+	for (int64_t m = m0; m < m1; m += mr_max) {
+		int mr = (int)(m1 - m < mr_max ? m1 - m : mr_max);
+		const float *arow[8];
+		float *drow[8];
+		for (int r = 0; r < mr; r++) {
+			arow[r] = (const float *)(a + (size_t)(m + r) * mm->a_row);
+			drow[r] = (float *)(d + (size_t)(m + r) * mm->d_row);
+		}
+#if ES_ACCEL_X86
+		if (es_accel_isa == ES_ISA_AVX512) {
+			es_rows512(mr, arow, bt, ldb, mm->K, mm->N, drow);
+		} else {
+			es_rows256(mr, arow, bt, ldb, mm->K, mm->N, drow);
+		}
+#else
+		(void)arow; // never registered without the x86 kernels
+		(void)drow;
+#endif
+	}
+}
+
+static void es_mul_mat(struct es_pool *pool, struct es_scratch *scratch, struct ggml_tensor *dst) {
+	const struct ggml_tensor *src0 = dst->src[0];
+	const struct ggml_tensor *src1 = dst->src[1];
+	struct es_mm mm = {
+		.a = src1->data,
+		.b = src0->data,
+		.d = dst->data,
+		.K = src0->ne[0],
+		.M = src1->ne[1],
+		.N = src0->ne[1],
+		.a_row = src1->nb[1],
+		.b_row = src0->nb[1],
+		.d_row = dst->nb[1],
+		.nb2 = dst->ne[2],
+		.nb3 = dst->ne[3],
+		.r2 = src1->ne[2] / src0->ne[2],
+		.r3 = src1->ne[3] / src0->ne[3],
+		.a_s2 = src1->nb[2],
+		.a_s3 = src1->nb[3],
+		.b_s2 = src0->nb[2],
+		.b_s3 = src0->nb[3],
+		.d_s2 = dst->nb[2],
+		.d_s3 = dst->nb[3],
+		.scratch = scratch,
+	};
+	// Blocks of rows small enough that every thread gets several, large enough
+	// that packing B (K*N) stays small against the block's K*N*M_block.
+	int64_t batches = mm.nb2 * mm.nb3;
+	int64_t block = 64;
+	while (block > 8 && batches * ((mm.M + block - 1) / block) < 4 * (int64_t)pool->n_threads) {
+		block /= 2;
+	}
+	mm.m_block = block;
+	mm.m_blocks = (mm.M + block - 1) / block;
+	for (int t = 0; t < pool->n_threads; t++) {
+		scratch[t].packed_b = NULL;
+	}
+	es_pool_run(pool, (int)(batches * mm.m_blocks), es_mm_task, &mm);
+}
+
+// ---------------------------------------------------------------------------
+// Products with F32 weight matrices
+
+#define ES_PANEL 32
+
+// es_packed is one weight matrix (N rows of K floats) laid out as ceil(N/32) panels,
+// each K rows of 32 floats (its columns n..n+31, zero past N): the layout the tile
+// kernels stream. One copy per matrix in the process, shared by every backend (every
+// llama.cpp context) that multiplies by it and freed with the last of them: a
+// context never outlives its model, so while a copy is held the weights it was
+// made from cannot be freed and their address reused by another model's.
+struct es_packed {
+	const void *w;
+	int64_t K, N;
+	size_t row;
+	float *panels;
+	size_t bytes;
+	int refs;
+	struct es_packed *next;
+};
+
+static pthread_mutex_t es_packed_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct es_packed *es_packed_list;
+static size_t es_packed_bytes;
+
+// Past this many bytes of packed copies a matrix is packed into scratch for each
+// product instead: slower, but no more memory.
+static size_t es_packed_budget = (size_t)2 << 30;
+
+// es_weights is what one backend holds of es_packed_list.
+struct es_weights {
+	struct es_packed **held;
+	int n, cap;
+};
+
+static void es_pack_panels(float *dst, const char *w, size_t w_row, int64_t K, int64_t N) {
+	int64_t panels = (N + ES_PANEL - 1) / ES_PANEL;
+	for (int64_t p = 0; p < panels; p++) {
+		float *pd = dst + p * K * ES_PANEL;
+		for (int64_t j = 0; j < ES_PANEL; j++) {
+			int64_t n = p * ES_PANEL + j;
+			if (n >= N) {
+				for (int64_t k = 0; k < K; k++) {
+					pd[k * ES_PANEL + j] = 0.0f;
+				}
+				continue;
+			}
+			const float *row = (const float *)(w + (size_t)n * w_row);
+			for (int64_t k = 0; k < K; k++) {
+				pd[k * ES_PANEL + j] = row[k];
+			}
+		}
+	}
+}
+
+// es_weights_release drops a backend's hold on its copies, freeing those no
+// backend holds any more.
+static void es_weights_release(struct es_weights *ws) {
+	pthread_mutex_lock(&es_packed_mu);
+	for (int i = 0; i < ws->n; i++) {
+		struct es_packed *p = ws->held[i];
+		if (--p->refs > 0) {
+			continue;
+		}
+		for (struct es_packed **pp = &es_packed_list; *pp != NULL; pp = &(*pp)->next) {
+			if (*pp == p) {
+				*pp = p->next;
+				break;
+			}
+		}
+		es_packed_bytes -= p->bytes;
+		free(p->panels);
+		free(p);
+	}
+	pthread_mutex_unlock(&es_packed_mu);
+	free(ws->held);
+	ws->held = NULL;
+	ws->n = ws->cap = 0;
+}
+
+// es_weights_get returns w's panels, packing them on first use in the process and
+// holding them for the backend; NULL past the budget.
+static const float *es_weights_get(struct es_weights *ws, const struct ggml_tensor *w) {
+	for (int i = 0; i < ws->n; i++) {
+		struct es_packed *p = ws->held[i];
+		if (p->w == w->data && p->K == w->ne[0] && p->N == w->ne[1] && p->row == w->nb[1]) {
+			return p->panels;
+		}
+	}
+	if (ws->n == ws->cap) {
+		int cap = ws->cap ? 2 * ws->cap : 64;
+		struct es_packed **held = realloc(ws->held, (size_t)cap * sizeof *held);
+		if (held == NULL) {
+			return NULL;
+		}
+		ws->held = held;
+		ws->cap = cap;
+	}
+	pthread_mutex_lock(&es_packed_mu);
+	struct es_packed *p = es_packed_list;
+	for (; p != NULL; p = p->next) {
+		if (p->w == w->data && p->K == w->ne[0] && p->N == w->ne[1] && p->row == w->nb[1]) {
+			break;
+		}
+	}
+	if (p == NULL) {
+		int64_t K = w->ne[0], N = w->ne[1];
+		size_t bytes = (size_t)((N + ES_PANEL - 1) / ES_PANEL) * (size_t)K * ES_PANEL * sizeof(float);
+		float *panels = NULL;
+		if (es_packed_bytes + bytes <= es_packed_budget) {
+			panels = aligned_alloc(64, (bytes + 63) / 64 * 64);
+		}
+		if (panels == NULL) {
+			pthread_mutex_unlock(&es_packed_mu);
+			return NULL;
+		}
+		es_pack_panels(panels, w->data, w->nb[1], K, N);
+		p = malloc(sizeof *p);
+		*p = (struct es_packed){.w = w->data, .K = K, .N = N, .row = w->nb[1], .panels = panels, .bytes = bytes, .next = es_packed_list};
+		es_packed_list = p;
+		es_packed_bytes += bytes;
+	}
+	p->refs++;
+	pthread_mutex_unlock(&es_packed_mu);
+	ws->held[ws->n++] = p;
+	return p->panels;
+}
+
+struct es_wmm {
+	const char *a; // rows of K floats, a_row bytes apart
+	size_t a_row;
+	char *d; // rows of N floats, d_row bytes apart
+	size_t d_row;
+	int64_t M, K, N;
+	const float *panels;     // packed, or NULL: pack each task's panels into scratch
+	const struct ggml_tensor *w;
+	struct es_scratch *scratch;
+	int64_t panels_per_task;
+};
+
+// es_wmm_task computes every row for a group of panels (columns).
+static void es_wmm_task(void *arg, int task, int thread) {
+	const struct es_wmm *mm = arg;
+	int64_t n_panels = (mm->N + ES_PANEL - 1) / ES_PANEL;
+	int64_t p0 = task * mm->panels_per_task;
+	int64_t p1 = p0 + mm->panels_per_task < n_panels ? p0 + mm->panels_per_task : n_panels;
+	const int mr_max = es_accel_isa == ES_ISA_AVX512 ? 8 : 6;
+	for (int64_t p = p0; p < p1; p++) {
+		int64_t n0 = p * ES_PANEL;
+		int64_t width = mm->N - n0 < ES_PANEL ? mm->N - n0 : ES_PANEL;
+		const float *bt;
+		if (mm->panels != NULL) {
+			bt = mm->panels + p * mm->K * ES_PANEL;
+		} else {
+			float *buf = es_scratch_get(&mm->scratch[thread], (size_t)(mm->K * ES_PANEL));
+			mm->scratch[thread].packed_b = NULL;
+			es_pack_panels(buf, (const char *)mm->w->data + (size_t)n0 * mm->w->nb[1], mm->w->nb[1], mm->K, width);
+			bt = buf;
+		}
+		for (int64_t m = 0; m < mm->M; m += mr_max) {
+			int mr = (int)(mm->M - m < mr_max ? mm->M - m : mr_max);
+			const float *arow[8];
+			float *drow[8];
+			for (int r = 0; r < mr; r++) {
+				arow[r] = (const float *)(mm->a + (size_t)(m + r) * mm->a_row);
+				drow[r] = (float *)(mm->d + (size_t)(m + r) * mm->d_row) + n0;
+			}
+#if ES_ACCEL_X86
+			if (es_accel_isa == ES_ISA_AVX512) {
+				es_rows512(mr, arow, bt, ES_PANEL, mm->K, width, drow);
+			} else {
+				es_rows256(mr, arow, bt, ES_PANEL, mm->K, width, drow);
+			}
+#else
+			(void)arow; // never registered without the x86 kernels
+			(void)drow;
+			(void)bt;
+			(void)width;
+#endif
+		}
+	}
+}
+
+static void es_weight_mul_mat(struct es_pool *pool, struct es_scratch *scratch, struct es_weights *ws,
+                              struct ggml_tensor *dst) {
+	const struct ggml_tensor *w = dst->src[0], *x = dst->src[1];
+	struct es_wmm mm = {
+		.a = x->data,
+		.a_row = x->nb[1],
+		.d = dst->data,
+		.d_row = dst->nb[1],
+		.M = ggml_nrows(x), // contiguous: the batch dimensions are more rows
+		.K = w->ne[0],
+		.N = w->ne[1],
+		.w = w,
+		.scratch = scratch,
+	};
+	mm.panels = es_weights_get(ws, w);
+	int64_t n_panels = (mm.N + ES_PANEL - 1) / ES_PANEL;
+	// Several tasks per thread, for balance; each a group of whole panels.
+	int64_t tasks = 4 * (int64_t)pool->n_threads;
+	mm.panels_per_task = (n_panels + tasks - 1) / tasks;
+	if (mm.panels_per_task < 1) {
+		mm.panels_per_task = 1;
+	}
+	es_pool_run(pool, (int)((n_panels + mm.panels_per_task - 1) / mm.panels_per_task), es_wmm_task, &mm);
+}
+
+// GELU, tanh approximation (ggml_gelu's definition), computed in float32.
+#define ES_GELU_COEF_A 0.044715f
+#define ES_SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+#if ES_ACCEL_X86
+// tanh(u) = 1 - 2 / (exp(2u) + 1), exp by 2^n * p(r) with a degree-6 polynomial
+// (relative error about 2e-7 over the range used); |u| is clamped at 9, where
+// tanh is 1 to float precision.
+__attribute__((target("avx512f"))) static inline __m512 es_tanh512(__m512 u) {
+	const __m512 lim = _mm512_set1_ps(9.0f);
+	u = _mm512_max_ps(_mm512_min_ps(u, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
+	__m512 x = _mm512_add_ps(u, u);
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+	__m512 p = _mm512_set1_ps(1.0f / 720.0f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	__m512 e = _mm512_scalef_ps(p, n);
+	__m512 one = _mm512_set1_ps(1.0f);
+	return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+}
+
+__attribute__((target("avx512f"))) static void es_gelu512(float *y, const float *x, int64_t n) {
+	const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+	const __m512 ca = _mm512_set1_ps(ES_GELU_COEF_A), cs = _mm512_set1_ps(ES_SQRT_2_OVER_PI);
+	int64_t i = 0;
+	for (; i < n; i += 16) {
+		__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512 v = _mm512_maskz_loadu_ps(m, x + i);
+		__m512 u = _mm512_mul_ps(_mm512_mul_ps(cs, v), _mm512_fmadd_ps(_mm512_mul_ps(ca, v), v, one));
+		__m512 g = _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, es_tanh512(u)));
+		_mm512_mask_storeu_ps(y + i, m, g);
+	}
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 es_tanh256(__m256 u) {
+	const __m256 lim = _mm256_set1_ps(9.0f);
+	u = _mm256_max_ps(_mm256_min_ps(u, lim), _mm256_sub_ps(_mm256_setzero_ps(), lim));
+	__m256 x = _mm256_add_ps(u, u);
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+	                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+	__m256 p = _mm256_set1_ps(1.0f / 720.0f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	// 2^n: n lies in [-26, 26] after the clamp, so the exponent field holds it.
+	__m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	__m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+	__m256 one = _mm256_set1_ps(1.0f);
+	return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+}
+
+__attribute__((target("avx2,fma"))) static void es_gelu256(float *y, const float *x, int64_t n) {
+	const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+	const __m256 ca = _mm256_set1_ps(ES_GELU_COEF_A), cs = _mm256_set1_ps(ES_SQRT_2_OVER_PI);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		__m256 u = _mm256_mul_ps(_mm256_mul_ps(cs, v), _mm256_fmadd_ps(_mm256_mul_ps(ca, v), v, one));
+		__m256 g = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, es_tanh256(u)));
+		_mm256_storeu_ps(y + i, g);
+	}
+	for (; i < n; i++) {
+		float v = x[i];
+		y[i] = 0.5f * v * (1.0f + tanhf(ES_SQRT_2_OVER_PI * v * (1.0f + ES_GELU_COEF_A * v * v)));
+	}
+}
+#endif // ES_ACCEL_X86
+
+struct es_gelu {
+	const struct ggml_tensor *src;
+	struct ggml_tensor *dst;
+	int64_t rows_per_task;
+	int64_t rows;
+};
+
+static void es_gelu_task(void *arg, int task, int thread) {
+	(void)thread;
+	const struct es_gelu *g = arg;
+	int64_t r0 = task * g->rows_per_task;
+	int64_t r1 = r0 + g->rows_per_task < g->rows ? r0 + g->rows_per_task : g->rows;
+	int64_t nc = g->src->ne[0];
+	for (int64_t r = r0; r < r1; r++) {
+		// rows of a contiguous tensor are consecutive whatever its shape
+		const float *x = (const float *)g->src->data + r * nc;
+		float *y = (float *)g->dst->data + r * nc;
+#if ES_ACCEL_X86
+		if (es_accel_isa == ES_ISA_AVX512) {
+			es_gelu512(y, x, nc);
+		} else {
+			es_gelu256(y, x, nc);
+		}
+#else
+		(void)x; // never registered without the x86 kernels
+		(void)y;
+#endif
+	}
+}
+
+static void es_gelu_op(struct es_pool *pool, struct ggml_tensor *dst) {
+	struct es_gelu g = {.src = dst->src[0], .dst = dst, .rows = ggml_nrows(dst->src[0])};
+	int64_t tasks = 4 * (int64_t)pool->n_threads;
+	g.rows_per_task = (g.rows + tasks - 1) / tasks;
+	if (g.rows_per_task < 1) {
+		g.rows_per_task = 1;
+	}
+	es_pool_run(pool, (int)((g.rows + g.rows_per_task - 1) / g.rows_per_task), es_gelu_task, &g);
+}
+
+// ---------------------------------------------------------------------------
+// Which operations the device takes
+
+static bool es_is_f32_rows(const struct ggml_tensor *t) {
+	return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float);
+}
+
+static bool es_supports_mul_mat(const struct ggml_tensor *op) {
+	const struct ggml_tensor *src0 = op->src[0], *src1 = op->src[1];
+	if (!(atomic_load(&es_accel_ops) & ES_ACCEL_OP_KQ)) {
+		return false;
+	}
+	// Only what ggml's CPU backend does one dot product at a time: a non-contiguous
+	// F32 second operand. Contiguous ones go to its matrix kernels, which are fast.
+	if (!es_is_f32_rows(src0) || !es_is_f32_rows(src1) || !es_is_f32_rows(op) || ggml_is_contiguous(src1)) {
+		return false;
+	}
+	if (op->nb[1] % sizeof(float) != 0 || src0->ne[2] == 0 || src0->ne[3] == 0) {
+		return false;
+	}
+	if (src1->ne[2] % src0->ne[2] != 0 || src1->ne[3] % src0->ne[3] != 0) {
+		return false;
+	}
+	// Worth a split of the graph only when there is a matrix to multiply.
+	return src0->ne[0] >= 8 && src0->ne[1] >= 8 && src1->ne[1] >= 8;
+}
+
+// A product with a model's F32 weight matrix: ggml's tinyBLAS reads the weights in
+// place, a dot product along K per output; this backend multiplies them from a copy
+// laid out in panels of 32 columns (packed once per context, es_weights), which
+// measured 1.3 to 1.9 times as fast on all-MiniLM-L6-v2's matrices (Zen 5).
+static bool es_supports_weight_mm(const struct ggml_tensor *op) {
+	const struct ggml_tensor *src0 = op->src[0], *src1 = op->src[1];
+	if (!(atomic_load(&es_accel_ops) & ES_ACCEL_OP_WEIGHTS)) {
+		return false;
+	}
+	if (src0->type != GGML_TYPE_F32 || !ggml_is_contiguous(src0) || src0->ne[2] != 1 || src0->ne[3] != 1) {
+		return false;
+	}
+	if (src0->buffer == NULL || ggml_backend_buffer_get_usage(src0->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+		return false;
+	}
+	if (src1->type != GGML_TYPE_F32 || !ggml_is_contiguous(src1) || op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
+		return false;
+	}
+	return src0->ne[0] >= 16 && src0->ne[1] >= 16;
+}
+
+static bool es_supports_gelu(const struct ggml_tensor *op) {
+	if (!(atomic_load(&es_accel_ops) & ES_ACCEL_OP_GELU)) {
+		return false;
+	}
+	const struct ggml_tensor *src = op->src[0];
+	return ggml_get_unary_op(op) == GGML_UNARY_OP_GELU && src->type == GGML_TYPE_F32 &&
+	       op->type == GGML_TYPE_F32 && ggml_is_contiguous(src) && ggml_is_contiguous(op) &&
+	       ggml_are_same_shape(src, op);
+}
+
+static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
+	(void)dev;
+	if (!atomic_load(&es_accel_on)) {
+		return false;
+	}
+	switch (op->op) {
+	case GGML_OP_NONE:
+	case GGML_OP_RESHAPE:
+	case GGML_OP_VIEW:
+	case GGML_OP_PERMUTE:
+	case GGML_OP_TRANSPOSE:
+		return true;
+	case GGML_OP_MUL_MAT:
+		return es_supports_mul_mat(op) || es_supports_weight_mm(op);
+	case GGML_OP_UNARY:
+		return es_supports_gelu(op);
+	default:
+		return false;
+	}
+}
+
+// ---------------------------------------------------------------------------
+// ggml backend plumbing
+
+// A backend per llama.cpp context: several models served side by side compute at
+// once, each with its own workers and packing buffers.
+struct es_backend_ctx {
+	struct es_pool pool;
+	struct es_scratch scratch[ES_MAX_THREADS];
+	struct es_weights weights;
+};
+
+static const char *es_backend_get_name(ggml_backend_t backend) {
+	(void)backend;
+	return "ESK";
+}
+
+static void es_backend_free(ggml_backend_t backend) {
+	struct es_backend_ctx *ctx = backend->context;
+	es_pool_stop(&ctx->pool);
+	for (int t = 0; t < ES_MAX_THREADS; t++) {
+		free(ctx->scratch[t].buf);
+	}
+	es_weights_release(&ctx->weights);
+	pthread_mutex_destroy(&ctx->pool.mu);
+	pthread_cond_destroy(&ctx->pool.wake);
+	free(ctx);
+	free(backend);
+}
+
+static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph *cgraph, int batch_size) {
+	(void)batch_size;
+	struct es_backend_ctx *ctx = backend->context;
+	for (int i = 0; i < ggml_graph_n_nodes(cgraph); i++) {
+		struct ggml_tensor *node = ggml_graph_node(cgraph, i);
+		switch (node->op) {
+		case GGML_OP_MUL_MAT:
+			if (ggml_is_contiguous(node->src[1])) {
+				es_weight_mul_mat(&ctx->pool, ctx->scratch, &ctx->weights, node);
+			} else {
+				es_mul_mat(&ctx->pool, ctx->scratch, node);
+			}
+			break;
+		case GGML_OP_UNARY:
+			es_gelu_op(&ctx->pool, node);
+			break;
+		case GGML_OP_NONE:
+		case GGML_OP_RESHAPE:
+		case GGML_OP_VIEW:
+		case GGML_OP_PERMUTE:
+		case GGML_OP_TRANSPOSE:
+			break;
+		default:
+			return GGML_STATUS_FAILED;
+		}
+		if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_UNARY) {
+			atomic_fetch_add_explicit(&es_accel_computed, 1, memory_order_relaxed);
+		}
+	}
+	return GGML_STATUS_SUCCESS;
+}
+
+static struct ggml_backend_i es_backend_i = {
+	.get_name = es_backend_get_name,
+	.free = es_backend_free,
+	.graph_compute = es_backend_graph_compute,
+};
+
+static ggml_guid_t es_backend_guid(void) {
+	static ggml_guid guid = {0x65, 0x6d, 0x62, 0x65, 0x64, 0x2d, 0x73, 0x74,
+	                         0x61, 0x63, 0x6b, 0x2d, 0x45, 0x53, 0x4b, 0x01};
+	return &guid;
+}
+
+static ggml_backend_dev_t es_device(void);
+
+static ggml_backend_t es_dev_init_backend(ggml_backend_dev_t dev, const char *params) {
+	(void)params;
+	struct es_backend_ctx *ctx = calloc(1, sizeof *ctx);
+	pthread_mutex_init(&ctx->pool.mu, NULL);
+	pthread_cond_init(&ctx->pool.wake, NULL);
+	ctx->pool.n_threads = 1;
+	ggml_backend_t backend = calloc(1, sizeof *backend);
+	backend->guid = es_backend_guid();
+	backend->iface = es_backend_i;
+	backend->device = dev;
+	backend->context = ctx;
+	return backend;
+}
+
+static void es_set_n_threads(ggml_backend_t backend, int n_threads) {
+	struct es_backend_ctx *ctx = backend->context;
+	if (n_threads > ES_MAX_THREADS) {
+		n_threads = ES_MAX_THREADS;
+	}
+	if (n_threads != ctx->pool.n_threads) {
+		es_pool_start(&ctx->pool, n_threads);
+	}
+}
+
+static const char *es_dev_get_name(ggml_backend_dev_t dev) {
+	(void)dev;
+	return "ESK";
+}
+
+static const char *es_dev_get_description(ggml_backend_dev_t dev) {
+	(void)dev;
+	return es_accel_isa == ES_ISA_AVX512 ? "embed-stack kernels (AVX-512)" : "embed-stack kernels (AVX2)";
+}
+
+static void es_dev_get_memory(ggml_backend_dev_t dev, size_t *free_mem, size_t *total) {
+	(void)dev;
+	*free_mem = 0;
+	*total = 0;
+}
+
+static enum ggml_backend_dev_type es_dev_get_type(ggml_backend_dev_t dev) {
+	(void)dev;
+	return GGML_BACKEND_DEVICE_TYPE_ACCEL;
+}
+
+static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props *props) {
+	props->name = es_dev_get_name(dev);
+	props->description = es_dev_get_description(dev);
+	props->type = es_dev_get_type(dev);
+	es_dev_get_memory(dev, &props->memory_free, &props->memory_total);
+	props->caps.async = false;
+	props->caps.host_buffer = false;
+	props->caps.buffer_from_host_ptr = false;
+	props->caps.events = false;
+}
+
+// The CPU backend's buffer type, the very object: the scheduler moves an operation
+// to this device only when both name the same buffer type, and with a CPU kernel
+// variant loaded that is the variant library's, not the one compiled in.
+static ggml_backend_buffer_type_t es_dev_get_buffer_type(ggml_backend_dev_t dev) {
+	(void)dev;
+	ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+	return cpu ? ggml_backend_dev_buffer_type(cpu) : ggml_backend_cpu_buffer_type();
+}
+
+static bool es_dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
+	(void)dev;
+	return ggml_backend_buft_is_host(buft);
+}
+
+static struct ggml_backend_device_i es_device_i = {
+	.get_name = es_dev_get_name,
+	.get_description = es_dev_get_description,
+	.get_memory = es_dev_get_memory,
+	.get_type = es_dev_get_type,
+	.get_props = es_dev_get_props,
+	.init_backend = es_dev_init_backend,
+	.get_buffer_type = es_dev_get_buffer_type,
+	.supports_op = es_dev_supports_op,
+	.supports_buft = es_dev_supports_buft,
+};
+
+static const char *es_reg_get_name(ggml_backend_reg_t reg) {
+	(void)reg;
+	return "ESK";
+}
+
+static size_t es_reg_get_device_count(ggml_backend_reg_t reg) {
+	(void)reg;
+	return 1;
+}
+
+static ggml_backend_dev_t es_reg_get_device(ggml_backend_reg_t reg, size_t index) {
+	(void)reg;
+	(void)index;
+	return es_device();
+}
+
+static void *es_reg_get_proc_address(ggml_backend_reg_t reg, const char *name) {
+	(void)reg;
+	if (strcmp(name, "ggml_backend_set_n_threads") == 0) {
+		return (void *)es_set_n_threads;
+	}
+	return NULL;
+}
+
+static struct ggml_backend_reg_i es_reg_i = {
+	.get_name = es_reg_get_name,
+	.get_device_count = es_reg_get_device_count,
+	.get_device = es_reg_get_device,
+	.get_proc_address = es_reg_get_proc_address,
+};
+
+static struct ggml_backend_reg es_reg = {
+	.api_version = GGML_BACKEND_API_VERSION,
+	.iface = {0},
+	.context = NULL,
+};
+
+static struct ggml_backend_device es_dev = {
+	.iface = {0},
+	.reg = &es_reg,
+	.context = NULL,
+};
+
+static ggml_backend_dev_t es_device(void) {
+	return &es_dev;
+}
+
+static pthread_once_t es_register_once = PTHREAD_ONCE_INIT;
+static bool es_registered;
+
+static void es_register(void) {
+	es_accel_isa = es_accel_isa_detect();
+	if (es_accel_isa == ES_ISA_NONE) {
+		return;
+	}
+	es_reg.iface = es_reg_i;
+	es_dev.iface = es_device_i;
+	ggml_backend_register(&es_reg);
+	es_registered = true;
+}
+
+const char *es_accel_register(void) {
+	pthread_once(&es_register_once, es_register);
+	if (!es_registered) {
+		return NULL;
+	}
+	return es_dev_get_description(&es_dev);
+}
+
+void es_accel_set_enabled(bool on) {
+	atomic_store(&es_accel_on, on ? 1 : 0);
+}
+
+void es_accel_set_ops(int ops) {
+	atomic_store(&es_accel_ops, ops);
+}
+
+long long es_accel_computed_ops(void) {
+	return atomic_load(&es_accel_computed);
+}
+
+void es_accel_set_packed_budget(size_t bytes) {
+	pthread_mutex_lock(&es_packed_mu);
+	es_packed_budget = bytes;
+	pthread_mutex_unlock(&es_packed_mu);
+}
+
+int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2) {
+	pthread_once(&es_register_once, es_register);
+	// A tensor of a plain ggml context has no buffer to say it holds weights: a
+	// product with a contiguous F32 second operand stands for one here.
+	bool weights = dst->op == GGML_OP_MUL_MAT && dst->src[0]->type == GGML_TYPE_F32 &&
+	               ggml_is_contiguous(dst->src[0]) && ggml_is_contiguous(dst->src[1]) &&
+	               dst->src[0]->ne[2] == 1 && dst->src[0]->ne[3] == 1;
+	if (es_accel_isa == ES_ISA_NONE || !(weights || es_dev_supports_op(&es_dev, dst))) {
+		return -1;
+	}
+	int isa = es_accel_isa;
+	if (avx2) {
+		es_accel_isa = ES_ISA_AVX2;
+	}
+	ggml_backend_t backend = es_dev_init_backend(&es_dev, NULL);
+	es_set_n_threads(backend, n_threads);
+	struct es_backend_ctx *ctx = backend->context;
+	if (dst->op == GGML_OP_MUL_MAT && ggml_is_contiguous(dst->src[1])) {
+		es_weight_mul_mat(&ctx->pool, ctx->scratch, &ctx->weights, dst);
+	} else if (dst->op == GGML_OP_MUL_MAT) {
+		es_mul_mat(&ctx->pool, ctx->scratch, dst);
+	} else {
+		es_gelu_op(&ctx->pool, dst);
+	}
+	es_backend_free(backend);
+	es_accel_isa = isa;
+	return 0;
+}
+
+// ---------------------------------------------------------------------------
+// A persistent thread pool for the CPU backend
+
+typedef ggml_threadpool_t (*es_tp_new_fn)(struct ggml_threadpool_params *params);
+typedef void (*es_tp_free_fn)(ggml_threadpool_t tp);
+
+static void *es_cpu_proc(const char *name) {
+	ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+	if (cpu == NULL) {
+		return NULL;
+	}
+	return ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), name);
+}
+
+void *es_threadpool_attach(struct llama_context *ctx, int n_threads) {
+	es_tp_new_fn tp_new = (es_tp_new_fn)es_cpu_proc("ggml_threadpool_new");
+	if (tp_new == NULL || n_threads < 2) {
+		return NULL;
+	}
+	struct ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+	// No polling: between two graphs (and while this file's device computes its
+	// part of one) the threads sleep instead of spinning on the cores it needs.
+	params.poll = 0;
+	ggml_threadpool_t tp = tp_new(&params);
+	if (tp != NULL) {
+		llama_attach_threadpool(ctx, tp, tp);
+	}
+	return tp;
+}
+
+void es_threadpool_free(struct llama_context *ctx, void *tp) {
+	if (tp == NULL) {
+		return;
+	}
+	llama_detach_threadpool(ctx);
+	es_tp_free_fn tp_free = (es_tp_free_fn)es_cpu_proc("ggml_threadpool_free");
+	if (tp_free != NULL) {
+		tp_free(tp);
+	}
+}

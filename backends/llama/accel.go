@@ -1,0 +1,170 @@
+package llama
+
+/*
+#include "accel.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/embed-stack/embed-stack/backends"
+)
+
+// setupAccel registers embed-stack's own CPU kernels (accel.c) with ggml, or turns
+// them off, as Config.CPUAccel says, and returns what computes with them for
+// backends.Device.CPUAccel: "" when off or when this CPU can run none of them.
+// Only an engine on the CPU calls it: on a GPU the scheduler would never pick them.
+func setupAccel(mode string) string {
+	if mode == backends.CPUAccelOff {
+		C.es_accel_set_enabled(false)
+		return ""
+	}
+	d := C.es_accel_register()
+	if d == nil {
+		return ""
+	}
+	C.es_accel_set_enabled(true)
+	return C.GoString(d)
+}
+
+// accelComputed counts the operations embed-stack's own kernels computed in this
+// process, for tests that check they ran.
+func accelComputed() int64 {
+	return int64(C.es_accel_computed_ops())
+}
+
+// accelProduct is one product for the kernels' tests, shaped as an encoder's
+// attention scores: kq = mul_mat(K, Q) over heads, K and Q permuted views of
+// [dim, heads, tokens] tensors (so Q, the second operand, is not contiguous), K
+// with kvHeads heads broadcast over Q's heads.
+type accelProduct struct {
+	Dim, KTokens, QTokens, Heads, KVHeads int
+	// Contiguous makes Q a contiguous tensor instead, which the device refuses.
+	Contiguous bool
+}
+
+// accelMulMat computes p with embed-stack's kernels (the AVX2 ones when avx2 is
+// set) on threads threads, from random inputs drawn from seed, and returns the
+// result, [head][q][k] flattened, beside its float64 reference. ok is false when
+// the device refuses the product.
+func accelMulMat(p accelProduct, threads int, avx2 bool, seed uint64) (got []float32, want []float64, ok bool) {
+	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(64<<20 + 16*(p.Dim*(p.KTokens*p.KVHeads+p.QTokens*p.Heads)+p.KTokens*p.QTokens*p.Heads))})
+	defer C.ggml_free(ctx)
+	kc := C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(p.Dim), C.int64_t(p.KVHeads), C.int64_t(p.KTokens))
+	k := C.ggml_permute(ctx, kc, 0, 2, 1, 3)
+	var q, qc *C.struct_ggml_tensor
+	if p.Contiguous {
+		qc = C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(p.Dim), C.int64_t(p.QTokens), C.int64_t(p.Heads))
+		q = qc
+	} else {
+		qc = C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(p.Dim), C.int64_t(p.Heads), C.int64_t(p.QTokens))
+		q = C.ggml_permute(ctx, qc, 0, 2, 1, 3)
+	}
+	kq := C.ggml_mul_mat(ctx, k, q)
+	kd := unsafe.Slice((*float32)(kc.data), p.Dim*p.KVHeads*p.KTokens)
+	qd := unsafe.Slice((*float32)(qc.data), p.Dim*p.Heads*p.QTokens)
+	rng := seed
+	next := func() float32 { // xorshift: the same inputs for a seed on every host
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return float32(int64(rng>>40)-(1<<23)) / (1 << 23)
+	}
+	for i := range kd {
+		kd[i] = next()
+	}
+	for i := range qd {
+		qd[i] = next()
+	}
+	if C.es_accel_test_compute(kq, C.int(threads), C.int(boolInt(avx2))) != 0 {
+		return nil, nil, false
+	}
+	out := unsafe.Slice((*float32)(kq.data), p.KTokens*p.QTokens*p.Heads)
+	got = append([]float32(nil), out...)
+	want = make([]float64, len(got))
+	for h := range p.Heads {
+		kh := h / (p.Heads / p.KVHeads)
+		for t := range p.QTokens {
+			for j := range p.KTokens {
+				var s float64
+				for d := range p.Dim {
+					kv := kd[(j*p.KVHeads+kh)*p.Dim+d]
+					var qv float32
+					if p.Contiguous {
+						qv = qd[(h*p.QTokens+t)*p.Dim+d]
+					} else {
+						qv = qd[(t*p.Heads+h)*p.Dim+d]
+					}
+					s += float64(kv) * float64(qv)
+				}
+				want[(h*p.QTokens+t)*p.KTokens+j] = s
+			}
+		}
+	}
+	return got, want, true
+}
+
+// accelWeightMulMat computes a product with a weight matrix of n rows of k floats,
+// y = mul_mat(W, X) for m rows of X, with embed-stack's kernels (the AVX2 ones when
+// avx2 is set) on threads threads, from random inputs drawn from seed, and returns
+// it, [m][n] flattened, beside its float64 reference. With unpacked set the
+// weights are packed as the product goes (the path past the packed copies' budget).
+func accelWeightMulMat(k, n, m, threads int, avx2, unpacked bool, seed uint64) (got []float32, want []float64, ok bool) {
+	if unpacked {
+		C.es_accel_set_packed_budget(0)
+		defer C.es_accel_set_packed_budget(2 << 30)
+	}
+	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(1<<20 + 16*(k*n+k*m+n*m))})
+	defer C.ggml_free(ctx)
+	w := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F32, C.int64_t(k), C.int64_t(n))
+	x := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F32, C.int64_t(k), C.int64_t(m))
+	y := C.ggml_mul_mat(ctx, w, x)
+	wd := unsafe.Slice((*float32)(w.data), k*n)
+	xd := unsafe.Slice((*float32)(x.data), k*m)
+	rng := seed
+	for _, s := range [][]float32{wd, xd} {
+		for i := range s {
+			rng ^= rng << 13
+			rng ^= rng >> 7
+			rng ^= rng << 17
+			s[i] = float32(int64(rng>>40)-(1<<23)) / (1 << 23)
+		}
+	}
+	if C.es_accel_test_compute(y, C.int(threads), C.int(boolInt(avx2))) != 0 {
+		return nil, nil, false
+	}
+	got = append([]float32(nil), unsafe.Slice((*float32)(y.data), n*m)...)
+	want = make([]float64, n*m)
+	for r := range m {
+		for c := range n {
+			var s float64
+			for i := range k {
+				s += float64(wd[c*k+i]) * float64(xd[r*k+i])
+			}
+			want[r*n+c] = s
+		}
+	}
+	return got, want, true
+}
+
+// accelGELU computes GELU (ggml_gelu, the tanh approximation) of xs with
+// embed-stack's kernels, in rows of width values.
+func accelGELU(xs []float32, width, threads int, avx2 bool) ([]float32, bool) {
+	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(1<<20 + 16*len(xs))})
+	defer C.ggml_free(ctx)
+	x := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F32, C.int64_t(width), C.int64_t(len(xs)/width))
+	copy(unsafe.Slice((*float32)(x.data), len(xs)), xs)
+	y := C.ggml_gelu(ctx, x)
+	if C.es_accel_test_compute(y, C.int(threads), C.int(boolInt(avx2))) != 0 {
+		return nil, false
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(y.data), len(xs))...), true
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

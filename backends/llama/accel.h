@@ -1,0 +1,47 @@
+// accel.h: embed-stack's own ggml backend (accel.c), the kernels ggml's CPU
+// backend lacks for encoders. Declarations only: accel.c is compiled once, as its
+// own translation unit, and accel.go calls it.
+#ifndef EMBED_STACK_ACCEL_H
+#define EMBED_STACK_ACCEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "ggml.h"
+#include "llama.h"
+
+// Operations the device may take (es_accel_set_ops), as bits.
+enum { ES_ACCEL_OP_KQ = 1, ES_ACCEL_OP_GELU = 2, ES_ACCEL_OP_WEIGHTS = 4, ES_ACCEL_OP_ALL = 7 };
+
+// es_accel_register registers the device with ggml's registry, once per process,
+// and returns its description, or NULL when this CPU has neither AVX-512F nor
+// AVX2 with FMA (nothing registered).
+const char *es_accel_register(void);
+
+// es_accel_set_enabled makes the device take operations (true, the default) or none.
+// Contexts created after the change follow it.
+void es_accel_set_enabled(bool on);
+
+// es_accel_set_ops limits the device to the operations ops names (ES_ACCEL_OP_*).
+void es_accel_set_ops(int ops);
+
+// es_accel_set_packed_budget bounds the bytes of packed weight copies in the
+// process (2 GiB by default); past it products pack their panels as they go.
+void es_accel_set_packed_budget(size_t bytes);
+
+// es_accel_computed_ops counts the operations the device computed in this process.
+long long es_accel_computed_ops(void);
+
+// es_accel_test_compute computes dst (a MUL_MAT or GELU whose sources are set) with
+// the device's kernels on n_threads threads, the AVX2 ones when avx2 is set; -1
+// when the device would not take it. For tests: it changes the kernels in use
+// while it runs.
+int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
+
+// es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long
+// as the context (NULL, none attached, for one thread).
+void *es_threadpool_attach(struct llama_context *ctx, int n_threads);
+
+// es_threadpool_free detaches and frees the pool es_threadpool_attach gave ctx.
+void es_threadpool_free(struct llama_context *ctx, void *tp);
+
+#endif

@@ -1,0 +1,196 @@
+package llama
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/embed-stack/embed-stack/backends"
+)
+
+// accelKernels are the kernel sets this CPU can run: the AVX-512 ones where it has
+// AVX-512F, and the AVX2 ones, which every such CPU runs too.
+func accelKernels(t *testing.T) []bool {
+	t.Helper()
+	var sets []bool
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		sets = append(sets, true)
+	}
+	if cpu.X86.HasAVX512F {
+		sets = append(sets, false)
+	}
+	if len(sets) == 0 {
+		t.Skip("this CPU has neither AVX-512F nor AVX2 with FMA: embed-stack's kernels are not registered")
+	}
+	return sets
+}
+
+func kernelName(avx2 bool) string {
+	if avx2 {
+		return "avx2"
+	}
+	return "avx512"
+}
+
+// TestAccelMulMat holds embed-stack's attention-score kernel to a float64 product
+// of the same inputs, over shapes that exercise every edge of its tiles: key counts
+// not a multiple of the vector width (1 to 70), query counts not a multiple of the
+// row tile, head sizes from 1 to 128, grouped K heads broadcast over Q's, and
+// one to three threads.
+func TestAccelMulMat(t *testing.T) {
+	shapes := []accelProduct{
+		{Dim: 32, KTokens: 128, QTokens: 128, Heads: 12, KVHeads: 12}, // all-MiniLM-L6-v2
+		{Dim: 64, KTokens: 70, QTokens: 9, Heads: 4, KVHeads: 4},
+		{Dim: 128, KTokens: 33, QTokens: 17, Heads: 8, KVHeads: 2}, // grouped K heads
+		{Dim: 8, KTokens: 8, QTokens: 8, Heads: 2, KVHeads: 1},
+		{Dim: 24, KTokens: 47, QTokens: 31, Heads: 3, KVHeads: 1},
+		{Dim: 16, KTokens: 16, QTokens: 100, Heads: 2, KVHeads: 2},
+		{Dim: 40, KTokens: 15, QTokens: 8, Heads: 5, KVHeads: 5},
+	}
+	for _, avx2 := range accelKernels(t) {
+		for i, p := range shapes {
+			for _, threads := range []int{1, 2, 3} {
+				got, want, ok := accelMulMat(p, threads, avx2, uint64(1000+i))
+				if !ok {
+					t.Fatalf("%s %+v: refused; want computed", kernelName(avx2), p)
+				}
+				worst := 0.0
+				for j := range want {
+					// Sums of Dim products of values in [-1, 1): float32 rounding
+					// stays far below 1e-6 per unit of Dim.
+					err := math.Abs(float64(got[j])-want[j]) / float64(p.Dim)
+					worst = max(worst, err)
+				}
+				if worst > 1e-6 {
+					t.Errorf("%s %+v, %d threads: error %.3g per unit of the head size; want <= 1e-6", kernelName(avx2), p, threads, worst)
+				}
+			}
+		}
+	}
+}
+
+// TestAccelWeightMulMat holds the product with an F32 weight matrix (packed into
+// panels of 32 columns) to a float64 product of the same inputs: row counts not a
+// multiple of the panel width (the last panel zero-padded), token counts not a
+// multiple of the row tile, one to three threads, and (at three) the weights packed
+// as the product goes instead of once.
+func TestAccelWeightMulMat(t *testing.T) {
+	for _, avx2 := range accelKernels(t) {
+		for i, s := range []struct{ k, n, m int }{{384, 1536, 128}, {1536, 384, 33}, {384, 384, 1}, {16, 16, 7}, {100, 70, 19}, {64, 200, 512}} {
+			for _, threads := range []int{1, 2, 3} {
+				unpacked := threads == 3 // past the packed copies' budget
+				got, want, ok := accelWeightMulMat(s.k, s.n, s.m, threads, avx2, unpacked, uint64(7+i))
+				if !ok {
+					t.Fatalf("%s %+v: refused; want computed", kernelName(avx2), s)
+				}
+				worst := 0.0
+				for j := range want {
+					worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
+				}
+				if worst > 1e-6 {
+					t.Errorf("%s k=%d n=%d m=%d, %d threads: error %.3g per unit of k; want <= 1e-6", kernelName(avx2), s.k, s.n, s.m, threads, worst)
+				}
+			}
+		}
+	}
+}
+
+// TestAccelMulMatRefuses checks that the device leaves to ggml what its matrix
+// kernels already do well: a product of activations whose second operand is
+// contiguous (the products with weights it takes are those of a model's weight
+// buffer, which a plain tensor is not).
+func TestAccelMulMatRefuses(t *testing.T) {
+	accelKernels(t)
+	p := accelProduct{Dim: 32, KTokens: 64, QTokens: 64, Heads: 2, KVHeads: 2, Contiguous: true}
+	if _, _, ok := accelMulMat(p, 1, false, 1); ok {
+		t.Fatalf("%+v: computed; want refused (ggml's matrix kernels take contiguous operands)", p)
+	}
+}
+
+// TestAccelGELU holds embed-stack's GELU to the tanh approximation ggml_gelu
+// defines, computed in float64, over [-12, 12] (past ggml's own cut-offs at ±10)
+// and rows whose width is not a multiple of the vector width.
+func TestAccelGELU(t *testing.T) {
+	const width = 37
+	xs := make([]float32, width*200)
+	for i := range xs {
+		xs[i] = -12 + 24*float32(i)/float32(len(xs)-1)
+	}
+	xs[0], xs[1], xs[2] = 0, -1e-7, 1e-7
+	for _, avx2 := range accelKernels(t) {
+		for _, threads := range []int{1, 2} {
+			got, ok := accelGELU(xs, width, threads, avx2)
+			if !ok {
+				t.Fatalf("%s: refused; want computed", kernelName(avx2))
+			}
+			worst, at := 0.0, 0
+			for i, x := range xs {
+				v := float64(x)
+				want := 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*v*(1+0.044715*v*v)))
+				if err := math.Abs(float64(got[i])-want) / (1 + math.Abs(v)); err > worst {
+					worst, at = err, i
+				}
+			}
+			if worst > 1e-6 {
+				t.Errorf("%s, %d threads: GELU(%g) = %g, error %.3g relative to 1+|x|; want <= 1e-6", kernelName(avx2), threads, xs[at], got[at], worst)
+			}
+		}
+	}
+}
+
+// TestAccelMiniLM runs the real all-MiniLM-L6-v2 (F32) with embed-stack's kernels
+// and without. With them they must take part (the counter of operations they
+// computed moves; without, it must not), the reference texts stay within the
+// real-weights bar (cosine >= 0.9999 to sentence-transformers), and long inputs,
+// which go through the attention-score product the kernels take over (short ones
+// are packed into flash attention), keep cosine >= 0.99999 to ggml's own kernels.
+func TestAccelMiniLM(t *testing.T) {
+	accelKernels(t)
+	ref, want := readMiniLMReference(t)
+	// Long inputs: the reference's token ids run together into 40 to 512 tokens.
+	var long [][]int32
+	cls, sep := ref.IDs[0][0], ref.IDs[0][len(ref.IDs[0])-1]
+	var body []int32
+	for _, ids := range ref.IDs {
+		body = append(body, ids[1:len(ids)-1]...)
+	}
+	for _, n := range []int{40, 97, 128, 200, 511} {
+		long = append(long, append(append([]int32{cls}, body[:n-2]...), sep))
+	}
+	embed := func(mode string) (short, longVecs [][]float32, ops int64, device string) {
+		e := openModel(t, minilmF32Model, Config{Threads: 2, CPUAccel: mode})
+		before := accelComputed()
+		var err error
+		if short, err = e.Embed(context.Background(), ref.IDs); err != nil {
+			t.Fatal(err)
+		}
+		if longVecs, err = e.Embed(context.Background(), long); err != nil {
+			t.Fatal(err)
+		}
+		return short, longVecs, accelComputed() - before, e.Info().Device.CPUAccel
+	}
+	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
+	onShort, onLong, onOps, onDevice := embed(backends.CPUAccelAuto)
+	offShort, offLong, offOps, offDevice := embed(backends.CPUAccelOff)
+	if !strings.HasPrefix(onDevice, "embed-stack kernels (") || offDevice != "" {
+		t.Errorf("Device.CPUAccel = %q with auto, %q with off; want embed-stack kernels (...) and none", onDevice, offDevice)
+	}
+	// Per long input and layer (6): the attention scores, GELU and the six
+	// products with weight matrices (Q, K, V, output, up, down).
+	if onOps < int64(len(long))*6*8 || offOps != 0 {
+		t.Errorf("operations computed by embed-stack's kernels: %d with auto, %d with off; want >= %d and 0", onOps, offOps, len(long)*6*8)
+	}
+	lowest, at := holdToReference(t, "with embed-stack's kernels", onShort, want, ref, 0.9999)
+	t.Logf("reference texts: lowest cosine %.7f (text %d) with embed-stack's kernels", lowest, at)
+	holdToReference(t, "without", offShort, want, ref, 0.9999)
+	for i := range long {
+		if c := cosine32(onLong[i], offLong[i]); c < 0.99999 {
+			t.Errorf("input of %d tokens: cosine %.7f between embed-stack's kernels and ggml's; want >= 0.99999", len(long[i]), c)
+		} else {
+			t.Logf("input of %d tokens: cosine %.8f between embed-stack's kernels and ggml's", len(long[i]), c)
+		}
+	}
+}
