@@ -150,6 +150,16 @@ func TestTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	// With embed-stack's own CPU kernels taking part, the line says so.
+	rep.Host.CPUKernels = "zen4 with embed-stack kernels (AVX-512)"
+	b.Reset()
+	if err := rep.Table(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "the floor reached 180.0 GFLOP/s (llama.cpp's Q8_0 kernels with embed-stack kernels (AVX-512), tokens/s × FLOPs per token)"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+	rep.Host.CPUKernels = ""
 	var j bytes.Buffer
 	if err := rep.WriteJSON(&j); err != nil {
 		t.Fatal(err)

@@ -279,7 +279,12 @@ func (rep *Report) Table(w io.Writer) error {
 		case rep.Model != nil && rep.Model.WeightType != "":
 			kernels = rep.Model.WeightType
 		}
-		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (llama.cpp's %s kernels, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, kernels, shape)
+		who := "llama.cpp's " + kernels + " kernels"
+		if _, accel, ok := strings.Cut(h.CPUKernels, " with "); ok {
+			// embed-stack's own CPU kernels (--cpu-accel) took some of the products.
+			who = "llama.cpp's " + kernels + " kernels with " + accel
+		}
+		fmt.Fprintf(&b, "\nMatrix-multiply throughput measured here: the floor reached %.1f GFLOP/s (%s, tokens/s × FLOPs per token) on %s; the GFLOP/s column reads every other figure against it.\n", best, who, shape)
 	}
 	if c := rep.CheckControl; c != nil {
 		switch {
