@@ -64,7 +64,7 @@ func (d *DeviceArgs) AddFlags(s *flagconfig.Set) {
 		More("`make cuda` builds the GPU ones, `make cpu-variants` libggml-cpu-NAME.so; bin/embed-stack loads " + BackendDirName + "/. Every GPU backend library in the folder must load.")
 	s.String(&d.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels: auto (the best variant of the backend folder for this CPU; the default), builtin, or a variant such as haswell or zen4").
 		More("builtin is the compiled-in kernels; docs/building.md lists the variants. One this CPU lacks an instruction set of is refused at start; a missing or damaged library falls back to the compiled-in kernels with a warning.")
-	s.String(&d.CPUAccel, "cpu-accel", "MODE", "", "embed-stack's own CPU kernels for what ggml's compute slowly (an encoder's attention scores, GELU, products with F32 weights): auto (where the CPU has AVX-512F, or AVX2 with FMA; the default) or off").
+	s.String(&d.CPUAccel, "cpu-accel", "MODE", "", "embed-stack's own CPU kernels for what ggml's compute slowly (an encoder's attention scores, GELU, products with F32 weights): auto (the AVX-512 set where the CPU has AVX-512F, else the AVX2 one where it has AVX2 with FMA; the default), off, or avx512 or avx2 to force one").
 		More("They run beside ggml's CPU kernels on a model that runs on the CPU, and keep a copy of F32 weight matrices laid out for them (up to 2 GiB); docs/performance.md has their figures. off leaves every operation to ggml.")
 }
 
@@ -242,17 +242,40 @@ func JoinLengths(lengths []int) string {
 
 // Values of DeviceArgs.CPUAccel and backends/llama's Config.CPUAccel.
 const (
-	// CPUAccelAuto uses embed-stack's own CPU kernels where the CPU can run them.
+	// CPUAccelAuto uses embed-stack's own CPU kernels where the CPU can run them:
+	// the AVX-512 set where it has AVX-512F, else the AVX2 one where it has AVX2
+	// and FMA.
 	CPUAccelAuto = "auto"
 	// CPUAccelOff leaves every operation to ggml's CPU kernels.
 	CPUAccelOff = "off"
+	// CPUAccelAVX512 and CPUAccelAVX2 force one kernel set, for tests and
+	// measurements (the AVX2 set on an AVX-512 CPU); a CPU without its
+	// instructions is refused.
+	CPUAccelAVX512 = "avx512"
+	CPUAccelAVX2   = "avx2"
 )
 
-// CheckCPUAccel refuses a --cpu-accel value other than auto, off or "" (auto).
-func CheckCPUAccel(v string) error {
+// CheckCPUAccel refuses a --cpu-accel value other than auto, off, avx512, avx2
+// or "" (auto), and a kernel set the CPU h lacks an instruction of, naming it.
+func CheckCPUAccel(h cpuvariant.Host, v string) error {
+	var need []string
 	switch v {
 	case "", CPUAccelAuto, CPUAccelOff:
 		return nil
+	case CPUAccelAVX512:
+		need = []string{"avx512f"}
+	case CPUAccelAVX2:
+		need = []string{"avx2", "fma"}
+	default:
+		return fmt.Errorf("%q is not auto, off, avx512 or avx2", v)
 	}
-	return fmt.Errorf("%q is not auto or off", v)
+	if h.Arch != "amd64" {
+		return fmt.Errorf("%s: embed-stack's CPU kernels are x86-64 ones; this binary is for %s", v, h.Arch)
+	}
+	for _, f := range need {
+		if !h.Flags[f] {
+			return fmt.Errorf("%s: this CPU lacks %s (not in /proc/cpuinfo's flags)", v, strings.ToUpper(f))
+		}
+	}
+	return nil
 }

@@ -2,11 +2,13 @@ package backends
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 )
 
@@ -116,6 +118,33 @@ func TestParseLengths(t *testing.T) {
 		}
 		if back, _ := ParseLengths(JoinLengths(got)); !slices.Equal(back, got) {
 			t.Errorf("JoinLengths(%v) does not read back: %v", got, back)
+		}
+	}
+}
+
+// TestCheckCPUAccel: --cpu-accel takes auto, off, avx512 and avx2, and refuses a
+// kernel set the CPU lacks an instruction of, naming it (flag sets as
+// /proc/cpuinfo gives them).
+func TestCheckCPUAccel(t *testing.T) {
+	zen3 := cpuvariant.Host{Arch: "amd64", Flags: map[string]bool{"avx": true, "avx2": true, "fma": true}}
+	zen5 := cpuvariant.Host{Arch: "amd64", Flags: map[string]bool{"avx": true, "avx2": true, "fma": true, "avx512f": true}}
+	old := cpuvariant.Host{Arch: "amd64", Flags: map[string]bool{"avx": true, "avx2": true}}
+	arm := cpuvariant.Host{Arch: "arm64", Flags: map[string]bool{"asimd": true}}
+	for _, tc := range []struct {
+		h    cpuvariant.Host
+		v    string
+		want string
+	}{
+		{zen5, "", ""}, {zen5, "auto", ""}, {zen5, "off", ""}, {zen5, "avx512", ""}, {zen5, "avx2", ""},
+		{zen3, "avx2", ""}, {zen3, "auto", ""}, {arm, "off", ""}, {arm, "auto", ""},
+		{zen3, "avx512", "avx512: this CPU lacks AVX512F (not in /proc/cpuinfo's flags)"},
+		{old, "avx2", "avx2: this CPU lacks FMA (not in /proc/cpuinfo's flags)"},
+		{arm, "avx2", "avx2: embed-stack's CPU kernels are x86-64 ones; this binary is for arm64"},
+		{zen5, "fast", `"fast" is not auto, off, avx512 or avx2`},
+	} {
+		err := CheckCPUAccel(tc.h, tc.v)
+		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("CheckCPUAccel(%v, %q) = %v, want %q", tc.h.Flags, tc.v, err, tc.want)
 		}
 	}
 }

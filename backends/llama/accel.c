@@ -1105,9 +1105,10 @@ static ggml_backend_dev_t es_device(void) {
 
 static pthread_once_t es_register_once = PTHREAD_ONCE_INIT;
 static bool es_registered;
+static int es_detected_isa; // what the CPU runs; es_accel_isa may be forced lower
 
 static void es_register(void) {
-	es_accel_isa = es_accel_isa_detect();
+	es_accel_isa = es_detected_isa = es_accel_isa_detect();
 	if (es_accel_isa == ES_ISA_NONE) {
 		return;
 	}
@@ -1117,11 +1118,15 @@ static void es_register(void) {
 	es_registered = true;
 }
 
-const char *es_accel_register(void) {
+const char *es_accel_register(int isa) {
 	pthread_once(&es_register_once, es_register);
 	if (!es_registered) {
 		return NULL;
 	}
+	if (isa == ES_ACCEL_ISA_AVX512 && es_detected_isa < ES_ISA_AVX512) {
+		return NULL;
+	}
+	es_accel_isa = isa == ES_ACCEL_ISA_AUTO ? es_detected_isa : isa;
 	return es_dev_get_description(&es_dev);
 }
 

@@ -12,15 +12,22 @@ import (
 )
 
 // setupAccel registers embed-stack's own CPU kernels (accel.c) with ggml, or turns
-// them off, as Config.CPUAccel says, and returns what computes with them for
-// backends.Device.CPUAccel: "" when off or when this CPU can run none of them.
-// Only an engine on the CPU calls it: on a GPU the scheduler would never pick them.
+// them off, as Config.CPUAccel says (checked by backends.CheckCPUAccel), and returns
+// what computes with them for backends.Device.CPUAccel: "" when off or when this
+// CPU can run none of them. Only an engine on the CPU calls it: on a GPU the
+// scheduler would never pick them.
 func setupAccel(mode string) string {
-	if mode == backends.CPUAccelOff {
+	isa := C.int(C.ES_ACCEL_ISA_AUTO)
+	switch mode {
+	case backends.CPUAccelOff:
 		C.es_accel_set_enabled(false)
 		return ""
+	case backends.CPUAccelAVX512:
+		isa = C.ES_ACCEL_ISA_AVX512
+	case backends.CPUAccelAVX2:
+		isa = C.ES_ACCEL_ISA_AVX2
 	}
-	d := C.es_accel_register()
+	d := C.es_accel_register(isa)
 	if d == nil {
 		return ""
 	}

@@ -12,10 +12,14 @@
 // Operations the device may take (es_accel_set_ops), as bits.
 enum { ES_ACCEL_OP_KQ = 1, ES_ACCEL_OP_GELU = 2, ES_ACCEL_OP_WEIGHTS = 4, ES_ACCEL_OP_ALL = 7 };
 
+// Kernel sets for es_accel_register: the best this CPU runs, or one forced.
+enum { ES_ACCEL_ISA_AUTO = 0, ES_ACCEL_ISA_AVX2 = 1, ES_ACCEL_ISA_AVX512 = 2 };
+
 // es_accel_register registers the device with ggml's registry, once per process,
-// and returns its description, or NULL when this CPU has neither AVX-512F nor
-// AVX2 with FMA (nothing registered).
-const char *es_accel_register(void);
+// uses the kernel set isa names for the contexts created after it, and returns the
+// device's description; NULL when this CPU has neither AVX-512F nor AVX2 with FMA
+// (nothing registered) or lacks the set asked for.
+const char *es_accel_register(int isa);
 
 // es_accel_set_enabled makes the device take operations (true, the default) or none.
 // Contexts created after the change follow it.

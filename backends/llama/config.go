@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 )
@@ -212,7 +213,7 @@ func (cfg Config) check() error {
 	default:
 		return fmt.Errorf("llama: Config.Pooling is %d (%s); the engine pools mean, cls or last", cfg.Pooling, cfg.Pooling)
 	}
-	if err := backends.CheckCPUAccel(cfg.CPUAccel); err != nil {
+	if err := backends.CheckCPUAccel(cpuvariant.ReadHost(), cfg.CPUAccel); err != nil {
 		return fmt.Errorf("llama: Config.CPUAccel: %w", err)
 	}
 	return nil

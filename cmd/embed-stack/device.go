@@ -29,7 +29,7 @@ func checkDevice(d backends.DeviceArgs) error {
 	if err := cpuvariant.Check(cpuvariant.ReadHost(), d.CPUVariant); err != nil {
 		return fmt.Errorf("--cpu-variant: %w", err)
 	}
-	if err := backends.CheckCPUAccel(d.CPUAccel); err != nil {
+	if err := backends.CheckCPUAccel(cpuvariant.ReadHost(), d.CPUAccel); err != nil {
 		return fmt.Errorf("--cpu-accel: %w", err)
 	}
 	return nil

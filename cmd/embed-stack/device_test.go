@@ -53,7 +53,7 @@ func TestDeviceFlagsPlumbing(t *testing.T) {
 		want string
 	}{
 		{backends.DeviceArgs{Device: "gpu"}, `--device: device "gpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`},
-		{backends.DeviceArgs{Device: "cpu", CPUAccel: "fast"}, `--cpu-accel: "fast" is not auto or off`},
+		{backends.DeviceArgs{Device: "cpu", CPUAccel: "fast"}, `--cpu-accel: "fast" is not auto, off, avx512 or avx2`},
 	} {
 		if err := checkDevice(bad.f); err == nil || err.Error() != bad.want {
 			t.Errorf("check(%+v) = %v, want %q", bad.f, err, bad.want)
