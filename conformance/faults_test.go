@@ -256,7 +256,11 @@ func TestRequestDeadline(t *testing.T) {
 	}
 
 	t.Run("ephemeral worker", func(t *testing.T) {
-		long := repeatedText(t, 8999) // 9000 tokens: seconds of work, well past 1s
+		// 30000 tokens: several seconds of work for the tiny model, well past 1 s.
+		// 9000 were once seconds too, but on the AVX-512 Zen 5 host (zen4 kernels,
+		// BF16 weights) they took 1.2 s alone and, in one CI run, finished in 0.98 s,
+		// before the deadline: the attention over 30000 tokens is 11 times theirs.
+		long := repeatedText(t, 29999)
 		start := time.Now()
 		provoke(t, long)
 		if took := time.Since(start); took < time.Second || took > 10*time.Second {
