@@ -125,8 +125,13 @@ encoders: $(ENCODERS)
 # Cross-encoders (pooling type rank, the pooler and a one-output classifier): BERT with
 # MiniLM's WordPiece and two token types, XLM-R's Unigram with one; the rerankers of
 # backends/llama/testdata/crossencoder-reference.json and crossencoder-xlmr-reference.json.
+# The other architectures whose cross-encoders llama.cpp scores (family.RankHead), with
+# MiniLM's WordPiece: jina-bert-v2 with its one-row classifier and two token types (a
+# jina-reranker-v1), neo-bert with the pooler and classifier.
 BERT_RERANKER := $(MODELS_DIR)/bert-reranker-tiny.gguf
 XLMR_RERANKER := $(MODELS_DIR)/xlmr-reranker-tiny.gguf
+RERANK_ARCHS  := jina-bert-v2 neo-bert
+ARCH_RERANKERS := $(foreach a,$(RERANK_ARCHS),$(MODELS_DIR)/$(a)-reranker-tiny.gguf)
 
 # Hugging Face's tokenizers (PyPI), the reference of the WordPiece and Unigram
 # tokenizers, in a virtual environment of tools/hf-tokenizers/requirements.txt
@@ -193,7 +198,7 @@ UGM_ARCHS := nomic-bert-moe jina-bert-v3 t5encoder
 SPM_VOCAB := tokenizer/testdata/spm-bpe-vocab.gguf
 GEMMA_TINY := $(MODELS_DIR)/gemma-embedding-tiny.gguf
 ARCH_MODELS := $(foreach a,$(WPM_ARCHS) $(UGM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf) $(GEMMA_TINY)
-ENCODER_MODELS := $(BERT_TINY) $(BERT_RERANKER) $(XLMR_RERANKER) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
+ENCODER_MODELS := $(BERT_TINY) $(BERT_RERANKER) $(XLMR_RERANKER) $(ARCH_RERANKERS) $(XLMR_TINY) $(MINILM_F32) $(MINILM_F16) $(ARCH_MODELS)
 
 $(foreach a,$(WPM_ARCHS),$(MODELS_DIR)/$(a)-tiny.gguf): $(MODELS_DIR)/%-tiny.gguf: $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch $* -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
@@ -212,6 +217,9 @@ $(BERT_RERANKER): $(ENCODERS)
 
 $(XLMR_RERANKER): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -task rerank -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@
+
+$(ARCH_RERANKERS): $(MODELS_DIR)/%-reranker-tiny.gguf: $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch $* -task rerank -shape tiny -tokenizer .cache/minilm/tokenizer.json -out $@
 
 $(XLMR_TINY): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -arch bert -shape tiny -vocab-gguf .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf -out $@

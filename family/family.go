@@ -1,7 +1,8 @@
 // Package family is what embed-stack knows of the model families it serves, from a
 // GGUF's header alone: which architectures it serves and how llama.cpp runs each (a
 // causal decoder over a KV cache, or an encoder attending both ways over one call),
-// the pooling an architecture's models use when their GGUF does not say, and the
+// the pooling an architecture's models use when their GGUF does not say, the
+// classifier head llama.cpp scores its cross-encoders with (RankHead), and the
 // prompt conventions of the families built on them (Qwen3-Embedding's instruction,
 // nomic's task prefixes, E5's "query: " and "passage: ", BGE's query instruction,
 // EmbeddingGemma's task prompts), recognised from the architecture and the model's
@@ -9,7 +10,8 @@
 //
 // It is a table, and refuses to know how a model is loaded, tokenized or routed:
 // modelinfo reads a model's facts with it, the engine (backends/llama) takes from it
-// which architectures are encoders, and the embed-stack command turns its prompts
+// which architectures are encoders and how a cross-encoder's head is laid out
+// (CrossEncoderHead, one rule for both), and the embed-stack command turns its prompts
 // into routing's.
 package family
 
@@ -42,6 +44,11 @@ type Arch struct {
 	Pooling gguf.Pooling
 	// Models names a few of the models built on it, for messages and docs.
 	Models string
+	// RankHead is the classifier head llama.cpp reads for its cross-encoders
+	// (RankHeadNone where it reads none, and such a reranker is refused), and
+	// Rerankers names a few of them, for messages.
+	RankHead  RankHead
+	Rerankers string
 }
 
 // Archs are the architectures embed-stack serves, in the order messages list them.
@@ -55,11 +62,13 @@ type Arch struct {
 // whose graph reads none.
 var Archs = []Arch{
 	{Name: "qwen3", Flash: true, Pooling: gguf.PoolingUnspecified, Models: "Qwen3-Embedding 0.6B, 4B, 8B, Qwen3-Reranker"},
-	{Name: "bert", Encoder: true, Flash: true, Pooling: gguf.PoolingUnspecified, Models: "all-MiniLM, BGE, E5, mxbai-embed-large, snowflake-arctic-embed, bge-m3"},
+	{Name: "bert", Encoder: true, Flash: true, Pooling: gguf.PoolingUnspecified, Models: "all-MiniLM, BGE, E5, mxbai-embed-large, snowflake-arctic-embed, bge-m3",
+		RankHead: RankHeadPooled, Rerankers: "bge-reranker, ms-marco MiniLM"},
 	{Name: "nomic-bert", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "nomic-embed-text v1, v1.5"},
 	{Name: "nomic-bert-moe", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "nomic-embed-text v2 MoE"},
-	{Name: "neo-bert", Encoder: true, Flash: true, Pooling: gguf.PoolingCLS, Models: "NeoBERT"},
-	{Name: "jina-bert-v2", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "jina-embeddings-v2"},
+	{Name: "neo-bert", Encoder: true, Flash: true, Pooling: gguf.PoolingCLS, Models: "NeoBERT", RankHead: RankHeadPooled},
+	{Name: "jina-bert-v2", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "jina-embeddings-v2",
+		RankHead: RankHeadOneRow, Rerankers: "jina-reranker-v1"},
 	{Name: "jina-bert-v3", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "jina-embeddings-v3"},
 	{Name: "gemma-embedding", Encoder: true, Flash: true, Pooling: gguf.PoolingMean, Models: "EmbeddingGemma"},
 	{Name: "t5encoder", Encoder: true, Flash: false, Pooling: gguf.PoolingMean, Models: "sentence-T5, T5 encoders"},

@@ -44,6 +44,11 @@ const (
 	// TensorClassifier is a classifier head, which llama.cpp's conversion gives a
 	// reranker (Qwen3-Reranker's "yes" and "no" rows, a cross-encoder's score).
 	TensorClassifier = "cls.output.weight"
+	// TensorClassifierDense is the layer a cross-encoder's classifier head
+	// starts with (llama.cpp's LLM_TENSOR_CLS): BERT's pooler or RoBERTa's
+	// classifier.dense, hidden × hidden, before TensorClassifier; or, in
+	// jina-bert-v2, the one-row classifier itself (family.RankHead).
+	TensorClassifierDense = "cls.weight"
 )
 
 // Pooling is how a model makes one vector of a sequence's per-token hidden states:
@@ -200,6 +205,10 @@ type Shape struct {
 	// ClassifierLabels names its outputs (nil when the header does not).
 	HasClassifier    bool
 	ClassifierLabels []string
+	// ClassifierDims and DenseDims are the dims of TensorClassifier and
+	// TensorClassifierDense (ggml's order: values a row first); nil for a tensor
+	// the file does not hold.
+	ClassifierDims, DenseDims []uint64
 
 	// Vocab is the tokenizer algorithm; "" when the header does not say.
 	Vocab VocabType
@@ -352,7 +361,12 @@ func (f *File) Shape() (Shape, error) {
 	if t, ok := f.Tensor(TensorTokenEmbedding); ok && len(t.Dims) == 2 && t.Dims[1] <= 1<<31-1 {
 		s.VocabSize = int(t.Dims[1])
 	}
-	_, s.HasClassifier = f.Tensor(TensorClassifier)
+	if t, ok := f.Tensor(TensorClassifier); ok {
+		s.HasClassifier, s.ClassifierDims = true, t.Dims
+	}
+	if t, ok := f.Tensor(TensorClassifierDense); ok {
+		s.DenseDims = t.Dims
+	}
 	return s, nil
 }
 

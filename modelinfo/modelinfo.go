@@ -31,8 +31,8 @@ const (
 	TaskAuto = "auto"
 	// TaskEmbed serves an embedding model.
 	TaskEmbed = "embed"
-	// TaskRerank serves a reranker: a Qwen3-Reranker, or a BERT cross-encoder
-	// (CrossEncoder).
+	// TaskRerank serves a reranker: a Qwen3-Reranker, or an encoder
+	// cross-encoder (CrossEncoder).
 	TaskRerank = "rerank"
 )
 
@@ -80,11 +80,14 @@ type Facts struct {
 	// EOS is tokenizer.ggml.eos_token_id; -1 when absent.
 	EOS int
 	// Rerank says the model is served as a reranker: a Qwen3-Reranker, or with
-	// CrossEncoder a BERT cross-encoder (bge-reranker, ms-marco MiniLM), whose
-	// score is its classifier head over the [CLS] state of `[CLS] query [SEP]
-	// document [SEP]`.
+	// CrossEncoder an encoder cross-encoder (bge-reranker, ms-marco MiniLM,
+	// jina-reranker-v1), whose score is its classifier head (CrossEncoderHead) over
+	// the first token's state of `[CLS] query [SEP] document [SEP]`.
 	Rerank       bool
 	CrossEncoder bool
+	// CrossEncoderHead is a cross-encoder's head, as llama.cpp's rank pooling
+	// computes it (family.Arch.CrossEncoderHead); zero for other models.
+	CrossEncoderHead family.Head
 	// Shape is the header the facts were read from.
 	Shape gguf.Shape
 }
@@ -108,12 +111,14 @@ type Options struct {
 // Read reads the facts of the GGUF at path. Whether it is a reranker follows
 // o.Task: embed and rerank say so; auto takes a GGUF for a reranker when it is laid
 // out as llama.cpp's conversion writes a Qwen3-Reranker: rank pooling declared, or
-// a classifier head (cls.output.weight). A Qwen3-Reranker converted as a plain
-// causal LM looks like any Qwen3 model and needs TaskRerank. A bert GGUF that
-// declares rank pooling or has a classifier head is a cross-encoder
-// (CrossEncoder: bge-reranker, ms-marco MiniLM); one of another encoder
-// architecture is refused, as llama.cpp's bert graph is the one laid out for the
-// classifier head.
+// a classifier head (cls.output.weight, or jina-bert-v2's one-row cls.weight:
+// family.Arch.HasRankHead). A Qwen3-Reranker converted as a plain causal LM looks
+// like any Qwen3 model and needs TaskRerank. An encoder GGUF taken for a reranker
+// is a cross-encoder (CrossEncoder: bge-reranker, ms-marco MiniLM, jina-reranker-v1)
+// when llama.cpp's rank pooling scores a pair with its classifier head
+// (family.Arch.CrossEncoderHead: bert, neo-bert and jina-bert-v2, each with the
+// tensors llama.cpp loads for it and one output); any other is refused, naming
+// those architectures.
 //
 // An embedding model's pooling is o.Pooling when given, else what its header
 // declares (mean, cls or last; rank is a reranker's, refused), else its
@@ -158,16 +163,23 @@ func read(path string, o Options) (*Facts, error) {
 		DeclaredPooling: s.Pooling, Vocab: s.Vocab, EOS: s.EOS, Shape: s}
 	switch task {
 	case TaskAuto:
-		f.Rerank = s.HasClassifier || s.Pooling == gguf.PoolingRank
+		f.Rerank = arch.HasRankHead(s) || s.Pooling == gguf.PoolingRank
 	case TaskRerank:
 		f.Rerank = true
 	}
 	if f.Rerank && arch.Name != "qwen3" {
-		if arch.Name != "bert" {
-			return nil, fmt.Errorf("it is a %s reranker (rank pooling or a classifier head); embed-stack reranks with Qwen3-Reranker models and bert cross-encoders (bge-reranker, ms-marco MiniLM). Pass --task embed to serve it as an embedding model", s.Architecture)
+		why := "a classifier head"
+		switch {
+		case task == TaskRerank:
+			why = "--task rerank"
+		case s.Pooling == gguf.PoolingRank:
+			why = "rank pooling declared"
 		}
-		if !s.HasClassifier {
-			return nil, fmt.Errorf("it is a bert reranker (rank pooling declared) without a classifier head (%s): there is nothing to score a pair with. Pass --task embed to serve it as an embedding model", gguf.TensorClassifier)
+		if !arch.Encoder {
+			return nil, fmt.Errorf("it is a %s reranker (%s); embed-stack reranks with Qwen3-Reranker models and the cross-encoders of %s. Pass --task embed to serve it as an embedding model", s.Architecture, why, family.CrossEncoderNames())
+		}
+		if f.CrossEncoderHead, err = arch.CrossEncoderHead(s); err != nil {
+			return nil, fmt.Errorf("it is a %s reranker (%s): %w. Pass --task embed to serve it as an embedding model", s.Architecture, why, err)
 		}
 		f.CrossEncoder = true
 	}

@@ -112,7 +112,8 @@ func TestRead(t *testing.T) {
 }
 
 // writeArchGGUF writes the header of a model of architecture arch with the given
-// name, context, heads and keys.
+// name, context, heads and keys; a key whose value is a []uint64 is a tensor of
+// those dims, and gguf.TensorClassifier: true a one-output classifier head.
 func writeArchGGUF(t *testing.T, arch, name string, ctx, heads uint32, kv map[string]any) string {
 	t.Helper()
 	w := gguf.NewWriter()
@@ -122,9 +123,18 @@ func writeArchGGUF(t *testing.T, arch, name string, ctx, heads uint32, kv map[st
 	w.AddKV(arch+".context_length", ctx)
 	w.AddKV(arch+".attention.head_count", heads)
 	for k, v := range kv {
-		if k == gguf.TensorClassifier {
+		dims, isTensor := v.([]uint64)
+		if k == gguf.TensorClassifier && v == true {
 			// A one-output classifier head, as a cross-encoder's.
-			w.AddTensor(k, gguf.TypeF32, []uint64{768, 1}, func(out io.Writer) error { _, err := out.Write(make([]byte, 768*4)); return err })
+			dims, isTensor = []uint64{768, 1}, true
+		}
+		if isTensor {
+			// A tensor of these dims (a classifier head's).
+			n := 4
+			for _, d := range dims {
+				n *= int(d)
+			}
+			w.AddTensor(k, gguf.TypeF32, dims, func(out io.Writer) error { _, err := out.Write(make([]byte, n)); return err })
 			continue
 		}
 		w.AddKV(k, v)
@@ -171,13 +181,13 @@ func TestReadFamilies(t *testing.T) {
 		{arch: "llama", name: "e5-mistral-7b-instruct", ctx: 32768, heads: 32, o: Options{Pooling: "last"},
 			pooling: gguf.PoolingLast, from: "--pooling", maxTokens: 32768, prompts: "e5-instruct"},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)},
-			wantErr: "it is a bert reranker (rank pooling declared) without a classifier head (cls.output.weight): there is nothing to score a pair with. Pass --task embed"},
+			wantErr: "it is a bert reranker (rank pooling declared): it has no classifier head (cls.output.weight), so there is nothing to score a pair with. Pass --task embed"},
 		{arch: "bert", name: "ms-marco-MiniLM-L6-v2", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4), gguf.TensorClassifier: true},
 			pooling: gguf.PoolingCLS, from: "model", maxTokens: 512, prompts: "none", crossEncoder: true},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{gguf.TensorClassifier: true}, o: Options{Pooling: "mean"},
 			wantErr: "--pooling mean: a cross-encoder's classifier head reads its [CLS] token"},
 		{arch: "nomic-bert", name: "some-reranker", ctx: 512, heads: 12, kv: map[string]any{"nomic-bert.pooling_type": uint32(4)},
-			wantErr: "it is a nomic-bert reranker (rank pooling or a classifier head); embed-stack reranks with Qwen3-Reranker models and bert cross-encoders (bge-reranker, ms-marco MiniLM). Pass --task embed"},
+			wantErr: "it is a nomic-bert reranker (rank pooling declared): llama.cpp loads no classifier head for nomic-bert, so its rank pooling cannot score a pair; embed-stack reranks with Qwen3-Reranker models and the cross-encoders of bert (bge-reranker, ms-marco MiniLM), neo-bert and jina-bert-v2 (jina-reranker-v1). Pass --task embed"},
 		{arch: "bert", name: "bge-reranker-base", ctx: 512, heads: 12, kv: map[string]any{"bert.pooling_type": uint32(4)}, o: Options{Task: "embed", Pooling: "cls"},
 			pooling: gguf.PoolingCLS, from: "--pooling", maxTokens: 512, prompts: "none"},
 	} {
@@ -199,6 +209,81 @@ func TestReadFamilies(t *testing.T) {
 			if f.Pooling != tt.pooling || f.PoolingFrom != tt.from || f.MaxTokens != tt.maxTokens || f.Prompts.Name != tt.prompts || f.Arch.Name != tt.arch {
 				t.Errorf("facts: pooling %s from %s, max tokens %d, prompts %s, arch %+v; want %s from %s, %d, %s",
 					f.Pooling, f.PoolingFrom, f.MaxTokens, f.Prompts.Name, f.Arch, tt.pooling, tt.from, tt.maxTokens, tt.prompts)
+			}
+		})
+	}
+}
+
+// TestReadCrossEncoders: which encoder GGUFs are served as cross-encoders, with the
+// head llama.cpp's rank pooling computes for their architecture (bert, neo-bert,
+// jina-bert-v2: family.RankHead), and the exact refusal of every layout llama.cpp
+// cannot score or that is not a relevance score. On the old code only bert was a
+// cross-encoder, and a jina-bert-v2 GGUF with its one-row cls.weight was an
+// embedding model.
+func TestReadCrossEncoders(t *testing.T) {
+	const rank = uint32(4)
+	one, square := []uint64{768, 1}, []uint64{768, 768}
+	for _, tt := range []struct {
+		name, arch string
+		kv         map[string]any
+		o          Options
+		head       family.Head // the cross-encoder's, when wantErr is ""
+		servedName string
+		wantErr    string // the whole error after "model PATH: "
+	}{
+		{name: "bert: pooler and classifier", arch: "bert", kv: map[string]any{"bert.pooling_type": rank, gguf.TensorClassifier: one, gguf.TensorClassifierDense: square},
+			head: family.Head{Dense: true, DenseRows: 768, Out: true}},
+		{name: "neo-bert: dense and classifier, cls pooling declared as its conversion does", arch: "neo-bert",
+			kv:   map[string]any{"neo-bert.pooling_type": uint32(2), gguf.TensorClassifier: one, gguf.TensorClassifierDense: square},
+			head: family.Head{Dense: true, DenseRows: 768, Out: true}},
+		{name: "jina-bert-v2: one-row classifier, no pooling declared", arch: "jina-bert-v2", kv: map[string]any{gguf.TensorClassifierDense: one},
+			head: family.Head{Dense: true, DenseRows: 1}},
+		{name: "jina-bert-v2: one-row classifier, rank pooling", arch: "jina-bert-v2", kv: map[string]any{"jina-bert-v2.pooling_type": rank, gguf.TensorClassifierDense: one},
+			head: family.Head{Dense: true, DenseRows: 1}},
+
+		{name: "jina-bert-v2: --task embed serves the encoder", arch: "jina-bert-v2", kv: map[string]any{"jina-bert-v2.pooling_type": uint32(1), gguf.TensorClassifierDense: one},
+			o: Options{Task: "embed"}},
+		{name: "bert: a dense layer alone is an embedding model", arch: "bert", kv: map[string]any{"bert.pooling_type": uint32(2), gguf.TensorClassifierDense: square}},
+
+		{name: "jina-bert-v2: rank pooling, no classifier", arch: "jina-bert-v2", kv: map[string]any{"jina-bert-v2.pooling_type": rank},
+			wantErr: "it is a jina-bert-v2 reranker (rank pooling declared): it has no classifier head (cls.weight, one row), so there is nothing to score a pair with. Pass --task embed to serve it as an embedding model"},
+		{name: "jina-bert-v2: pooler and classifier, as bert's", arch: "jina-bert-v2", kv: map[string]any{gguf.TensorClassifier: one, gguf.TensorClassifierDense: square},
+			wantErr: "it is a jina-bert-v2 reranker (a classifier head): it has cls.output.weight, which llama.cpp's jina-bert-v2 does not load (its classifier is a one-row cls.weight). Pass --task embed to serve it as an embedding model"},
+		{name: "jina-bert-v2: two labels", arch: "jina-bert-v2", kv: map[string]any{gguf.TensorClassifierDense: []uint64{768, 2}},
+			wantErr: "it is a jina-bert-v2 reranker (a classifier head): its cls.weight has dims [768 2], 2 outputs; a cross-encoder reranker has one (a relevance logit), and llama.cpp's jina-bert-v2 loads one row there. Pass --task embed to serve it as an embedding model"},
+		{name: "bert: three labels (an NLI model)", arch: "bert", kv: map[string]any{gguf.TensorClassifier: []uint64{768, 3}, gguf.TensorClassifierDense: square},
+			wantErr: "it is a bert reranker (a classifier head): its cls.output.weight has dims [768 3], 3 outputs; a cross-encoder reranker has one (a relevance logit), and a head of several labels (an NLI or classification model) is not a reranker. Pass --task embed to serve it as an embedding model"},
+		{name: "neo-bert: a one-row dense layer", arch: "neo-bert", kv: map[string]any{gguf.TensorClassifier: one, gguf.TensorClassifierDense: one},
+			wantErr: "it is a neo-bert reranker (a classifier head): its cls.weight has dims [768 1]; llama.cpp's neo-bert loads a dense layer of [768 768] there. Pass --task embed to serve it as an embedding model"},
+		{name: "nomic-bert-moe: a classifier head", arch: "nomic-bert-moe", kv: map[string]any{gguf.TensorClassifier: one},
+			wantErr: "it is a nomic-bert-moe reranker (a classifier head): llama.cpp loads no classifier head for nomic-bert-moe, so its rank pooling cannot score a pair; embed-stack reranks with Qwen3-Reranker models and the cross-encoders of bert (bge-reranker, ms-marco MiniLM), neo-bert and jina-bert-v2 (jina-reranker-v1). Pass --task embed to serve it as an embedding model"},
+		{name: "t5encoder: --task rerank", arch: "t5encoder", kv: map[string]any{"t5encoder.pooling_type": uint32(1)}, o: Options{Task: "rerank"},
+			wantErr: "it is a t5encoder reranker (--task rerank): llama.cpp loads no classifier head for t5encoder, so its rank pooling cannot score a pair; embed-stack reranks with Qwen3-Reranker models and the cross-encoders of bert (bge-reranker, ms-marco MiniLM), neo-bert and jina-bert-v2 (jina-reranker-v1). Pass --task embed to serve it as an embedding model"},
+		{name: "a decoder of no known family, --task rerank", arch: "llama", kv: map[string]any{}, o: Options{Task: "rerank", Pooling: "last"},
+			wantErr: "it is a llama reranker (--task rerank); embed-stack reranks with Qwen3-Reranker models and the cross-encoders of bert (bge-reranker, ms-marco MiniLM), neo-bert and jina-bert-v2 (jina-reranker-v1). Pass --task embed to serve it as an embedding model"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeArchGGUF(t, tt.arch, "", 512, 12, tt.kv)
+			f, err := Read(path, tt.o)
+			if tt.wantErr != "" {
+				if want := "model " + path + ": " + tt.wantErr; err == nil || err.Error() != want {
+					t.Fatalf("err = %v\nwant %s", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ce := tt.head != family.Head{}
+			if f.CrossEncoder != ce || f.Rerank != ce || f.CrossEncoderHead != tt.head {
+				t.Fatalf("Rerank %t, CrossEncoder %t, head %+v; want %t, %t, %+v", f.Rerank, f.CrossEncoder, f.CrossEncoderHead, ce, ce, tt.head)
+			}
+			if !ce {
+				return
+			}
+			if f.Pooling != gguf.PoolingCLS || f.Outputs() != 2 || f.WorkerPooling() != "" || f.ServedName() != tt.arch+"-reranker" || f.TaskName() != "rerank" {
+				t.Errorf("pooling %s, outputs %d, worker pooling %q, served as %q, task %s; want cls, 2, \"\", %s-reranker, rerank",
+					f.Pooling, f.Outputs(), f.WorkerPooling(), f.ServedName(), f.TaskName(), tt.arch)
 			}
 		})
 	}

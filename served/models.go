@@ -256,7 +256,8 @@ func (ms *Models) Info() []server.ModelInfo {
 // rerankerInfo says how a reranker scores a pair (docs/rerank.md).
 func rerankerInfo(f *modelinfo.Facts) *server.RerankerInfo {
 	if f.CrossEncoder {
-		r := &server.RerankerInfo{Head: "classifier", Labels: []string{"relevance"}, Score: "sigmoid(logit) of the classifier head over the [CLS] state of [CLS] query [SEP] document [SEP], as sentence-transformers' CrossEncoder computes it"}
+		r := &server.RerankerInfo{Head: "classifier", Labels: []string{"relevance"},
+			Score: fmt.Sprintf("sigmoid(s), s = %s with h the first token's ([CLS]) state of the pair, as llama.cpp's rank pooling computes the classifier head", f.CrossEncoderHead)}
 		if len(f.Shape.ClassifierLabels) == 1 {
 			r.Labels = f.Shape.ClassifierLabels
 		}

@@ -160,8 +160,9 @@ type Config struct {
 	// [logit("yes"), logit("no")] at its last token instead of the hidden state, and
 	// Info.NEmbd is 2. The two rows of the LM head come from the GGUF (see
 	// readYesNoHead); the rest of the head is never computed, as for embeddings.
-	// For an encoder (a bert cross-encoder) it is [logit, 0]: its classifier head
-	// over the first token's ([CLS]) state (readClassifierHead).
+	// For an encoder (a cross-encoder of an architecture with a
+	// family.RankHead) it is [logit, 0]: its classifier head over the first
+	// token's ([CLS]) state (readClassifierHead).
 	Rerank bool
 
 	// attention overrides the kernel choice, for measurements only.
@@ -293,9 +294,10 @@ func resolve(cfg Config, s gguf.Shape, sched schedule) (sizes, error) {
 	arch, _ := family.Lookup(s.Architecture)
 	z.encoder = arch.Encoder
 	if z.encoder && cfg.Rerank {
-		// A cross-encoder's head reads the [CLS] state, as llama.cpp's rank pooling.
-		if arch.Name != "bert" {
-			return sizes{}, fmt.Errorf("llama: Config.Rerank scores with a Qwen3-Reranker's yes/no logits or a bert cross-encoder's classifier head; %s is neither", s.Architecture)
+		// A cross-encoder's head reads the first token's ([CLS]) state, as
+		// llama.cpp's rank pooling does for every architecture but qwen3.
+		if _, err := arch.CrossEncoderHead(s); err != nil {
+			return sizes{}, fmt.Errorf("llama: Config.Rerank: a %s cross-encoder: %w", s.Architecture, err)
 		}
 		z.pooling = gguf.PoolingCLS
 	}

@@ -172,7 +172,15 @@ func TestResolveErrors(t *testing.T) {
 		{"nice above 19", Config{Nice: 20}, "Config.Nice is 20; it must be 0 to 19"},
 	}
 	// jina-embeddings-v2's shape: 8192 tokens, 12 heads.
-	jina := gguf.Shape{Architecture: "jina-bert-v2", ContextLength: 8192, Heads: 12, Pooling: gguf.PoolingMean}
+	jina := gguf.Shape{Architecture: "jina-bert-v2", ContextLength: 8192, Heads: 12, Pooling: gguf.PoolingMean, EmbeddingLength: 768}
+	jinaPooled := jina
+	jinaPooled.HasClassifier, jinaPooled.ClassifierDims, jinaPooled.DenseDims = true, []uint64{768, 1}, []uint64{768, 768}
+	// jina-reranker-v1's layout resolves, to [CLS] pooling.
+	jinaReranker := jina
+	jinaReranker.DenseDims = []uint64{768, 1}
+	if z, err := resolve(Config{Rerank: true, ContextTokens: 512}, jinaReranker, cpuSchedule); err != nil || z.pooling != gguf.PoolingCLS {
+		t.Errorf("a jina-bert-v2 cross-encoder with a one-row cls.weight: pooling %s, %v; want cls", z.pooling, err)
+	}
 	for _, tt := range []struct {
 		name  string
 		cfg   Config
@@ -180,7 +188,12 @@ func TestResolveErrors(t *testing.T) {
 		want  string
 	}{
 		{"encoder attention above the budget", Config{}, jina, "at Config.ContextTokens 8192 the attention scores of one call take 3072 MiB, more than AttentionBytes (512 MiB); lower ContextTokens to 3328"},
-		{"a reranker of an encoder without a classifier head", Config{Rerank: true, ContextTokens: 512}, jina, "Config.Rerank scores with a Qwen3-Reranker's yes/no logits or a bert cross-encoder's classifier head; jina-bert-v2 is neither"},
+		{"a reranker of an encoder without a classifier head", Config{Rerank: true, ContextTokens: 512}, jina, "llama: Config.Rerank: a jina-bert-v2 cross-encoder: it has no classifier head (cls.weight, one row), so there is nothing to score a pair with"},
+		{"a jina-bert-v2 reranker with a pooler's head", Config{Rerank: true, ContextTokens: 512}, jinaPooled,
+			"llama: Config.Rerank: a jina-bert-v2 cross-encoder: it has cls.output.weight, which llama.cpp's jina-bert-v2 does not load (its classifier is a one-row cls.weight)"},
+		{"a reranker of an encoder llama.cpp loads no head for", Config{Rerank: true, ContextTokens: 512},
+			gguf.Shape{Architecture: "nomic-bert", ContextLength: 2048, Heads: 12, EmbeddingLength: 768, HasClassifier: true, ClassifierDims: []uint64{768, 1}},
+			"llama: Config.Rerank: a nomic-bert cross-encoder: llama.cpp loads no classifier head for nomic-bert, so its rank pooling cannot score a pair; embed-stack reranks with Qwen3-Reranker models and the cross-encoders of bert (bge-reranker, ms-marco MiniLM), neo-bert and jina-bert-v2 (jina-reranker-v1)"},
 		{"rank pooling declared", Config{}, gguf.Shape{Architecture: "bert", Pooling: gguf.PoolingRank}, "the model declares pooling type 4 (rank); the engine pools mean, cls or last"},
 		{"rank pooling asked", Config{Pooling: gguf.PoolingRank}, shapeMiniLM, "Config.Pooling is 4 (rank)"},
 	} {

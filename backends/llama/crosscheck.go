@@ -36,9 +36,27 @@ func (e *Engine) pooledRank(ctx context.Context, seq []int32) ([]float32, error)
 	return e.pooled(ctx, seq, C.LLAMA_POOLING_TYPE_RANK, 2)
 }
 
+// pooledRankTyped scores one pair of a cross-encoder with llama.cpp's RANK pooling
+// (its classifier head in its own graph) over the same input rows the engine feeds:
+// for a model of two token types (tokenInput) each token's embedding with the
+// document's type folded in, so that llama.cpp's head and the engine's differ only
+// in how the head is computed, not in how the pair is typed. It returns the score.
+func (e *Engine) pooledRankTyped(ctx context.Context, seq []int32) (float32, error) {
+	v, err := e.pooledWith(ctx, seq, C.LLAMA_POOLING_TYPE_RANK, 1, e.input)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
 // pooled decodes seq alone in a fresh context with llama.cpp's pooling of the given
 // type and returns the sequence's first n pooled values.
 func (e *Engine) pooled(ctx context.Context, seq []int32, pooling C.enum_llama_pooling_type, n int) ([]float32, error) {
+	return e.pooledWith(ctx, seq, pooling, n, nil)
+}
+
+// pooledWith is pooled with the tokens fed as ids, or with in as input embeddings.
+func (e *Engine) pooledWith(ctx context.Context, seq []int32, pooling C.enum_llama_pooling_type, n int, in *tokenInput) ([]float32, error) {
 	if err := e.validate([][]int32{seq}); err != nil {
 		return nil, err
 	}
@@ -61,9 +79,15 @@ func (e *Engine) pooled(ctx context.Context, seq []int32, pooling C.enum_llama_p
 			return nil, fmt.Errorf("llama: creating a pooling context failed: %s", llamaReason("see the debug log"))
 		}
 		defer C.llama_free(lctx)
-		batch := C.llama_batch_init(C.int32_t(nt), 0, 1)
+		var batch C.struct_llama_batch
+		if in != nil {
+			batch = C.llama_batch_init(C.int32_t(nt), C.int32_t(in.hidden), 1)
+			in.add(&batch, seq, 0, nt, 0, C.ES_OUT_ALL)
+		} else {
+			batch = C.llama_batch_init(C.int32_t(nt), 0, 1)
+			C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(nt))
+		}
 		defer C.llama_batch_free(batch)
-		C.es_batch_fill_all(&batch, (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(nt))
 		var rc C.int32_t
 		if e.encoder {
 			rc = C.llama_encode(lctx, batch)

@@ -20,8 +20,9 @@
 // For a Qwen3-Reranker (Config.Rerank) each sequence's output is instead the two
 // logits its score needs, those of "yes" and "no" at the last token, computed from
 // that hidden state and two rows of the LM head (see readYesNoHead). For a
-// cross-encoder (Config.Rerank with a bert GGUF) it is [logit, 0], the logit its
-// classifier head gives from the [CLS] state (see readClassifierHead), with the
+// cross-encoder (Config.Rerank with a bert, neo-bert or jina-bert-v2 GGUF) it is
+// [logit, 0], the score its classifier head gives from the [CLS] state as
+// llama.cpp's rank pooling computes it (see readClassifierHead), with the
 // document's tokens typed as the model was trained (see tokenInput).
 //
 // It knows nothing of text, tokenizers, HTTP, instructions, truncation to
@@ -235,7 +236,7 @@ func Open(cfg Config) (*Engine, error) {
 	switch {
 	case cfg.Rerank && sz.encoder:
 		// A cross-encoder: its classifier head over the [CLS] state.
-		if head, err = readClassifierHead(cfg.ModelPath, hidden); err != nil {
+		if head, err = readClassifierHead(cfg.ModelPath, shape, hidden); err != nil {
 			return nil, err
 		}
 		if input, err = readTokenInput(cfg.ModelPath, hidden); err != nil {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 )
 
@@ -139,22 +140,26 @@ func readRow(f *gguf.File, t gguf.TensorInfo, r, hidden int) ([]float32, error) 
 	return out, nil
 }
 
-// classifierHead is a cross-encoder's classification head, as llama.cpp's rank
-// pooling applies it to the [CLS] state (llm_graph_context::build_pooling):
-// tanh(dense·h + denseBias) when the GGUF has cls.weight (BERT's pooler,
-// RoBERTa's classifier.dense), then out·x + outBias (cls.output.weight, a single
-// relevance logit). llama.cpp applies no sigmoid; the router does, as
-// sentence-transformers' CrossEncoder does for a one-label model.
+// classifierHead is a cross-encoder's classification head, computed as llama.cpp's
+// rank pooling applies it to the [CLS] state (llm_graph_context::build_pooling),
+// in the layout family.Arch.CrossEncoderHead finds for the model's architecture:
+// x = h; x = tanh(dense·x + denseBias) when the GGUF has cls.weight (BERT's
+// pooler, RoBERTa's classifier.dense, NeoBERT's dense: hidden rows; jina-bert-v2's
+// classifier: one row); then out·x + outBias when it has cls.output.weight. The
+// score is x's one value. llama.cpp applies the tanh whenever cls.weight is there,
+// so a jina-bert-v2 score is tanh of its classifier's output, and no sigmoid; the
+// router applies one, as sentence-transformers' CrossEncoder does for a one-label
+// model.
 type classifierHead struct {
 	dense             [][]float32 // nil without cls.weight
 	denseBias         []float32   // nil without cls.bias
-	out               []float32
+	out               []float32   // nil without cls.output.weight
 	outBias           float64
 	source            string
 	scratch, scratch2 []float64
 }
 
-// apply writes [logit, 0] for the [CLS] state h into out, summing in float64.
+// apply writes [score, 0] for the [CLS] state h into out, summing in float64.
 func (hd *classifierHead) apply(out, h []float32) {
 	x := hd.scratch[:0]
 	for _, v := range h {
@@ -174,6 +179,10 @@ func (hd *classifierHead) apply(out, h []float32) {
 		}
 		x = y
 	}
+	if hd.out == nil {
+		out[0], out[1] = float32(x[0]), 0
+		return
+	}
 	s := hd.outBias
 	for k, w := range hd.out {
 		s += float64(w) * x[k]
@@ -182,52 +191,53 @@ func (hd *classifierHead) apply(out, h []float32) {
 }
 
 // Tensor names of a cross-encoder's head (llama.cpp's LLM_TENSOR_CLS and
-// LLM_TENSOR_CLS_OUT).
+// LLM_TENSOR_CLS_OUT biases).
 const (
-	tensorCLSDense     = "cls.weight"
 	tensorCLSDenseBias = "cls.bias"
 	tensorCLSOutBias   = "cls.output.bias"
 )
 
 // readClassifierHead reads the classification head of the cross-encoder GGUF at
-// path (hidden values a row). Only a one-output head is a relevance score: a head
-// of several labels (an NLI model) is refused.
-func readClassifierHead(path string, hidden int) (*classifierHead, error) {
+// path, of the given shape (hidden values a row), in the layout llama.cpp loads for
+// its architecture (family.Arch.CrossEncoderHead, which also refuses a head of
+// several outputs, an NLI model's, and what llama.cpp does not score).
+func readClassifierHead(path string, shape gguf.Shape, hidden int) (*classifierHead, error) {
+	arch, _ := family.Lookup(shape.Architecture)
+	layout, err := arch.CrossEncoderHead(shape)
+	if err != nil {
+		return nil, fmt.Errorf("llama: model %s: %w", path, err)
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("llama: reading the classifier head of %s: %w", path, err)
 	}
 	defer f.Close()
-	t, ok := f.Tensor(gguf.TensorClassifier)
-	if !ok {
-		return nil, fmt.Errorf("llama: model %s has no classifier head (%s); a cross-encoder scores a pair with one", path, gguf.TensorClassifier)
-	}
-	if len(t.Dims) == 2 && t.Dims[1] != 1 || len(t.Dims) > 2 {
-		return nil, fmt.Errorf("llama: model %s: %s has dims %v, %d outputs; a cross-encoder reranker has one (a relevance logit), and a head of several labels (an NLI or classification model) is not a reranker", path, t.Name, t.Dims, t.Dims[len(t.Dims)-1])
-	}
-	hd := &classifierHead{source: gguf.TensorClassifier, scratch: make([]float64, 0, hidden), scratch2: make([]float64, 0, hidden)}
-	if hd.out, err = readRow(f, t, 0, hidden); err != nil {
-		return nil, fmt.Errorf("llama: model %s: %w", path, err)
-	}
-	if b, ok := f.Tensor(tensorCLSOutBias); ok {
-		v, err := readRow(f, b, 0, 1)
-		if err != nil {
-			return nil, fmt.Errorf("llama: model %s: %w", path, err)
-		}
-		hd.outBias = float64(v[0])
-	}
-	if d, ok := f.Tensor(tensorCLSDense); ok {
-		hd.dense = make([][]float32, hidden)
-		for r := range hidden {
+	hd := &classifierHead{source: layout.String(), scratch: make([]float64, 0, hidden), scratch2: make([]float64, 0, max(hidden, layout.DenseRows))}
+	if layout.Dense {
+		d, _ := f.Tensor(gguf.TensorClassifierDense)
+		hd.dense = make([][]float32, layout.DenseRows)
+		for r := range hd.dense {
 			if hd.dense[r], err = readRow(f, d, r, hidden); err != nil {
 				return nil, fmt.Errorf("llama: model %s: %w", path, err)
 			}
 		}
-		hd.source = tensorCLSDense + " (tanh), " + hd.source
 		if b, ok := f.Tensor(tensorCLSDenseBias); ok {
-			if hd.denseBias, err = readRow(f, b, 0, hidden); err != nil {
+			if hd.denseBias, err = readRow(f, b, 0, layout.DenseRows); err != nil {
 				return nil, fmt.Errorf("llama: model %s: %w", path, err)
 			}
+		}
+	}
+	if layout.Out {
+		t, _ := f.Tensor(gguf.TensorClassifier)
+		if hd.out, err = readRow(f, t, 0, hidden); err != nil {
+			return nil, fmt.Errorf("llama: model %s: %w", path, err)
+		}
+		if b, ok := f.Tensor(tensorCLSOutBias); ok {
+			v, err := readRow(f, b, 0, 1)
+			if err != nil {
+				return nil, fmt.Errorf("llama: model %s: %w", path, err)
+			}
+			hd.outBias = float64(v[0])
 		}
 	}
 	return hd, nil

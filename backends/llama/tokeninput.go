@@ -23,7 +23,8 @@ const tensorTokenTypes = "token_types.weight"
 // document [SEP]` with token type 0 for the query's segment and 1 for the
 // document's, but llama.cpp's bert graph adds token type 0's row to every token
 // ("token types are hardcoded to zero", src/models/bert.cpp), so llama-server
-// scores such a model with the document typed as the query. The graph takes input
+// scores such a model with the document typed as the query (its jina-bert-v2 graph,
+// jina-reranker-v1's, does the same). The graph takes input
 // embeddings in place of ids (build_inp_embd) and adds type 0's row and the
 // positions to them all the same; a row here is therefore the token's embedding
 // plus (type 1's row − type 0's row) for the tokens after the first [SEP], and the

@@ -198,3 +198,104 @@ func checkCrossEncoder(t *testing.T, s *e2e.Server, model string, first bool, re
 	}
 	t.Logf("%d pairs, %d queries: largest relevance_score difference %.2g (tolerance %g)", len(ref.Pairs), len(queries), worst, tol)
 }
+
+// TestServeCrossEncoderArchitectures serves the random-weight cross-encoders of
+// the other architectures whose classifier head llama.cpp's rank pooling computes
+// (jina-bert-v2 with its one-row classifier and two token types, a
+// jina-reranker-v1; neo-bert with the dense layer and classifier), through the real
+// binary beside an embedding model, and holds every rerank API to llama.cpp's own
+// rank pooling of the same pairs
+// (backends/llama/testdata/crossencoder-archs-reference.json, held to llama.cpp by
+// TestCrossEncoderArchitecturesReference): as TestServeCrossEncoder, /v1/rerank's
+// relevance_score within 0.0025 of sigmoid(score), usage counting Hugging Face's
+// tokens of every pair, the order and best document the reference's; TEI's
+// /rerank raw_scores within 0.01 of the score (on jina-bert-v2, the first
+// reranker); Cohere v2's /v2/rerank answering as /v1/rerank; /info naming the head
+// llama.cpp computes. On the old code serve refused both models at start.
+func TestServeCrossEncoderArchitectures(t *testing.T) {
+	jina, neo := encoderModel(t, "models/jina-bert-v2-reranker-tiny.gguf"), encoderModel(t, "models/neo-bert-reranker-tiny.gguf")
+	mini := encoderModel(t, "models/bert-tiny.gguf")
+	// --weights file, as in TestServeCrossEncoder: the reference is of the files'
+	// weights.
+	s := serveWith(t, "--model", "jina="+jina, "--model", "neo="+neo, "--model", "mini="+mini, "--weights", "file")
+	root := e2e.RepoRoot(t)
+	var pairs crossEncoderPairs
+	var archs struct {
+		Models []struct {
+			Model  string    `json:"model"`
+			Scores []float64 `json:"scores"`
+		} `json:"models"`
+	}
+	for name, v := range map[string]any{"crossencoder-reference.json": &pairs, "crossencoder-archs-reference.json": &archs} {
+		raw, err := os.ReadFile(filepath.Join(root, "backends", "llama", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ name, model, score string }{
+		{"jina", "models/jina-bert-v2-reranker-tiny.gguf",
+			"sigmoid(s), s = tanh(cls.weight · h + cls.bias) with h the first token's ([CLS]) state of the pair, as llama.cpp's rank pooling computes the classifier head"},
+		{"neo", "models/neo-bert-reranker-tiny.gguf",
+			"sigmoid(s), s = cls.output.weight · tanh(cls.weight · h + cls.bias) + cls.output.bias with h the first token's ([CLS]) state of the pair, as llama.cpp's rank pooling computes the classifier head"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := slices.IndexFunc(archs.Models, func(m struct {
+				Model  string    `json:"model"`
+				Scores []float64 `json:"scores"`
+			}) bool {
+				return m.Model == tc.model
+			})
+			if at < 0 || len(archs.Models[at].Scores) != len(pairs.Pairs) {
+				t.Fatalf("crossencoder-archs-reference.json holds no %d scores of %s", len(pairs.Pairs), tc.model)
+			}
+			ref := crossEncoderPairs{Pairs: slices.Clone(pairs.Pairs)}
+			for i := range ref.Pairs {
+				ref.Pairs[i].Logit = archs.Models[at].Scores[i]
+			}
+			checkCrossEncoder(t, s, tc.name, tc.name == "jina", ref)
+
+			code, body := call(t, s.URL+"/info", "")
+			var info struct {
+				Models []struct {
+					ID       string `json:"id"`
+					Reranker *struct {
+						Score string `json:"score"`
+					} `json:"reranker"`
+				} `json:"models"`
+			}
+			if err := json.Unmarshal([]byte(body), &info); code != 200 || err != nil {
+				t.Fatalf("GET /info: %d %s (%v)", code, body, err)
+			}
+			for _, m := range info.Models {
+				if m.ID == tc.name && (m.Reranker == nil || m.Reranker.Score != tc.score) {
+					t.Errorf("/info's %s: reranker %+v; want the score %q", tc.name, m.Reranker, tc.score)
+				}
+			}
+
+			// Cohere's v2 client posts to /v2/rerank: the same results.
+			req, _ := json.Marshal(map[string]any{"model": tc.name, "query": ref.Pairs[0].Query, "documents": []string{ref.Pairs[0].Document, ref.Pairs[1].Document}})
+			type results struct {
+				Results []struct {
+					Index int     `json:"index"`
+					Score float64 `json:"relevance_score"`
+				} `json:"results"`
+			}
+			var v1, v2 results
+			for _, r := range []struct {
+				route string
+				into  *results
+			}{{"/v1/rerank", &v1}, {"/v2/rerank", &v2}} {
+				code, body := call(t, s.URL+r.route, string(req))
+				if err := json.Unmarshal([]byte(body), r.into); code != 200 || err != nil || len(r.into.Results) != 2 {
+					t.Fatalf("POST %s: %d %s (%v)", r.route, code, body, err)
+				}
+			}
+			if !slices.Equal(v1.Results, v2.Results) {
+				t.Errorf("/v2/rerank %+v, /v1/rerank %+v; want the same", v2.Results, v1.Results)
+			}
+		})
+	}
+}

@@ -198,24 +198,47 @@ type bertOptions struct {
 	// weights, when set, supplies each tensor's values by its Hugging Face name (a
 	// real checkpoint); otherwise they are random.
 	weights *safetensors
-	// rerank makes a bert a cross-encoder (BertForSequenceClassification): the
-	// pooler and a one-output classifier after the encoder (crossEncoderHead).
+	// rerank makes a bert, neo-bert or jina-bert-v2 a cross-encoder: the
+	// classifier head llama.cpp loads for it after the encoder (crossEncoderHead).
 	rerank bool
 }
 
-// crossEncoderHead is the head llama.cpp's converter writes for a BERT
-// BertForSequenceClassification: the pooler (bert.pooler.dense) as cls.weight and
-// cls.bias, the classifier (one relevance logit) as cls.output.weight and
-// cls.output.bias, all F32 but the pooler's matrix. Its scale keeps the random
-// logits spread over a few units, so that pairs order distinctly.
-func crossEncoderHead(s bertShape) []bertTensor {
+// crossEncoderHead is the classifier head of a random-weight cross-encoder of
+// architecture arch and shape s, laid out as llama.cpp's loader reads it
+// (family.RankHead); nil for an architecture llama.cpp loads no head for.
+//
+//   - bert, neo-bert: what llama.cpp's converter writes for a
+//     BertForSequenceClassification (or NeoBERTForSequenceClassification): the
+//     pooler (bert.pooler.dense; NeoBERT's dense) as cls.weight and cls.bias, the
+//     classifier (one relevance logit) as cls.output.weight and cls.output.bias,
+//     all F32 but the pooler's matrix. Its scale keeps the random logits spread
+//     over a few units, so that pairs order distinctly.
+//   - jina-bert-v2: jina-reranker-v1's classifier (a Linear to one label, which
+//     the converter maps to cls) as a one-row cls.weight, a matrix like any 2-D
+//     weight, and cls.bias, with no cls.output.weight; llama.cpp scores
+//     tanh(cls.weight · h + cls.bias), so its scale keeps the value before the
+//     tanh near ±1, where the score still orders pairs distinctly.
+func crossEncoderHead(arch string, s bertShape) []bertTensor {
 	h := uint64(s.hidden)
-	return []bertTensor{
-		{"cls.weight", "pooler.dense.weight", []uint64{h, h}, true, dist{std: 1 / math.Sqrt(float64(h))}},
-		{"cls.bias", "pooler.dense.bias", []uint64{h}, false, dist{std: 0.1}},
-		{"cls.output.weight", "classifier.weight", []uint64{h, 1}, false, dist{std: 8 / math.Sqrt(float64(h))}},
-		{"cls.output.bias", "classifier.bias", []uint64{1}, false, dist{std: 0.5}},
+	switch arch {
+	case "bert", "neo-bert":
+		dense, classifier := "pooler.dense", "classifier"
+		if arch == "neo-bert" {
+			dense = "dense"
+		}
+		return []bertTensor{
+			{"cls.weight", dense + ".weight", []uint64{h, h}, true, dist{std: 1 / math.Sqrt(float64(h))}},
+			{"cls.bias", dense + ".bias", []uint64{h}, false, dist{std: 0.1}},
+			{"cls.output.weight", classifier + ".weight", []uint64{h, 1}, false, dist{std: 8 / math.Sqrt(float64(h))}},
+			{"cls.output.bias", classifier + ".bias", []uint64{1}, false, dist{std: 0.5}},
+		}
+	case "jina-bert-v2":
+		return []bertTensor{
+			{"cls.weight", "classifier.weight", []uint64{h, 1}, true, dist{std: 1.5 / math.Sqrt(float64(h))}},
+			{"cls.bias", "classifier.bias", []uint64{1}, false, dist{std: 0.2}},
+		}
 	}
+	return nil
 }
 
 // buildBert adds a BERT encoder's metadata and tensors to w, with the keys and types
@@ -243,10 +266,11 @@ func buildBert(w *gguf.Writer, o bertOptions) (parameters uint64, tensors int, e
 		return 0, 0, fmt.Errorf("-convert writes bert only, not %s", arch)
 	}
 	if o.rerank {
-		if arch != "bert" || o.weights != nil {
-			return 0, 0, fmt.Errorf("a cross-encoder is a random-weight bert, not %s", arch)
+		head := crossEncoderHead(arch, s)
+		if head == nil || o.weights != nil {
+			return 0, 0, fmt.Errorf("a cross-encoder is a random-weight bert, neo-bert or jina-bert-v2, not %s", arch)
 		}
-		ts = append(ts, crossEncoderHead(s)...)
+		ts = append(ts, head...)
 	}
 	w.AddKV("general.architecture", arch)
 	w.AddKV("general.name", o.name)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/embed-stack/embed-stack/family"
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/reference"
 	"github.com/embed-stack/embed-stack/internal/testrepo"
@@ -579,5 +580,72 @@ func TestBertWordPiece(t *testing.T) {
 		if (ti.Type == gguf.TypeF32) != wantF32 {
 			t.Errorf("tensor %s is %s", ti.Name, ti.Type)
 		}
+	}
+}
+
+// TestCrossEncoderLayouts checks -task rerank for every encoder architecture:
+// bert, neo-bert and jina-bert-v2 get the head llama.cpp loads for them (the
+// pooler and a one-output classifier; jina-reranker-v1's one-row cls.weight),
+// with pooling type rank, which family.Arch.CrossEncoderHead accepts as the
+// layout of family.RankHead; the others are refused, as llama.cpp loads no head
+// for them.
+func TestCrossEncoderLayouts(t *testing.T) {
+	tokPath := filepath.Join(testrepo.RootOf(t), ".cache", "minilm", "tokenizer.json")
+	if _, err := os.Stat(tokPath); err != nil {
+		t.Skipf("%s is missing; run scripts/fetch-encoders.sh", tokPath)
+	}
+	for _, tt := range []struct {
+		arch    string
+		head    family.Head
+		tensors map[string][]uint64 // the head's
+		wantErr string
+	}{
+		{arch: "bert", head: family.Head{Dense: true, DenseRows: 64, Out: true},
+			tensors: map[string][]uint64{"cls.weight": {64, 64}, "cls.bias": {64}, "cls.output.weight": {64, 1}, "cls.output.bias": {1}}},
+		{arch: "neo-bert", head: family.Head{Dense: true, DenseRows: 64, Out: true},
+			tensors: map[string][]uint64{"cls.weight": {64, 64}, "cls.bias": {64}, "cls.output.weight": {64, 1}, "cls.output.bias": {1}}},
+		{arch: "jina-bert-v2", head: family.Head{Dense: true, DenseRows: 1},
+			tensors: map[string][]uint64{"cls.weight": {64, 1}, "cls.bias": {1}}},
+		{arch: "nomic-bert", wantErr: "-task rerank is for -arch qwen3, or -arch bert, neo-bert or jina-bert-v2 with random weights (a cross-encoder)"},
+	} {
+		t.Run(tt.arch, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "m.gguf")
+			var stdout, stderr bytes.Buffer
+			err := run([]string{"-arch", tt.arch, "-task", "rerank", "-tokenizer", tokPath, "-out", out}, &stdout, &stderr)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v: %s", err, stderr.String())
+			}
+			s, err := gguf.ReadShape(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := family.Lookup(tt.arch)
+			if head, err := a.CrossEncoderHead(s); err != nil || head != tt.head || s.Pooling != gguf.PoolingRank || !a.HasRankHead(s) {
+				t.Errorf("head %+v, %v, pooling %s; want %+v and rank pooling", head, err, s.Pooling, tt.head)
+			}
+			f, err := gguf.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got := map[string][]uint64{}
+			for _, ti := range f.Tensors() {
+				if strings.HasPrefix(ti.Name, "cls.") {
+					got[ti.Name] = ti.Dims
+				}
+			}
+			if !reflect.DeepEqual(got, tt.tensors) {
+				t.Errorf("head tensors %v, want %v", got, tt.tensors)
+			}
+			if name, _ := f.String("general.name"); name != tt.arch+"-reranker-tiny-random-seed1" {
+				t.Errorf("general.name = %q", name)
+			}
+		})
 	}
 }

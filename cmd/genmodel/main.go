@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		seed      = fs.Uint64("seed", 1, "random seed; the same seed gives a byte-identical file")
 		out       = fs.String("out", "", "output GGUF path (required); parent directories are created")
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
-		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head; with -arch bert a cross-encoder as llama.cpp converts BertForSequenceClassification: pooling type rank, the pooler as cls.weight and cls.bias, a one-output cls.output.weight and cls.output.bias)")
+		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head; with -arch bert or neo-bert a cross-encoder as llama.cpp converts BertForSequenceClassification or NeoBERTForSequenceClassification: pooling type rank, the pooler (dense layer) as cls.weight and cls.bias, a one-output cls.output.weight and cls.output.bias; with -arch jina-bert-v2 one as llama.cpp loads jina-reranker-v1: pooling type rank, the one-output classifier as cls.weight and cls.bias)")
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
 		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or an encoder ("+strings.Join(encoderArchs, ", ")+"; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf, mean pooling but neo-bert's CLS)")
 		vocabGGUF = fs.String("vocab-gguf", "", "with an encoder -arch: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
@@ -179,8 +179,8 @@ func runBert(r bertRun, stdout io.Writer) error {
 	switch {
 	case r.hf != "":
 		return errors.New("-hf is for -arch qwen3")
-	case r.task == "rerank" && (r.arch != "bert" || r.convert != ""):
-		return errors.New("-task rerank is for -arch qwen3, or -arch bert with random weights (a cross-encoder)")
+	case r.task == "rerank" && (crossEncoderHead(r.arch, bertShape{}) == nil || r.convert != ""):
+		return errors.New("-task rerank is for -arch qwen3, or -arch bert, neo-bert or jina-bert-v2 with random weights (a cross-encoder)")
 	case r.task != "embed" && r.task != "rerank":
 		return fmt.Errorf("-task %q is unknown; use embed or rerank", r.task)
 	}
