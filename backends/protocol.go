@@ -119,7 +119,8 @@ type Device struct {
 	// whether converting F16 weights to BF16 pays (package weights).
 	CPUFeatures []string `json:"cpu_features,omitempty"`
 	// CPUAccel names embed-stack's own CPU kernels when they compute part of
-	// the model ("embed-stack kernels (AVX-512)"); empty when off (--cpu-accel),
+	// the model ("embed-stack kernels (AVX-512)"; "(AVX-512, BF16)" where they
+	// multiply BF16 weights too); empty when off (--cpu-accel),
 	// on a GPU, or on a CPU without AVX-512F or AVX2 with FMA.
 	CPUAccel string `json:"cpu_accel,omitempty"`
 	// Warning says the worker computes more slowly than its CPU allows: the best

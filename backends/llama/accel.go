@@ -6,6 +6,7 @@ package llama
 import "C"
 
 import (
+	"math"
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -129,30 +130,45 @@ func accelWeightMulMat(k, n, m, threads int, avx2, unpacked bool, seed uint64) (
 	y := C.ggml_mul_mat(ctx, w, x)
 	wd := unsafe.Slice((*float32)(w.data), k*n)
 	xd := unsafe.Slice((*float32)(x.data), k*m)
-	rng := seed
+	next := unitRand(seed)
 	for _, s := range [][]float32{wd, xd} {
 		for i := range s {
-			rng ^= rng << 13
-			rng ^= rng >> 7
-			rng ^= rng << 17
-			s[i] = float32(int64(rng>>40)-(1<<23)) / (1 << 23)
+			s[i] = next()
 		}
 	}
 	if C.es_accel_test_compute(y, C.int(threads), C.int(boolInt(avx2))) != 0 {
 		return nil, nil, false
 	}
 	got = append([]float32(nil), unsafe.Slice((*float32)(y.data), n*m)...)
-	want = make([]float64, n*m)
+	want = productRef(k, n, m, func(i int) float64 { return float64(wd[i]) }, func(i int) float64 { return float64(xd[i]) })
+	return got, want, true
+}
+
+// unitRand returns a generator of values in [-1, 1) drawn from seed (xorshift).
+func unitRand(seed uint64) func() float32 {
+	rng := seed
+	return func() float32 {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return float32(int64(rng>>40)-(1<<23)) / (1 << 23)
+	}
+}
+
+// productRef is the float64 product y[r][c] = sum_i w[c*k+i] x[r*k+i], [m][n]
+// flattened.
+func productRef(k, n, m int, w, x func(int) float64) []float64 {
+	want := make([]float64, n*m)
 	for r := range m {
 		for c := range n {
 			var s float64
 			for i := range k {
-				s += float64(wd[c*k+i]) * float64(xd[r*k+i])
+				s += w(c*k+i) * x(r*k+i)
 			}
 			want[r*n+c] = s
 		}
 	}
-	return got, want, true
+	return want
 }
 
 // accelGELU computes GELU (ggml_gelu, the tanh approximation) of xs with
@@ -175,3 +191,60 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// bf16 rounds f to bfloat16 (to nearest, ties to even, as the kernels and ggml
+// convert), returned as its bits.
+func bf16(f float32) uint16 {
+	b := math.Float32bits(f)
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+func bf16Float(h uint16) float64 {
+	return float64(math.Float32frombits(uint32(h) << 16))
+}
+
+// accelBF16MulMat computes y = mul_mat(W, X) for a BF16 weight matrix of n rows of
+// k values and m rows of F32 X (as batches of 3 rows when batched, X being 3-D)
+// with embed-stack's BF16 kernels on threads threads, from random inputs drawn from
+// seed, and returns it, [m][n] flattened, beside its float64 reference: the exact
+// product of the BF16 weights and X rounded to BF16, which is what the kernels are
+// asked to compute. packed stores W first as llama.cpp's loader stores a weight,
+// repacked (see es_accel_test_bf16). rc is es_accel_test_bf16's.
+func accelBF16MulMat(k, n, m, threads int, packed, batched bool, seed uint64) (got []float32, want []float64, rc int) {
+	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(1<<20 + 16*(k*n+k*m+n*m))})
+	defer C.ggml_free(ctx)
+	w := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_BF16, C.int64_t(k), C.int64_t(n))
+	var x *C.struct_ggml_tensor
+	if batched {
+		x = C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(k), 3, C.int64_t(m/3))
+	} else {
+		x = C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F32, C.int64_t(k), C.int64_t(m))
+	}
+	y := C.ggml_mul_mat(ctx, w, x)
+	wd := unsafe.Slice((*uint16)(w.data), k*n)
+	xd := unsafe.Slice((*float32)(x.data), k*m)
+	next := unitRand(seed)
+	for i := range wd {
+		wd[i] = bf16(next())
+	}
+	for i := range xd {
+		xd[i] = next()
+	}
+	rc = int(C.es_accel_test_bf16(y, C.int(threads), C.int(boolInt(packed))))
+	if rc != 0 {
+		return nil, nil, rc
+	}
+	got = append([]float32(nil), unsafe.Slice((*float32)(y.data), n*m)...)
+	want = productRef(k, n, m, func(i int) float64 { return bf16Float(wd[i]) }, func(i int) float64 { return bf16Float(bf16(xd[i])) })
+	return got, want, 0
+}
+
+// accelOnlyOps limits embed-stack's kernels to the operations ops names
+// (accelOpKQ, ...: ES_ACCEL_OP_*), for tests that hold one path against another in
+// one process; accelOpAll restores them.
+func accelOnlyOps(ops int) { C.es_accel_set_ops(C.int(ops)) }
+
+const (
+	accelOpBF16 = int(C.ES_ACCEL_OP_BF16)
+	accelOpAll  = int(C.ES_ACCEL_OP_ALL)
+)

@@ -10,7 +10,9 @@
 #include "llama.h"
 
 // Operations the device may take (es_accel_set_ops), as bits.
-enum { ES_ACCEL_OP_KQ = 1, ES_ACCEL_OP_GELU = 2, ES_ACCEL_OP_WEIGHTS = 4, ES_ACCEL_OP_ALL = 7 };
+// ES_ACCEL_OP_BF16 is read as a model loads: its BF16 matrices are repacked for the
+// device then, and stay the device's.
+enum { ES_ACCEL_OP_KQ = 1, ES_ACCEL_OP_GELU = 2, ES_ACCEL_OP_WEIGHTS = 4, ES_ACCEL_OP_BF16 = 8, ES_ACCEL_OP_ALL = 15 };
 
 // Kernel sets for es_accel_register: the best this CPU runs, or one forced.
 enum { ES_ACCEL_ISA_AUTO = 0, ES_ACCEL_ISA_AVX2 = 1, ES_ACCEL_ISA_AVX512 = 2 };
@@ -40,6 +42,18 @@ long long es_accel_computed_ops(void);
 // when the device would not take it. For tests: it changes the kernels in use
 // while it runs.
 int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
+
+// es_accel_test_bf16 computes dst = mul_mat(w, x), w a BF16 matrix holding its
+// values and x F32, with the device's BF16 kernels on n_threads threads: with
+// packed set from w stored in the device's buffer type as llama.cpp's loader
+// stores a weight (repacked into panels), then read back (-3 when it was not
+// repacked, -2 when it reads back different); else from w as it is, packed per
+// product. -1 when the kernels in use have no BF16 product. For tests.
+int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed);
+
+// es_model_load is llama_model_load_from_file, also saying how many of the model's
+// matrices the device took and repacked as it loaded (0: it holds none of them).
+struct llama_model *es_model_load(const char *path, struct llama_model_params params, long *repacked);
 
 // es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long
 // as the context (NULL, none attached, for one thread).

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/weights"
 )
 
 // accelKernels are the kernel sets this CPU can run: the AVX-512 ones where it has
@@ -191,6 +193,131 @@ func TestAccelMiniLM(t *testing.T) {
 			t.Errorf("input of %d tokens: cosine %.7f between embed-stack's kernels and ggml's; want >= 0.99999", len(long[i]), c)
 		} else {
 			t.Logf("input of %d tokens: cosine %.8f between embed-stack's kernels and ggml's", len(long[i]), c)
+		}
+	}
+}
+
+// bf16Kernels skips a test on a CPU whose kernels have no BF16 product: AVX-512F
+// with AVX512_BF16 (Zen 4 and 5, Sapphire Rapids and later) is what they need.
+func bf16Kernels(t *testing.T) {
+	t.Helper()
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BF16 {
+		t.Skip("this CPU lacks AVX-512F with AVX512_BF16: embed-stack's BF16 products are not used here (the build and the other kernels' tests still ran)")
+	}
+}
+
+// TestAccelBF16MulMat holds the product with a BF16 weight matrix to the exact
+// product of the same BF16 values (X rounded to BF16 as the kernels round it), over
+// every edge of the kernels' tiles: row counts not a multiple of the 32-column
+// panel (the last zero-padded), token counts not a multiple of the 12-row tile
+// (1 to 128), K from 32 to 3072, a 3-D second operand, one to three threads, the
+// matrix repacked as llama.cpp's loader stores it (and read back unchanged) or
+// packed per product. With the AVX2 kernels forced it must not be computed at all.
+func TestAccelBF16MulMat(t *testing.T) {
+	bf16Kernels(t)
+	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
+	setupAccel(backends.CPUAccelAuto)
+	shapes := []struct {
+		k, n, m int
+		batched bool
+	}{{1024, 3072, 128, false}, {3072, 1024, 33, false}, {64, 40, 1, false}, {32, 16, 13, false}, {1024, 1000, 12, false}, {96, 70, 25, false}, {128, 64, 30, true}}
+	for i, s := range shapes {
+		for _, threads := range []int{1, 2, 3} {
+			packed := threads != 3
+			got, want, rc := accelBF16MulMat(s.k, s.n, s.m, threads, packed, s.batched, uint64(11+i))
+			if rc != 0 {
+				t.Fatalf("k=%d n=%d m=%d packed=%v: es_accel_test_bf16 = %d; want 0 (-1 refused, -2 read back different, -3 not repacked)", s.k, s.n, s.m, packed, rc)
+			}
+			worst := 0.0
+			for j := range want {
+				worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
+			}
+			if worst > 1e-6 {
+				t.Errorf("k=%d n=%d m=%d batched=%v, %d threads, packed=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, threads, packed, worst)
+			}
+		}
+	}
+	setupAccel(backends.CPUAccelAVX2)
+	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, 1); rc != -1 {
+		t.Errorf("with the AVX2 kernels forced: es_accel_test_bf16 = %d; want -1 (no BF16 product without AVX-512)", rc)
+	}
+}
+
+// TestAccelBF16Model serves models converted to BF16 at load (weights.Load, as
+// serve's --weights bf16 does) with embed-stack's BF16 products and without them
+// (the same process, the kernels' other operations on in both): with them the
+// model's matrices must be repacked at load and the products computed by the
+// kernels (seven per Qwen3 layer, six per BERT layer, each call), and the vectors
+// must stay within cosine 0.99999 of ggml's own BF16 kernels, for the tiny Qwen3
+// (a decoder) and the real all-MiniLM-L6-v2 (an encoder), 1 to 500 tokens.
+func TestAccelBF16Model(t *testing.T) {
+	bf16Kernels(t)
+	t.Cleanup(func() { accelOnlyOps(accelOpAll) })
+	for _, m := range []struct {
+		rel    string
+		perLay int   // BF16 products per layer
+		first  int32 // a token every sequence starts with ([CLS] for BERT), or -1
+	}{{tinyModel, 7, -1}, {minilmF32Model, 6, 101}} {
+		res := weights.Load(context.Background(), weights.Request{Source: encoderModel(t, m.rel), Mode: weights.BF16, CacheDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+		if !res.Converted() || res.Type != "BF16" {
+			t.Fatalf("%s: weights.Load gave %+v; want BF16 converted", m.rel, res)
+		}
+		open := func(ops int) *Engine {
+			accelOnlyOps(ops)
+			e, err := Open(Config{ModelPath: res.Path, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			return e
+		}
+		on, off := open(accelOpAll), open(accelOpAll&^accelOpBF16)
+		if !on.accelWeights || off.accelWeights {
+			t.Fatalf("%s: kernels hold the weights: %v with BF16 products, %v without; want true and false", m.rel, on.accelWeights, off.accelWeights)
+		}
+		if d := on.Info().Device.CPUAccel; d != "embed-stack kernels (AVX-512, BF16)" {
+			t.Errorf("%s: Device.CPUAccel = %q; want embed-stack kernels (AVX-512, BF16)", m.rel, d)
+		}
+		vocab := int32(on.Info().NVocab)
+		var seqs [][]int32
+		rng := uint64(5)
+		for _, n := range []int{1, 2, 17, 64, 130, 500} {
+			seq := make([]int32, n)
+			for i := range seq {
+				rng ^= rng << 13
+				rng ^= rng >> 7
+				rng ^= rng << 17
+				seq[i] = int32(1000 + rng%uint64(vocab-1000))
+			}
+			if m.first >= 0 {
+				seq[0] = m.first
+			}
+			seqs = append(seqs, seq)
+		}
+		before := accelComputed()
+		got, err := on.Embed(context.Background(), seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := accelComputed() - before
+		want, err := off.Embed(context.Background(), seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, err := readShape(res.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers := shape.Layers
+		if ops < int64(layers*m.perLay) {
+			t.Errorf("%s: embed-stack's kernels computed %d operations for %d sequences; want >= %d (the BF16 products of one call)", m.rel, ops, len(seqs), layers*m.perLay)
+		}
+		for i := range seqs {
+			c := cosine32(got[i], want[i])
+			t.Logf("%s: %d tokens: cosine %.8f between embed-stack's BF16 products and ggml's", m.rel, len(seqs[i]), c)
+			if !(c >= 0.99999) {
+				t.Errorf("%s: %d tokens: cosine %.8f between embed-stack's BF16 products and ggml's; want >= 0.99999", m.rel, len(seqs[i]), c)
+			}
 		}
 	}
 }

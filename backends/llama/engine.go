@@ -107,6 +107,10 @@ type Engine struct {
 	encoder      bool
 	pooling      gguf.Pooling
 	graphPooling bool
+	// accelWeights: embed-stack's own kernels hold matrices of this model (BF16
+	// weights repacked at load, accel.c), so its graphs alternate between them and
+	// ggml's CPU backend as an encoder's do.
+	accelWeights bool
 
 	// short takes the sequences of up to shortMax tokens, long the others (nil when
 	// no sequence can be longer).
@@ -216,7 +220,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("llama: Config.MaxSeqs is %d; at most %d (llama.cpp's LLAMA_MAX_SEQ less one this engine reserves)", sz.maxSeqs, limit)
 	}
 
-	model, err := loadModel(cfg.ModelPath, shape, dev, sz.gpuLayers)
+	model, repacked, err := loadModel(cfg.ModelPath, shape, dev, sz.gpuLayers)
 	if err != nil {
 		return nil, err
 	}
@@ -251,9 +255,10 @@ func Open(cfg Config) (*Engine, error) {
 		head, nOut = yn, 2
 	}
 	e := &Engine{
-		head:      head,
-		input:     input,
-		crossover: attentionCrossover(shape, int64(C.llama_model_n_params(model))),
+		head:         head,
+		input:        input,
+		accelWeights: repacked > 0,
+		crossover:    attentionCrossover(shape, int64(C.llama_model_n_params(model))),
 		info: Info{
 			NEmbd:         nOut,
 			Hidden:        hidden,

@@ -2,6 +2,7 @@ package llama
 
 /*
 #include "es.h"
+#include "accel.h"
 */
 import "C"
 
@@ -31,7 +32,11 @@ var backendInit = sync.OnceValue(func() error {
 // with gpuLayers of its layers when dev is a GPU, else on the CPU. The weights are
 // memory-mapped, so workers started one after another share the page cache instead
 // of each reading them.
-func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers int) (*C.struct_llama_model, error) {
+//
+// repacked counts the matrices embed-stack's own kernels took as the model loaded
+// (BF16 weights on an AVX512_BF16 CPU, accel.c): those products run on that device
+// whatever --cpu-accel says later.
+func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers int) (model *C.struct_llama_model, repacked int, err error) {
 	mp := C.llama_model_default_params()
 	// One device or none: split mode NONE keeps the model on devices[main_gpu],
 	// and main_gpu -1 on no GPU at all, whatever backends are registered.
@@ -63,11 +68,12 @@ func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers in
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	takeLastError()
-	model := C.llama_model_load_from_file(cpath, mp)
+	var n C.long
+	model = C.es_model_load(cpath, mp, &n)
 	if model == nil {
-		return nil, fmt.Errorf("llama: loading model %s failed: %s", path, llamaReason("is it a GGUF file of a supported architecture?"))
+		return nil, 0, fmt.Errorf("llama: loading model %s failed: %s", path, llamaReason("is it a GGUF file of a supported architecture?"))
 	}
-	return model, nil
+	return model, int(n), nil
 }
 
 // readShape reads the model's shape from the GGUF header (gguf.Shape): the
