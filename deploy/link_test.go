@@ -109,3 +109,49 @@ func tail(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// TestOwnCSourcesCompileEverywhere compiles backends/llama's own C sources (accel.c,
+// whose kernels are x86 only and must compile away elsewhere) for arm64 with Debian's
+// cross compiler, as the darwin/arm64 (Metal) and linux/arm64 builds compile them,
+// and for the x86-64 baseline, as the portable build does (the kernels carry their
+// own target attributes). The first BF16 kernel used an x86 mask type outside its
+// guard: every x86 build compiled it, the arm64 one did not. Syntax only: no
+// llama.cpp build, a second or two.
+func TestOwnCSourcesCompileEverywhere(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make on PATH")
+	}
+	root := testrepo.RootOf(t)
+	sources, err := filepath.Glob(filepath.Join(root, "backends", "llama", "*.c"))
+	if err != nil || len(sources) == 0 {
+		t.Fatalf("no C sources in backends/llama (%v)", err)
+	}
+	var includes []string
+	for _, kv := range cgoEnvFor(t) {
+		if v, ok := strings.CutPrefix(kv, "CGO_CPPFLAGS="); ok {
+			includes = strings.Fields(v)
+		}
+	}
+	if len(includes) == 0 {
+		t.Fatal("make -s cgo-env printed no CGO_CPPFLAGS")
+	}
+	for _, target := range []struct{ cc, march string }{{"aarch64-linux-gnu-gcc", ""}, {"gcc", "-march=x86-64"}} {
+		cc, err := exec.LookPath(target.cc)
+		if err != nil {
+			if testenv.RequireE2E() {
+				t.Fatalf("%s is not installed (.ci/run installs g++-aarch64-linux-gnu)", target.cc)
+			}
+			t.Logf("%s is not installed: skipped", target.cc)
+			continue
+		}
+		args := append([]string{"-std=gnu11", "-fsyntax-only", "-Wall"}, includes...)
+		if target.march != "" {
+			args = append(args, target.march)
+		}
+		for _, src := range sources {
+			if out, err := exec.Command(cc, append(args, src)...).CombinedOutput(); err != nil {
+				t.Errorf("%s %s: %v\n%s", target.cc, filepath.Base(src), err, tail(out, 4000))
+			}
+		}
+	}
+}

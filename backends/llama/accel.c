@@ -981,8 +981,10 @@ static void es_bf16_task(void *arg, int task, int thread) {
 			es_bf16_pack(buf, (const char *)mm->w->data + (size_t)n0 * mm->w->nb[1], mm->w->nb[1], mm->K, width);
 			b = buf;
 		}
-		__mmask16 m0 = width >= 16 ? 0xffff : (__mmask16)((1u << width) - 1);
-		__mmask16 m1 = width >= 32 ? 0xffff : width > 16 ? (__mmask16)((1u << (width - 16)) - 1) : 0;
+		// the column masks of a narrower last panel (__mmask16's bits; a plain
+		// integer here, as this loop is compiled for every architecture)
+		uint16_t m0 = width >= 16 ? 0xffff : (uint16_t)((1u << width) - 1);
+		uint16_t m1 = width >= 32 ? 0xffff : width > 16 ? (uint16_t)((1u << (width - 16)) - 1) : 0;
 		for (int64_t m = 0; m < mm->M; m += ES_BF16_MR) {
 			int mr = (int)(mm->M - m < ES_BF16_MR ? mm->M - m : ES_BF16_MR);
 			float *drow[ES_BF16_MR];
@@ -995,6 +997,8 @@ static void es_bf16_task(void *arg, int task, int thread) {
 			(void)drow; // never registered without the x86 kernels
 			(void)b;
 			(void)K2;
+			(void)m0;
+			(void)m1;
 #endif
 		}
 	}
