@@ -48,7 +48,15 @@ func require503(t *testing.T, r httpResult) {
 func TestWarmWorkerKilledMidRequest(t *testing.T) {
 	requireLinux(t)
 	s := serverWith(t, faultFlags...)
-	text := variedText(t, 800) // one warm chunk (≤ 1024 tokens) each
+	// Twenty-four distinct inputs of 800 tokens (one warm chunk each): twelve batches,
+	// still in flight when the worker is killed however fast the engine (six copies of
+	// one input finished first in a fresh-clone CI once the tiny model's BF16 products
+	// ran in embed-stack's kernels).
+	text := variedText(t, 800)
+	inputs := make([]string, 24)
+	for i := range inputs {
+		inputs[i] = fmt.Sprintf("%s (%d)", text, i)
+	}
 	before := s.vars(t, nil)["worker_restarts"]
 	old := s.warmPID(t)
 
@@ -58,7 +66,7 @@ func TestWarmWorkerKilledMidRequest(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{text, text, text, text, text, text}}, nil)
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": inputs}, nil)
 		done <- answer{r, err}
 	}()
 	waitBusy(t, old, 10, 30*time.Second)
