@@ -123,6 +123,10 @@ type Device struct {
 	// multiply BF16 weights too); empty when off (--cpu-accel),
 	// on a GPU, or on a CPU without AVX-512F or AVX2 with FMA.
 	CPUAccel string `json:"cpu_accel,omitempty"`
+	// CPUAccelBF16 says those kernels multiply BF16 weight matrices with
+	// AVX512_BF16 (repacked at load), whatever CPUVariant: then converting F16
+	// weights to BF16 pays (package weights) even under an AVX2 variant.
+	CPUAccelBF16 bool `json:"cpu_accel_bf16,omitempty"`
 	// Warning says the worker computes more slowly than its CPU allows: the best
 	// CPU variant's library was missing or did not load.
 	Warning string `json:"warning,omitempty"`

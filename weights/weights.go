@@ -11,9 +11,11 @@
 // BF16 ggml multiplies BF16 by widening it to float32, with nothing to gain, and on
 // a GPU the backend's own kernels decide. So Auto converts F16 matrices where the
 // workers' CPU kernels have AVX512_BF16 and the model runs on the CPU, and nowhere
-// else. It keeps F32 (a precision the user chose) and Q8_0 (BF16 would double its
-// memory and round its values, int8 times an F16 scale needing up to 19 significant
-// bits where BF16 holds 8).
+// else. It keeps F32 (a precision the user chose) and Q8_0 (a size the user chose:
+// BF16 takes 1.9 times its memory, in every worker that holds the model, warm and
+// ephemeral). BF16 converts those too, for a user who measured that the speed is
+// worth it; Q8_0's values (int8 times an F16 scale, up to 19 significant bits) are
+// then rounded to BF16's 8, as F16's 11 are.
 //
 // It knows GGUF files (package gguf) and where a worker computes (backends.Device);
 // it refuses to know about flags, ggml and HTTP. A conversion that fails never stops
@@ -45,8 +47,8 @@ const (
 	Auto = "auto"
 	// File loads the GGUF as it is.
 	File = "file"
-	// BF16 converts F16 and F32 matrices to BF16 wherever the model runs: for
-	// tests, and for users who measured that it pays on their machine.
+	// BF16 converts F16, F32 and Q8_0 matrices to BF16 wherever the model runs:
+	// for tests, and for users who measured that it pays on their machine.
 	BF16 = "bf16"
 )
 
@@ -144,7 +146,7 @@ func Load(ctx context.Context, r Request, logger *slog.Logger) Result {
 	plan := planFor(mode, src.Tensors())
 	if plan.tensors == 0 {
 		if mode == BF16 {
-			logger.Info("weights: no F16 or F32 matrix to convert to BF16; loading the file as it is", "model", r.Source, "weights", keep.Type)
+			logger.Info("weights: no F16, F32 or Q8_0 matrix to convert to BF16; loading the file as it is", "model", r.Source, "weights", keep.Type)
 		}
 		return keep
 	}
@@ -190,14 +192,18 @@ func keepType(r Result) Result {
 }
 
 // PaysOff says whether converting F16 matrices to BF16 speeds up workers on dev
-// (Auto's rule), and why or why not: only on the CPU, with kernels built with
-// AVX-512 BF16.
+// (Auto's rule), and why or why not: only on the CPU, where the kernels that take
+// the weight products multiply BF16 with AVX-512 BF16's dot products. Those are
+// embed-stack's own where they do (dev.CPUAccelBF16: they take every BF16 matrix,
+// whichever ggml variant runs the rest), else ggml's variant's.
 func PaysOff(dev *backends.Device) (why string, ok bool) {
 	switch {
 	case dev.GPU:
 		return "the model runs on a GPU (" + dev.Name + ")", false
+	case dev.CPUAccelBF16:
+		return fmt.Sprintf("%s multiply BF16 with AVX512_BF16", dev.CPUAccel), true
 	case !slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
-		return fmt.Sprintf("the CPU kernels (%s) lack AVX512_BF16, so BF16 weights would be widened to float32, not multiplied faster", dev.CPUVariant), false
+		return fmt.Sprintf("the CPU kernels (%s) lack AVX512_BF16 and embed-stack's kernels do not multiply BF16 here (--cpu-accel), so BF16 weights would be widened to float32, not multiplied faster", dev.CPUVariant), false
 	}
 	return fmt.Sprintf("the CPU kernels (%s) multiply BF16 with AVX512_BF16", dev.CPUVariant), true
 }
@@ -223,19 +229,25 @@ func (p plan) converts(t gguf.TensorInfo) bool {
 // same tensors as they are.
 var keptMatrices = []string{"position_embd", "token_types", "attn_rel_b", "ssm_conv1d"}
 
-// planFor is mode's conversion of tensors: Auto's F16 weight matrices, BF16's F16
-// and F32 ones, but for keptMatrices. Vectors (norms, biases) are never converted:
-// ggml adds and multiplies them element-wise in F32, where BF16 would only lose
-// precision.
+// planFor is mode's conversion of tensors: Auto's F16 weight matrices, BF16's F16,
+// F32 and Q8_0 ones, but for keptMatrices. Vectors (norms, biases) are never
+// converted: ggml adds and multiplies them element-wise in F32, where BF16 would
+// only lose precision. The tag of BF16's plan names Q8_0 only where it converts a
+// Q8_0 matrix, so that the copies of F16 files keep the names they had.
 func planFor(mode string, tensors []gguf.TensorInfo) plan {
 	p := plan{from: []gguf.GGMLType{gguf.TypeF16}, tag: "f16"}
 	if mode == BF16 {
-		p.from, p.tag = append(p.from, gguf.TypeF32), "f16-f32"
+		p.from, p.tag = append(p.from, gguf.TypeF32, gguf.TypeQ8_0), "f16-f32"
 	}
+	q8 := false
 	for _, t := range tensors {
 		if p.converts(t) {
 			p.tensors++
+			q8 = q8 || t.Type == gguf.TypeQ8_0
 		}
+	}
+	if q8 {
+		p.tag += "-q8_0"
 	}
 	return p
 }

@@ -77,6 +77,22 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 	if why, ok := PaysOff(gpu); ok || !strings.Contains(why, "GPU (CUDA0)") {
 		t.Errorf("on a GPU: %t (%s)", ok, why)
 	}
+	// embed-stack's own kernels take every BF16 product where they multiply BF16
+	// (--cpu-accel auto on a CPU with AVX512_BF16), so a variant without it (forced
+	// haswell) no longer decides; on a GPU nothing of the CPU's does.
+	esk := kernelsOn(t, "zen5-avx512.cpuinfo", "haswell", portable)
+	esk.CPUAccel, esk.CPUAccelBF16 = "embed-stack kernels (AVX-512, BF16)", true
+	if why, ok := PaysOff(esk); !ok || why != "embed-stack kernels (AVX-512, BF16) multiply BF16 with AVX512_BF16" {
+		t.Errorf("haswell with embed-stack's BF16 products: %t (%s), want true", ok, why)
+	}
+	esk.CPUAccelBF16 = false
+	if why, ok := PaysOff(esk); ok || !strings.Contains(why, "lack AVX512_BF16 and embed-stack's kernels do not multiply BF16 here") {
+		t.Errorf("haswell, embed-stack's kernels without BF16 products: %t (%s), want false", ok, why)
+	}
+	esk.CPUAccelBF16, esk.GPU, esk.Name = true, true, "CUDA0"
+	if _, ok := PaysOff(esk); ok {
+		t.Errorf("on a GPU with CPUAccelBF16 set: pays off")
+	}
 }
 
 // source writes a GGUF with an F16 matrix, an F32 matrix and an F32 norm.
@@ -380,5 +396,62 @@ func TestDescribe(t *testing.T) {
 		if got := tt.r.Describe(); got != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.r, got, tt.want)
 		}
+	}
+}
+
+// TestLoadQ8_0: auto keeps a Q8_0 file's matrices even where BF16 pays (its memory
+// would grow 1.9 times); bf16 converts them, each value the BF16 rounding of the
+// file's (an int8 times its block's F16 scale), into a copy named for Q8_0, beside
+// which an F16 file's bf16 copy keeps its name.
+func TestLoadQ8_0(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	values := make([]float32, 64)
+	for i := range values {
+		values[i] = float32(i%17-8) * 0.013 * float32(1+i/32)
+	}
+	q8, err := gguf.AppendEncoded(nil, gguf.TypeQ8_0, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := gguf.NewWriter()
+	w.AddKV("general.architecture", "qwen3")
+	w.AddTensor("blk.0.attn_q.weight", gguf.TypeQ8_0, []uint64{32, 2}, func(w io.Writer) error { _, err := w.Write(q8); return err })
+	src := filepath.Join(dir, "model-q8_0.gguf")
+	if err := w.WriteFile(src); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	zen5 := kernelsOn(t, "zen5-avx512.cpuinfo", "", portable)
+	var log logBuf
+	if r := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger()); r.Path != src || r.Converted() || r.Type != "Q8_0" {
+		t.Fatalf("auto on zen4 kernels, a Q8_0 file: %+v, want it as it is", r)
+	}
+	r := Load(ctx, Request{Source: src, Mode: BF16, CacheDir: cache}, log.logger())
+	if !r.Converted() || r.Type != "BF16" || r.From != "Q8_0" || !strings.HasSuffix(r.Path, ".bf16-f16-f32-q8_0.gguf") {
+		t.Fatalf("bf16, a Q8_0 file: %+v", r)
+	}
+	read := func(path string) []float64 {
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		v, err := f.TensorFloat64("blk.0.attn_q.weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	file, conv := read(src), read(r.Path)
+	for i := range file {
+		b, _ := gguf.AppendEncoded(nil, gguf.TypeBF16, []float32{float32(file[i])})
+		want, _ := gguf.Decode(gguf.TypeBF16, b)
+		if conv[i] != want[0] || file[i] != 0 && conv[i] == 0 {
+			t.Fatalf("value %d: %g in the copy, want %g (the file's %g rounded to BF16)", i, conv[i], want[0], file[i])
+		}
+	}
+	if f16 := Load(ctx, Request{Source: source(t, dir), Mode: BF16, CacheDir: cache}, log.logger()); !strings.HasSuffix(f16.Path, ".bf16-f16-f32.gguf") {
+		t.Errorf("bf16, an F16 file: %s, want the name it always had", f16.Path)
 	}
 }

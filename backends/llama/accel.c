@@ -1520,7 +1520,7 @@ static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_pro
 // (es_supports_bf16_mm); the CPU backend uses it as host memory.
 static ggml_backend_buffer_type_t es_dev_get_buffer_type(ggml_backend_dev_t dev) {
 	(void)dev;
-	if (es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_BF16)) {
+	if (es_accel_bf16_products()) {
 		return &es_buft;
 	}
 	ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -1620,6 +1620,10 @@ const char *es_accel_register(int isa) {
 	es_accel_bf16 = es_accel_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
 #endif
 	return es_dev_get_description(&es_dev);
+}
+
+bool es_accel_bf16_products(void) {
+	return es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_BF16);
 }
 
 void es_accel_set_enabled(bool on) {

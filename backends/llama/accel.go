@@ -14,15 +14,15 @@ import (
 
 // setupAccel registers embed-stack's own CPU kernels (accel.c) with ggml, or turns
 // them off, as Config.CPUAccel says (checked by backends.CheckCPUAccel), and returns
-// what computes with them for backends.Device.CPUAccel: "" when off or when this
-// CPU can run none of them. Only an engine on the CPU calls it: on a GPU the
-// scheduler would never pick them.
-func setupAccel(mode string) string {
+// what computes with them, for backends.Device: CPUAccel, "" when off or when this
+// CPU can run none of them, and CPUAccelBF16. Only an engine on the CPU calls it:
+// on a GPU the scheduler would never pick them.
+func setupAccel(mode string) (label string, bf16 bool) {
 	isa := C.int(C.ES_ACCEL_ISA_AUTO)
 	switch mode {
 	case backends.CPUAccelOff:
 		C.es_accel_set_enabled(false)
-		return ""
+		return "", false
 	case backends.CPUAccelAVX512:
 		isa = C.ES_ACCEL_ISA_AVX512
 	case backends.CPUAccelAVX2:
@@ -30,10 +30,10 @@ func setupAccel(mode string) string {
 	}
 	d := C.es_accel_register(isa)
 	if d == nil {
-		return ""
+		return "", false
 	}
 	C.es_accel_set_enabled(true)
-	return C.GoString(d)
+	return C.GoString(d), bool(C.es_accel_bf16_products())
 }
 
 // accelComputed counts the operations embed-stack's own kernels computed in this

@@ -23,6 +23,11 @@ enum { ES_ACCEL_ISA_AUTO = 0, ES_ACCEL_ISA_AVX2 = 1, ES_ACCEL_ISA_AVX512 = 2 };
 // (nothing registered) or lacks the set asked for.
 const char *es_accel_register(int isa);
 
+// es_accel_bf16_products says whether the device multiplies BF16 weight matrices
+// (repacked at load) with AVX512_BF16's dot products: registered with the AVX-512
+// kernels on a CPU with AVX512_BF16, on, and BF16 products among its operations.
+bool es_accel_bf16_products(void);
+
 // es_accel_set_enabled makes the device take operations (true, the default) or none.
 // Contexts created after the change follow it.
 void es_accel_set_enabled(bool on);

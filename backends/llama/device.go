@@ -363,7 +363,7 @@ func Probe(c Config) (backends.Device, error) {
 	}
 	dev, info, err := selectDevice(c.Device, c.BackendDir, c.BackendDir != "", c.CPUVariant)
 	if err == nil && dev == nil {
-		info.CPUAccel = setupAccel(c.CPUAccel)
+		info.CPUAccel, info.CPUAccelBF16 = setupAccel(c.CPUAccel)
 	}
 	return info, err
 }

@@ -205,7 +205,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if dev == nil {
-		device.CPUAccel = setupAccel(cfg.CPUAccel)
+		device.CPUAccel, device.CPUAccelBF16 = setupAccel(cfg.CPUAccel)
 	}
 	shape, err := readShape(cfg.ModelPath)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/embed-stack/embed-stack/internal/e2e"
 	"github.com/embed-stack/embed-stack/internal/reference"
 	"github.com/embed-stack/embed-stack/routing"
+	"golang.org/x/sys/cpu"
 )
 
 // modelWeights is what /info and /v1/models say of a model's weights.
@@ -133,13 +134,74 @@ func TestServeWeightsBF16(t *testing.T) {
 	}
 }
 
+// TestServeWeightsBF16FromQ8_0 serves a Q8_0 copy of the tiny Qwen3 model (its
+// matrices quantized by package gguf, as llama.cpp's quantizer does) three ways in
+// one server: --weights bf16 (its Q8_0 matrices converted to BF16 at load), file,
+// and auto, which keeps a Q8_0 file on every host. The BF16 copy's vectors are held
+// to the float64 reference of the Q8_0 file's own values at cosine ≥ 0.9999 (the bar
+// of BF16 converted from F16) and no further from it than the Q8_0 path's (ggml's
+// Q8_0 products round the activations to int8 as well: 0.99988 to 0.99995 here,
+// where the BF16 copy gave 0.99998 to 0.99999), and /info says which weights each
+// model computes with.
+func TestServeWeightsBF16FromQ8_0(t *testing.T) {
+	_, model := e2e.Paths(t)
+	f, err := gguf.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q8 := filepath.Join(t.TempDir(), "tiny-q8_0.gguf")
+	if _, err := f.Convert(q8, gguf.TypeQ8_0, func(ti gguf.TensorInfo) bool {
+		return len(ti.Dims) >= 2 && ti.Dims[0]%32 == 0 && strings.HasSuffix(ti.Name, ".weight")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	ref, err := reference.Load(q8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := variantSeqs(ref.Config().Vocab)
+	cache := t.TempDir()
+	s := serveWith(t, "--model", "bf16="+q8, "--model", "q8="+q8, "--model", "auto="+q8,
+		"--weights", "bf16=bf16", "--weights", "q8=file", "--weights-cache", cache, "--token-ids", "native")
+	w := servedWeights(t, s.URL)
+	for id, want := range map[string]modelWeights{
+		"bf16": {ID: "bf16", Weights: "BF16", ConvertedFrom: "Q8_0"},
+		"q8":   {ID: "q8", Weights: "Q8_0"},
+		"auto": {ID: "auto", Weights: "Q8_0"},
+	} {
+		if got := w[id]; got != want {
+			t.Errorf("model %s: %+v, want %+v", id, got, want)
+		}
+	}
+	if files := convertedFiles(t, cache); len(files) != 1 || !strings.HasSuffix(files[0], ".bf16-f16-f32-q8_0.gguf") {
+		t.Errorf("weights cache holds %v, want one copy converted from Q8_0", files)
+	}
+	bf16 := e2e.Embeddings(t, s.URL, map[string]any{"model": "bf16", "input": seqs})
+	q := e2e.Embeddings(t, s.URL, map[string]any{"model": "q8", "input": seqs})
+	for i, seq := range seqs {
+		want, err := ref.LastToken(append(toInt32(seq), routing.EOS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, cq, qr := e2e.Cosine(bf16[i], want), e2e.Cosine(bf16[i], q[i]), e2e.Cosine(q[i], want)
+		t.Logf("%d tokens: BF16 from Q8_0, cosine %.9f to the float64 reference, %.9f to Q8_0 (Q8_0 to the reference %.9f)", len(seq), cr, cq, qr)
+		if !(cr >= 0.9999) || !(cr >= qr-1e-6) {
+			t.Errorf("%d tokens: BF16 weights from Q8_0 give cosine %.9f to the reference, Q8_0 weights %.9f; want ≥ 0.9999 and no lower than Q8_0's", len(seq), cr, qr)
+		}
+	}
+}
+
 // TestServeWeightsAuto: under --weights auto (the default) the F16 file is
-// converted exactly where the workers' CPU kernels have AVX-512 BF16: the kernels
-// `embed-stack devices --json` reports for serve's defaults, then the test's CPU
-// variant forced (EMBED_STACK_CPU_VARIANT: zen4 on Zen 4/5 converts, haswell on an
-// AVX2 host does not), and, where its library is there too, the AVX2 variant
-// haswell forced on any host: it has no BF16 dot product, so the file is served as
-// it is and nothing is written to the cache.
+// converted exactly where the kernels that take the workers' weight products have
+// AVX-512 BF16: embed-stack's own where they multiply BF16 (/health's
+// cpu_accel_bf16, on a CPU with AVX512_BF16), else ggml's variant's. Checked with
+// the kernels `embed-stack devices --json` reports for serve's defaults, then the
+// test's CPU variant forced (EMBED_STACK_CPU_VARIANT: zen4 on Zen 4/5 converts,
+// haswell on an AVX2 host does not), and, where its library is there too, the AVX2
+// variant haswell forced on any host: converted where embed-stack's kernels
+// multiply BF16, and with --cpu-accel off never (the haswell kernels have no BF16
+// dot product), the file then served as it is and nothing written to the cache.
 func TestServeWeightsAuto(t *testing.T) {
 	bin, model := e2e.Paths(t)
 	if f, err := gguf.Open(model); err != nil || f.WeightType() != gguf.TypeF16 {
@@ -168,7 +230,10 @@ func TestServeWeightsAuto(t *testing.T) {
 	// is held to the file's): the one converted file is the embedding model's.
 	reranker := filepath.Join(filepath.Dir(model), "tiny-reranker.gguf")
 	s := serveWith(t, "--model", "m="+model, "--model", "rr="+reranker, "--weights-cache", cache)
-	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+")", slices.Contains(dev.CPUFeatures, cpuvariant.BF16))
+	if d := healthDevice(t, s.URL); d.CPUAccelBF16 != dev.CPUAccelBF16 || d.CPUAccelBF16 != (cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16) {
+		t.Errorf("cpu_accel_bf16: /health %t, devices %t, want %t (this CPU's AVX-512F with AVX512_BF16)", d.CPUAccelBF16, dev.CPUAccelBF16, cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16)
+	}
+	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+"), "+dev.CPUAccel, dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16))
 	if got := servedWeights(t, s.URL)["rr"]; got.Weights != "F16" || got.ConvertedFrom != "" {
 		t.Errorf("auto, the reranker: %+v, want its F16 weights as the file has them", got)
 	}
@@ -181,14 +246,21 @@ func TestServeWeightsAuto(t *testing.T) {
 		forced = append(forced, "haswell")
 	}
 	for _, v := range forced {
-		cache := t.TempDir()
-		t.Setenv("EMBED_STACK_CPU_VARIANT", v)
-		s := serveWith(t, "--model", "m="+model, "--backend-dir", variantDir(t, src, v), "--weights-cache", cache)
-		if d := healthDevice(t, s.URL); d.CPUVariant != v {
-			t.Fatalf("/health device %+v, want the %s variant", d, v)
+		for _, accel := range []string{"auto", "off"} {
+			cache := t.TempDir()
+			t.Setenv("EMBED_STACK_CPU_VARIANT", v)
+			s := serveWith(t, "--model", "m="+model, "--backend-dir", variantDir(t, src, v), "--weights-cache", cache, "--cpu-accel", accel)
+			d := healthDevice(t, s.URL)
+			if d.CPUVariant != v {
+				t.Fatalf("/health device %+v, want the %s variant", d, v)
+			}
+			esk := accel == "auto" && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16
+			if d.CPUAccelBF16 != esk {
+				t.Errorf("%s, --cpu-accel %s: /health cpu_accel_bf16 %t, want %t", v, accel, d.CPUAccelBF16, esk)
+			}
+			check(t, s.URL, cache, v+", --cpu-accel "+accel, esk || cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"))
+			s.Stop()
 		}
-		check(t, s.URL, cache, v, cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"))
-		s.Stop()
 	}
 }
 
