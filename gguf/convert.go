@@ -2,10 +2,12 @@ package gguf
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/x448/float16"
 )
@@ -41,6 +43,39 @@ type ConvertStats struct {
 // file at path. convert may only pick tensors of a type Decode reads and whose row
 // length is a multiple of to's block size.
 func (f *File) Convert(path string, to GGMLType, convert func(TensorInfo) bool) (ConvertStats, error) {
+	return f.ConvertWith(path, ConvertOptions{To: to, Convert: convert})
+}
+
+// ConvertOptions is what ConvertWith does beyond Convert.
+type ConvertOptions struct {
+	// To and Convert are Convert's: the type, and which tensors are re-encoded.
+	To      GGMLType
+	Convert func(TensorInfo) bool
+	// Alignment, when not 0, is the copy's data alignment (a power of two; written
+	// as general.alignment), else the source's.
+	Alignment uint32
+	// KVs are metadata pairs added after the source's, as Writer.AddKV takes them;
+	// a key the source has is replaced in place.
+	KVs []KV
+	// Layout, when set, may rewrite the bytes of a tensor after its conversion:
+	// for a tensor it returns a writer that takes the tensor's bytes (as they would
+	// be written) and writes the same number of bytes to w, else nil. A writer that
+	// is an io.Closer is closed after the tensor's last byte, and a Close error
+	// fails the copy.
+	Layout func(t TensorInfo, w io.Writer) io.Writer
+}
+
+// KV is one metadata pair.
+type KV struct {
+	Key   string
+	Value any
+}
+
+// ConvertWith is Convert with options: metadata added, another alignment, and
+// tensors laid out anew. Without KVs or Alignment the metadata is the source's
+// byte for byte.
+func (f *File) ConvertWith(path string, o ConvertOptions) (ConvertStats, error) {
+	to, convert := o.To, o.Convert
 	var st ConvertStats
 	switch to {
 	case TypeF32, TypeF16, TypeBF16, TypeF64, TypeQ8_0:
@@ -66,12 +101,26 @@ func (f *File) Convert(path string, to GGMLType, convert func(TensorInfo) bool) 
 			t.Type = to
 			st.TargetBytes += t.Bytes()
 		}
-		t.Offset = offset
-		offset += alignUp(t.Bytes(), f.alignment)
 		out[i] = t
 	}
-	head := io.NewSectionReader(f.f, 0, int64(f.kvEnd))
-	err := writeAtomic(path, func(bw *bufio.Writer) error {
+	alignment := f.alignment
+	kvs := o.KVs
+	if o.Alignment != 0 {
+		if o.Alignment&(o.Alignment-1) != 0 {
+			return st, fmt.Errorf("gguf: alignment %d is not a power of two", o.Alignment)
+		}
+		alignment = uint64(o.Alignment)
+		kvs = append(slices.Clone(kvs), KV{AlignmentKey, o.Alignment})
+	}
+	for i := range out {
+		out[i].Offset = offset
+		offset += alignUp(out[i].Bytes(), alignment)
+	}
+	head, err := f.metadata(kvs)
+	if err != nil {
+		return st, err
+	}
+	err = writeAtomic(path, func(bw *bufio.Writer) error {
 		e := &encoder{w: bw}
 		n, err := io.Copy(bw, head)
 		if err != nil {
@@ -79,7 +128,7 @@ func (f *File) Convert(path string, to GGMLType, convert func(TensorInfo) bool) 
 		}
 		e.n = uint64(n)
 		e.tensorIndex(out)
-		e.pad(f.alignment)
+		e.pad(alignment)
 		if e.err != nil {
 			return fmt.Errorf("gguf: writing %s: %w", path, e.err)
 		}
@@ -92,7 +141,10 @@ func (f *File) Convert(path string, to GGMLType, convert func(TensorInfo) bool) 
 			if conv[i] {
 				fill = func(w io.Writer) error { return f.convertTensor(w, src, to) }
 			}
-			if err := e.tensorData(path, t, f.alignment, fill); err != nil {
+			if o.Layout != nil {
+				fill = relaid(fill, t, o.Layout)
+			}
+			if err := e.tensorData(path, t, alignment, fill); err != nil {
 				return err
 			}
 		}
@@ -100,6 +152,69 @@ func (f *File) Convert(path string, to GGMLType, convert func(TensorInfo) bool) 
 		return nil
 	})
 	return st, err
+}
+
+// relaid is fill through layout's writer for t, where it gives one.
+func relaid(fill func(io.Writer) error, t TensorInfo, layout func(TensorInfo, io.Writer) io.Writer) func(io.Writer) error {
+	return func(w io.Writer) error {
+		lw := layout(t, w)
+		if lw == nil {
+			return fill(w)
+		}
+		if err := fill(lw); err != nil {
+			return err
+		}
+		if c, ok := lw.(io.Closer); ok {
+			return c.Close()
+		}
+		return nil
+	}
+}
+
+// metadata is the header and metadata of the copy: the source's bytes, or with kvs
+// they re-encoded, each kv replacing the source's value of its key in place or
+// added after the source's keys.
+func (f *File) metadata(kvs []KV) (io.Reader, error) {
+	if len(kvs) == 0 {
+		return io.NewSectionReader(f.f, 0, int64(f.kvEnd)), nil
+	}
+	w := NewWriter()
+	added := map[string]any{}
+	for _, kv := range kvs {
+		added[kv.Key] = kv.Value
+	}
+	keys := f.Keys()
+	for _, k := range keys {
+		if v, ok := added[k]; ok {
+			w.AddKV(k, v)
+			delete(added, k)
+			continue
+		}
+		v, _ := f.Get(k)
+		w.AddKV(k, v)
+	}
+	for _, kv := range kvs {
+		if _, ok := added[kv.Key]; ok {
+			w.AddKV(kv.Key, kv.Value)
+		}
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	var b bytes.Buffer
+	e := &encoder{w: bufio.NewWriter(&b)}
+	e.raw([]byte(magic))
+	e.u32(f.version)
+	e.u64(uint64(len(f.tensors)))
+	e.u64(uint64(len(w.keys)))
+	for _, k := range w.keys {
+		e.str(k)
+		e.value(w.values[k])
+	}
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	return &b, e.err
 }
 
 // convertTensor writes src's values re-encoded as to, a chunk at a time.

@@ -264,3 +264,109 @@ func TestConvertRefusals(t *testing.T) {
 		t.Errorf("files left behind: %v", entries)
 	}
 }
+
+// reversing is a Layout writer for the tests: it holds a tensor's bytes and writes
+// them reversed when closed, failing a tensor of the wrong size.
+type reversing struct {
+	w    io.Writer
+	want uint64
+	buf  []byte
+}
+
+func (r *reversing) Write(p []byte) (int, error) { r.buf = append(r.buf, p...); return len(p), nil }
+
+func (r *reversing) Close() error {
+	if uint64(len(r.buf)) != r.want {
+		return io.ErrShortWrite
+	}
+	for i, j := 0, len(r.buf)-1; i < j; i, j = i+1, j-1 {
+		r.buf[i], r.buf[j] = r.buf[j], r.buf[i]
+	}
+	_, err := r.w.Write(r.buf)
+	return err
+}
+
+// TestConvertWith: metadata added after the source's and replaced in place, every
+// other key the source's value; a new alignment honoured by every tensor's offset
+// (and written as general.alignment); a Layout that rewrites the converted matrix
+// (here reversed) while the other tensors keep their bytes; and a Layout whose
+// writer fails on Close fails the copy.
+func TestConvertWith(t *testing.T) {
+	src, data := convertSource(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.gguf")
+	_, err := src.ConvertWith(path, ConvertOptions{
+		To: TypeBF16, Convert: f16Matrices, Alignment: 128,
+		KVs: []KV{{"embed_stack.test", []string{"blk.0.attn_q.weight"}}, {"flag", false}},
+		Layout: func(ti TensorInfo, w io.Writer) io.Writer {
+			if ti.Name != "blk.0.attn_q.weight" {
+				return nil
+			}
+			return &reversing{w: w, want: ti.Bytes()}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	wantKeys := append(src.Keys(), "embed_stack.test")
+	if got := f.Keys(); !reflect.DeepEqual(got, wantKeys) {
+		t.Errorf("keys %v, want %v", got, wantKeys)
+	}
+	for _, k := range src.Keys() {
+		got, _ := f.Get(k)
+		want, _ := src.Get(k)
+		switch k {
+		case "flag":
+			want = false
+		case AlignmentKey:
+			want = uint32(128)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("key %s: %v, want %v", k, got, want)
+		}
+	}
+	if v, _ := f.Get("embed_stack.test"); !reflect.DeepEqual(v, []string{"blk.0.attn_q.weight"}) {
+		t.Errorf("added key: %v", v)
+	}
+	if f.Alignment() != 128 {
+		t.Errorf("alignment %d, want 128", f.Alignment())
+	}
+	for _, ti := range f.Tensors() {
+		if (f.DataOffset()+ti.Offset)%128 != 0 {
+			t.Errorf("tensor %s at %d, not 128-aligned", ti.Name, f.DataOffset()+ti.Offset)
+		}
+	}
+	if _, err := src.Convert(filepath.Join(dir, "plain.gguf"), TypeBF16, f16Matrices); err != nil {
+		t.Fatal(err)
+	}
+	pf, err := Open(filepath.Join(dir, "plain.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	q, plain := readTensor(t, f, "blk.0.attn_q.weight"), readTensor(t, pf, "blk.0.attn_q.weight")
+	for i := range plain {
+		if got, want := q[len(q)-1-i], plain[i]; got != want {
+			t.Fatalf("byte %d of the relaid matrix: %#x, want %#x (Convert's BF16 bytes reversed)", i, got, want)
+		}
+	}
+	for _, name := range []string{"blk.0.attn_q.bias", "blk.0.attn_norm", "blk.0.ffn_up.weight", "blk.0.ffn_down.float"} {
+		if got := readTensor(t, f, name); !bytes.Equal(got, data[name]) {
+			t.Errorf("tensor %s changed", name)
+		}
+	}
+
+	_, err = src.ConvertWith(filepath.Join(dir, "bad.gguf"), ConvertOptions{To: TypeBF16, Convert: f16Matrices,
+		Layout: func(ti TensorInfo, w io.Writer) io.Writer { return &reversing{w: w, want: ti.Bytes() + 1} }})
+	if err == nil || !strings.Contains(err.Error(), io.ErrShortWrite.Error()) {
+		t.Errorf("a Layout failing on Close: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.gguf")); !os.IsNotExist(err) {
+		t.Errorf("the failed copy was left behind: %v", err)
+	}
+}

@@ -185,8 +185,9 @@ func Prepare(ctx context.Context, cfg Config, logger *slog.Logger) (*Model, erro
 			"memory_total_mib", device.MemoryTotal>>20, "memory_free_mib", device.MemoryFree>>20, "note", device.Note,
 			"cpu_variant", device.CPUVariant)
 	}
-	// Auto asks which CPU kernels the workers get only when the file has F16
-	// matrices; a worker that may have a GPU was probed above.
+	// weights.Load asks which CPU kernels the workers get only when it has
+	// matrices to convert (Auto: whether to; both modes: whether in the layout of
+	// embed-stack's BF16 kernels); a worker that may have a GPU was probed above.
 	probe := func() (*backends.Device, error) {
 		if device != nil {
 			return device, nil

@@ -3,6 +3,8 @@
 // into a cache folder, where the CPU kernels the workers run multiply BF16 with
 // AVX-512 BF16's dot products (vdpbf16ps). Qwen publishes its embedding GGUFs in
 // F16 and Q8_0 only, so without the conversion a user never gets BF16's speed.
+// Where embed-stack's own kernels take the products, the copy holds the layers'
+// matrices in their panel layout (panels.go), which the workers map as it is.
 //
 // The measured facts behind the policy (docs/performance.md, "Weights converted at
 // load"), on an AMD Zen 5 (AVX-512 BF16, 2 cores): BF16 weights through the zen4
@@ -12,10 +14,10 @@
 // a GPU the backend's own kernels decide. So Auto converts F16 matrices where the
 // workers' CPU kernels have AVX512_BF16 and the model runs on the CPU, and nowhere
 // else. It keeps F32 (a precision the user chose) and Q8_0 (a size the user chose:
-// BF16 takes 1.9 times its memory, in every worker that holds the model, warm and
-// ephemeral). BF16 converts those too, for a user who measured that the speed is
-// worth it; Q8_0's values (int8 times an F16 scale, up to 19 significant bits) are
-// then rounded to BF16's 8, as F16's 11 are.
+// BF16 takes 1.9 times it, on disk and in memory, though it ran twice as fast on
+// batches on the Zen 5). BF16 converts those too, for a user who wants the speed;
+// Q8_0's values (int8 times an F16 scale, up to 19 significant bits) are then
+// rounded to BF16's 8, as F16's 11 are.
 //
 // It knows GGUF files (package gguf) and where a worker computes (backends.Device);
 // it refuses to know about flags, ggml and HTTP. A conversion that fails never stops
@@ -28,6 +30,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -154,11 +157,11 @@ func Load(ctx context.Context, r Request, logger *slog.Logger) Result {
 		logger.Debug("weights: keeping a reranker's weights (auto converts embedding models only)", "model", r.Source, "weights", keep.Type)
 		return keep
 	}
+	var dev *backends.Device
+	if r.Device != nil {
+		dev, err = r.Device()
+	}
 	if mode == Auto {
-		var dev *backends.Device
-		if r.Device != nil {
-			dev, err = r.Device()
-		}
 		if err != nil || dev == nil {
 			logger.Warn("weights: cannot tell which CPU kernels the workers run; loading the F16 weights as they are", "model", r.Source, "err", err)
 			return keep
@@ -167,6 +170,11 @@ func Load(ctx context.Context, r Request, logger *slog.Logger) Result {
 			logger.Debug("weights: keeping the file's weights", "model", r.Source, "weights", keep.Type, "why", why)
 			return keep
 		}
+	}
+	// Where embed-stack's kernels take the BF16 products, the copy holds the
+	// layers' matrices in their layout (panels.go).
+	if err == nil && dev != nil && dev.CPUAccelBF16 && !dev.GPU {
+		plan = plan.withPanels(src.Tensors())
 	}
 	if r.CacheDir == "" {
 		logger.Warn("weights: no cache folder for converted weights; loading the file as it is", "model", r.Source)
@@ -214,6 +222,43 @@ type plan struct {
 	from    []gguf.GGMLType
 	tag     string
 	tensors int
+	// panels are the converted matrices written in the layout of embed-stack's
+	// BF16 kernels (panels.go); none unless withPanels.
+	panels []string
+}
+
+// withPanels is p writing every converted matrix panelMatrix takes as panels, its
+// tag saying so, so that a copy for those kernels and a plain one never share a
+// name.
+func (p plan) withPanels(tensors []gguf.TensorInfo) plan {
+	p.panels = nil
+	for _, t := range tensors {
+		if p.converts(t) && panelMatrix(t) {
+			p.panels = append(p.panels, t.Name)
+		}
+	}
+	if len(p.panels) > 0 {
+		p.tag += panelTag
+	}
+	return p
+}
+
+// options are the conversion's: the matrices to BF16, and where p has panels, those
+// laid out as panels, named in the metadata, the data aligned for the kernels.
+func (p plan) options() gguf.ConvertOptions {
+	o := gguf.ConvertOptions{To: gguf.TypeBF16, Convert: p.converts}
+	if len(p.panels) == 0 {
+		return o
+	}
+	o.Alignment = panelAlignment
+	o.KVs = []gguf.KV{{Key: panelsKey, Value: slices.Clone(p.panels)}, {Key: panelWidthKey, Value: uint32(panelWidth)}}
+	o.Layout = func(t gguf.TensorInfo, w io.Writer) io.Writer {
+		if !slices.Contains(p.panels, t.Name) {
+			return nil
+		}
+		return newPanelWriter(w, int(t.Dims[0]))
+	}
+	return o
 }
 
 func (p plan) converts(t gguf.TensorInfo) bool {
@@ -279,19 +324,22 @@ func convert(ctx context.Context, src *gguf.File, source, dir string, p plan, lo
 		return target, nil
 	}
 	start := time.Now()
-	st, err := src.Convert(target, gguf.TypeBF16, p.converts)
+	st, err := src.ConvertWith(target, p.options())
 	if err != nil {
 		return "", err
 	}
 	logger.Info("weights: converted to BF16 at load", "model", source, "file", target, "converted", p.tag,
-		"tensors", st.Tensors, "source_bytes", st.SourceBytes, "bf16_bytes", st.TargetBytes, "file_bytes", st.FileBytes,
+		"tensors", st.Tensors, "panels", len(p.panels), "source_bytes", st.SourceBytes, "bf16_bytes", st.TargetBytes, "file_bytes", st.FileBytes,
 		"seconds", fmt.Sprintf("%.1f", time.Since(start).Seconds()))
 	// The source's path beside the copy, so that a later conversion can tell a
 	// copy whose source is gone (a model deleted, a test's temporary file).
 	if err := os.WriteFile(target+sourceSuffix, []byte(abs), 0o644); err != nil {
 		logger.Warn("weights: cannot record the source of a converted file", "file", target, "err", err)
 	}
-	removeStale(dir, prefix, ".bf16-"+p.tag+".gguf", name, logger)
+	// The same conversion in the other layout goes too: a model's copy is as
+	// large as the model, and one of them is enough.
+	base := strings.TrimSuffix(p.tag, panelTag)
+	removeStale(dir, prefix, []string{".bf16-" + base + ".gguf", ".bf16-" + base + panelTag + ".gguf"}, name, logger)
 	return target, nil
 }
 
@@ -322,19 +370,19 @@ func cachedName(source string, p plan) (name, prefix, abs string, err error) {
 // path.
 const sourceSuffix = ".source"
 
-// removeStale removes the copies converted the same way (suffix) from earlier
-// versions of the same source (prefix: same path; another size, time or
-// converter), and every copy whose recorded source no longer exists: nothing
-// loads them any more. A worker still running on one keeps its mapping; the space comes back
-// when it exits.
-func removeStale(dir, prefix, suffix, keep string, logger *slog.Logger) {
+// removeStale removes the copies converted the same way (a name ending in one of
+// suffixes) from the same source (prefix: same path) but for keep: earlier versions
+// (another size, time or converter) and the other layout; and every copy whose
+// recorded source no longer exists: nothing loads them any more. A worker still
+// running on one keeps its mapping; the space comes back when it exits.
+func removeStale(dir, prefix string, suffixes []string, keep string, logger *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
 		n := e.Name()
-		outdated := strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix)
+		outdated := strings.HasPrefix(n, prefix) && slices.ContainsFunc(suffixes, func(s string) bool { return strings.HasSuffix(n, s) })
 		if n == keep || !strings.HasSuffix(n, ".gguf") || !outdated && !sourceGone(filepath.Join(dir, n)) {
 			continue
 		}

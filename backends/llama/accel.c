@@ -41,6 +41,7 @@
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu.h"
+#include "gguf.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define ES_ACCEL_X86 1
@@ -735,6 +736,20 @@ static bool es_accel_bf16;
 // load to tell whether the device holds that model's weights.
 static _Thread_local long es_bf16_packed_here;
 
+// A file whose BF16 matrices are already panels (a copy package weights converted
+// for these kernels) names them under ES_PANELS_KEY, with ES_PANEL under
+// ES_PANEL_WIDTH_KEY. While es_model_load loads one, es_load_panels is its metadata
+// (on the loading thread), the device says it maps host memory, and llama.cpp then
+// maps the file's range of this device's weights into an es_buft buffer instead of
+// copying them (llama-model.cpp's buffer_from_host_ptr path, taken for a device's
+// own buffer type): nothing is repacked at start, and the pages are the page
+// cache's, shared by every worker of the model, where repacked panels were each
+// worker's own memory. es_panels_taken counts the named matrices the device took.
+#define ES_PANELS_KEY "embed_stack.bf16_panels"
+#define ES_PANEL_WIDTH_KEY "embed_stack.bf16_panel_width"
+static _Thread_local struct gguf_context *es_load_panels;
+static _Thread_local long es_panels_taken;
+
 // es_file_backed says whether [lo, hi) lies in one mapping of a file (an inode in
 // /proc/self/maps), as llama.cpp's mapping of the model is.
 static bool es_file_backed(uintptr_t lo, uintptr_t hi) {
@@ -782,6 +797,23 @@ static bool es_bf16_matrix(const struct ggml_tensor *t) {
 // es_bf16_packed_size is the bytes of t's panels: N rounded up to whole panels.
 static size_t es_bf16_packed_size(const struct ggml_tensor *t) {
 	return (size_t)((t->ne[1] + ES_PANEL - 1) / ES_PANEL) * ES_PANEL * (size_t)t->ne[0] * sizeof(uint16_t);
+}
+
+// es_listed_panels says whether t is a matrix the file being loaded holds as panels:
+// named under ES_PANELS_KEY, and a matrix the kernels take whose panels are exactly
+// its bytes (whole panels).
+static bool es_listed_panels(const struct ggml_tensor *t) {
+	if (es_load_panels == NULL || t->view_src != NULL || !es_bf16_matrix(t) || t->ne[1] % ES_PANEL != 0) {
+		return false;
+	}
+	int64_t id = gguf_find_key(es_load_panels, ES_PANELS_KEY);
+	size_t n = gguf_get_arr_n(es_load_panels, id);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(gguf_get_arr_str(es_load_panels, id, i), t->name) == 0) {
+			return true;
+		}
+	}
+	return false;
 }
 
 // es_bf16_pack writes rows n0..n0+width-1 of the BF16 matrix w (K values a row,
@@ -1189,8 +1221,16 @@ static void es_buffer_memset_tensor(ggml_backend_buffer_t buffer, struct ggml_te
 
 static void es_buffer_set_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor *tensor, const void *data,
                                  size_t offset, size_t size) {
-	if (buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && tensor->view_src == NULL && es_bf16_matrix(tensor) &&
-	    offset == 0 && size == ggml_nbytes(tensor)) {
+	bool whole = buffer->usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS && offset == 0 && size == ggml_nbytes(tensor);
+	if (es_load_panels != NULL && whole && es_listed_panels(tensor)) {
+		// a panel file read without a mapping: its panels as they are
+		memcpy(tensor->data, data, size);
+		tensor->extra = &es_bf16_packed_mark;
+		es_bf16_packed_here++;
+		es_panels_taken++;
+		return;
+	}
+	if (es_load_panels == NULL && whole && tensor->view_src == NULL && es_bf16_matrix(tensor)) {
 		es_bf16_repack(tensor->data, data, tensor->nb[1], tensor->ne[0], tensor->ne[1]);
 		tensor->extra = &es_bf16_packed_mark;
 		es_bf16_packed_here++;
@@ -1238,6 +1278,32 @@ static const struct ggml_backend_buffer_i es_buffer_i = {
 	.clear = es_buffer_clear,
 };
 
+// es_mapped_init_tensor marks the panels of a file mapped into the buffer as
+// llama.cpp places each weight; the file's other matrices there stay in its row
+// layout and are packed per product.
+static enum ggml_status es_mapped_init_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor *tensor) {
+	(void)buffer;
+	if (es_listed_panels(tensor)) {
+		tensor->extra = &es_bf16_packed_mark;
+		es_bf16_packed_here++;
+		es_panels_taken++;
+	}
+	return GGML_STATUS_SUCCESS;
+}
+
+// A buffer over llama.cpp's read-only mapping of a panel file: llama.cpp unmaps it
+// with the model, so freeing the buffer frees nothing, and nothing writes to it
+// (the loader places weights in it with ggml_backend_tensor_alloc).
+static const struct ggml_backend_buffer_i es_mapped_buffer_i = {
+	.free_buffer = NULL,
+	.get_base = es_buffer_get_base,
+	.init_tensor = es_mapped_init_tensor,
+	.memset_tensor = es_buffer_memset_tensor,
+	.set_tensor = es_buffer_set_tensor,
+	.get_tensor = es_buffer_get_tensor,
+	.clear = NULL,
+};
+
 static ggml_backend_buffer_t es_buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
 	void *data = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
 	if (data == NULL) {
@@ -1254,7 +1320,9 @@ static size_t es_buft_get_alignment(ggml_backend_buffer_type_t buft) {
 static size_t es_buft_get_alloc_size(ggml_backend_buffer_type_t buft, const struct ggml_tensor *tensor) {
 	(void)buft;
 	size_t n = ggml_nbytes(tensor);
-	if (tensor->view_src == NULL && es_bf16_matrix(tensor)) {
+	// Loading a panel file, every matrix stays its bytes: whole panels as they
+	// are, the others in the file's row layout (packed per product).
+	if (es_load_panels == NULL && tensor->view_src == NULL && es_bf16_matrix(tensor)) {
 		size_t packed = es_bf16_packed_size(tensor);
 		return packed > n ? packed : n;
 	}
@@ -1277,6 +1345,14 @@ static struct ggml_backend_buffer_type es_buft = {
 		},
 	.context = NULL,
 };
+
+// es_dev_buffer_from_host_ptr is the device's buffer over a panel file's mapping.
+static ggml_backend_buffer_t es_dev_buffer_from_host_ptr(ggml_backend_dev_t dev, void *ptr, size_t size,
+                                                         size_t max_tensor_size) {
+	(void)dev;
+	(void)max_tensor_size;
+	return ggml_backend_buffer_init(&es_buft, es_mapped_buffer_i, ptr, size);
+}
 
 // ---------------------------------------------------------------------------
 // Which operations the device takes
@@ -1506,7 +1582,9 @@ static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_pro
 	es_dev_get_memory(dev, &props->memory_free, &props->memory_total);
 	props->caps.async = false;
 	props->caps.host_buffer = false;
-	props->caps.buffer_from_host_ptr = false;
+	// only while a panel file loads: a plain file's matrices, mapped, would be
+	// packed on every product
+	props->caps.buffer_from_host_ptr = es_load_panels != NULL;
 	props->caps.events = false;
 }
 
@@ -1542,6 +1620,7 @@ static struct ggml_backend_device_i es_device_i = {
 	.get_buffer_type = es_dev_get_buffer_type,
 	.supports_op = es_dev_supports_op,
 	.supports_buft = es_dev_supports_buft,
+	.buffer_from_host_ptr = es_dev_buffer_from_host_ptr,
 };
 
 static const char *es_reg_get_name(ggml_backend_reg_t reg) {
@@ -1715,9 +1794,56 @@ int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed) {
 	return rc;
 }
 
+// es_panels_of returns the metadata of path when it holds matrices as panels of
+// ES_PANEL columns (ES_PANELS_KEY, ES_PANEL_WIDTH_KEY), else NULL, and how many.
+static struct gguf_context *es_panels_of(const char *path, size_t *listed) {
+	*listed = 0;
+	struct gguf_context *meta = gguf_init_from_file(path, (struct gguf_init_params){.no_alloc = true, .ctx = NULL});
+	if (meta == NULL) {
+		return NULL; // llama.cpp's load says why
+	}
+	int64_t id = gguf_find_key(meta, ES_PANELS_KEY), w = gguf_find_key(meta, ES_PANEL_WIDTH_KEY);
+	if (id >= 0 && gguf_get_kv_type(meta, id) == GGUF_TYPE_ARRAY && gguf_get_arr_type(meta, id) == GGUF_TYPE_STRING &&
+	    gguf_get_arr_n(meta, id) > 0) {
+		*listed = gguf_get_arr_n(meta, id);
+		if (w >= 0 && gguf_get_kv_type(meta, w) == GGUF_TYPE_UINT32 && gguf_get_val_u32(meta, w) == ES_PANEL) {
+			return meta;
+		}
+	}
+	gguf_free(meta);
+	return NULL;
+}
+
 struct llama_model *es_model_load(const char *path, struct llama_model_params params, long *repacked) {
 	es_bf16_packed_here = 0;
+	es_panels_taken = 0;
+	size_t listed;
+	struct gguf_context *meta = es_panels_of(path, &listed);
+	if (listed > 0 && (meta == NULL || !es_accel_bf16_products())) {
+		// panels of another width, or no kernel here that reads them
+		if (meta != NULL) {
+			gguf_free(meta);
+		}
+		*repacked = ES_PANELS_UNREADABLE;
+		return NULL;
+	}
+	if (meta != NULL) {
+		// mapped, so that the panels are the page cache's (read into memory, they
+		// would bypass the buffer's set_tensor unmarked)
+		params.use_mmap = true;
+	}
+	es_load_panels = meta;
 	struct llama_model *model = llama_model_load_from_file(path, params);
+	es_load_panels = NULL;
+	if (meta != NULL) {
+		gguf_free(meta);
+	}
+	if (model != NULL && (size_t)es_panels_taken != listed) {
+		// a named matrix went where no kernel reads panels
+		llama_model_free(model);
+		*repacked = ES_PANELS_NOT_TAKEN;
+		return NULL;
+	}
 	*repacked = es_bf16_packed_here;
 	return model;
 }

@@ -57,7 +57,13 @@ int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
 int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed);
 
 // es_model_load is llama_model_load_from_file, also saying how many of the model's
-// matrices the device took and repacked as it loaded (0: it holds none of them).
+// matrices the device took and repacked (or mapped as panels) as it loaded (0: it
+// holds none of them). A file holding matrices as the kernels' panels (a copy
+// package weights converted for them) fails with NULL and *repacked
+// ES_PANELS_UNREADABLE where no kernel here reads them (the device off, a CPU
+// without AVX512_BF16, panels of another width), or ES_PANELS_NOT_TAKEN where one
+// of them went to another backend's buffer.
+enum { ES_PANELS_NOT_TAKEN = -1, ES_PANELS_UNREADABLE = -2 };
 struct llama_model *es_model_load(const char *path, struct llama_model_params params, long *repacked);
 
 // es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long

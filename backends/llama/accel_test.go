@@ -4,12 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/cpu"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/weights"
 )
 
@@ -319,5 +321,91 @@ func TestAccelBF16Model(t *testing.T) {
 				t.Errorf("%s: %d tokens: cosine %.8f between embed-stack's BF16 products and ggml's; want >= 0.99999", m.rel, len(seqs[i]), c)
 			}
 		}
+	}
+}
+
+// TestAccelBF16Panels loads copies converted to BF16 with the layers' matrices
+// already in the kernels' panel layout (weights.Load for a device whose kernels
+// multiply BF16, as serve converts on such a CPU), which a worker maps instead of
+// repacking: the tiny Qwen3 and the real all-MiniLM-L6-v2 give vectors
+// bit-identical to the plain BF16 copy's, whose matrices are repacked at load (the
+// same kernels on the same panels), 1 to 500 tokens. With the kernels off, such a
+// file is refused naming the layout, and a file naming as panels a matrix the
+// kernels do not take (the token embedding, read by rows) is refused too, never
+// read as rows.
+func TestAccelBF16Panels(t *testing.T) {
+	bf16Kernels(t)
+	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
+	esk := func() (*backends.Device, error) {
+		return &backends.Device{Name: "CPU", CPUAccel: "embed-stack kernels (AVX-512, BF16)", CPUAccelBF16: true}, nil
+	}
+	for _, rel := range []string{tinyModel, minilmF32Model} {
+		src := encoderModel(t, rel)
+		plain := weights.Load(context.Background(), weights.Request{Source: src, Mode: weights.BF16, CacheDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+		panels := weights.Load(context.Background(), weights.Request{Source: src, Mode: weights.BF16, Device: esk, CacheDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+		if !strings.HasSuffix(panels.Path, "-esk32.gguf") || strings.Contains(plain.Path, "esk32") {
+			t.Fatalf("%s: copies %s and %s; want the second for the kernels' layout", rel, plain.Path, panels.Path)
+		}
+		setupAccel(backends.CPUAccelAuto)
+		open := func(path string) *Engine {
+			e, err := Open(Config{ModelPath: path, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			return e
+		}
+		pe, re := open(panels.Path), open(plain.Path)
+		if !pe.accelWeights || !re.accelWeights {
+			t.Fatalf("%s: kernels hold the weights: %v mapped, %v repacked; want both", rel, pe.accelWeights, re.accelWeights)
+		}
+		vocab := int32(pe.Info().NVocab)
+		var seqs [][]int32
+		for _, n := range []int{1, 2, 17, 64, 130, 500} {
+			seq := make([]int32, n)
+			for i := range seq {
+				seq[i] = int32(1000 + (i*7919+n*104729)%int(vocab-1000))
+			}
+			seqs = append(seqs, seq)
+		}
+		got, err := pe.Embed(context.Background(), seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := re.Embed(context.Background(), seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range seqs {
+			for j := range got[i] {
+				if got[i][j] != want[i][j] {
+					t.Fatalf("%s: %d tokens: value %d is %g from the mapped panels, %g repacked at load; want them bit-identical", rel, len(seqs[i]), j, got[i][j], want[i][j])
+				}
+			}
+		}
+
+		_, err = Open(Config{ModelPath: panels.Path, Threads: 2, CPUAccel: backends.CPUAccelOff})
+		if err == nil || !strings.Contains(err.Error(), "holds BF16 matrices in embed-stack's panel layout") || !strings.Contains(err.Error(), "no kernel of this worker reads") {
+			t.Errorf("%s: the panel copy with --cpu-accel off: %v; want it refused, naming the layout", rel, err)
+		}
+		setupAccel(backends.CPUAccelAuto)
+	}
+
+	// A file naming the token embedding (a GET_ROWS operand, kept by the CPU
+	// backend) as panels.
+	plain := weights.Load(context.Background(), weights.Request{Source: encoderModel(t, tinyModel), Mode: weights.BF16, CacheDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	f, err := gguf.Open(plain.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bad := filepath.Join(t.TempDir(), "bad-panels.gguf")
+	if _, err := f.ConvertWith(bad, gguf.ConvertOptions{To: gguf.TypeBF16, Convert: func(gguf.TensorInfo) bool { return false },
+		KVs: []gguf.KV{{Key: "embed_stack.bf16_panels", Value: []string{"token_embd.weight"}}, {Key: "embed_stack.bf16_panel_width", Value: uint32(32)}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Config{ModelPath: bad, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+	if err == nil || !strings.Contains(err.Error(), "did not take all of them") {
+		t.Errorf("a file naming the token embedding as panels: %v; want it refused", err)
 	}
 }

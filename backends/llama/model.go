@@ -70,7 +70,12 @@ func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers in
 	takeLastError()
 	var n C.long
 	model = C.es_model_load(cpath, mp, &n)
-	if model == nil {
+	switch {
+	case model == nil && n == C.ES_PANELS_UNREADABLE:
+		return nil, 0, fmt.Errorf("llama: model %s holds BF16 matrices in embed-stack's panel layout (a copy --weights converted for embed-stack's AVX512_BF16 kernels), which no kernel of this worker reads: its CPU kernels are off (--cpu-accel off) or its CPU lacks AVX512_BF16; load the original file", path)
+	case model == nil && n == C.ES_PANELS_NOT_TAKEN:
+		return nil, 0, fmt.Errorf("llama: model %s holds BF16 matrices in embed-stack's panel layout, and embed-stack's CPU kernels did not take all of them (a GPU, or a matrix they do not multiply); load the original file", path)
+	case model == nil:
 		return nil, 0, fmt.Errorf("llama: loading model %s failed: %s", path, llamaReason("is it a GGUF file of a supported architecture?"))
 	}
 	return model, int(n), nil

@@ -174,7 +174,7 @@ func TestServeWeightsBF16FromQ8_0(t *testing.T) {
 			t.Errorf("model %s: %+v, want %+v", id, got, want)
 		}
 	}
-	if files := convertedFiles(t, cache); len(files) != 1 || !strings.HasSuffix(files[0], ".bf16-f16-f32-q8_0.gguf") {
+	if files := convertedFiles(t, cache); len(files) != 1 || !strings.Contains(files[0], ".bf16-f16-f32-q8_0") {
 		t.Errorf("weights cache holds %v, want one copy converted from Q8_0", files)
 	}
 	bf16 := e2e.Embeddings(t, s.URL, map[string]any{"model": "bf16", "input": seqs})
@@ -202,6 +202,8 @@ func TestServeWeightsBF16FromQ8_0(t *testing.T) {
 // variant haswell forced on any host: converted where embed-stack's kernels
 // multiply BF16, and with --cpu-accel off never (the haswell kernels have no BF16
 // dot product), the file then served as it is and nothing written to the cache.
+// Where embed-stack's kernels take the products, the copy holds the layers'
+// matrices in their panel layout (its name ends -esk32.gguf), which the workers map.
 func TestServeWeightsAuto(t *testing.T) {
 	bin, model := e2e.Paths(t)
 	if f, err := gguf.Open(model); err != nil || f.WeightType() != gguf.TypeF16 {
@@ -209,13 +211,15 @@ func TestServeWeightsAuto(t *testing.T) {
 	} else {
 		f.Close()
 	}
-	check := func(t *testing.T, url, cache, kernels string, bf16 bool) {
+	// panels: the copy holds the layers' matrices in the layout of embed-stack's
+	// BF16 kernels, which take the products (cpu_accel_bf16).
+	check := func(t *testing.T, url, cache, kernels string, bf16, panels bool) {
 		t.Helper()
 		got := servedWeights(t, url)["m"]
 		files := convertedFiles(t, cache)
-		if bf16 && (got.Weights != "BF16" || got.ConvertedFrom != "F16" || len(files) != 1) ||
+		if bf16 && (got.Weights != "BF16" || got.ConvertedFrom != "F16" || len(files) != 1 || strings.HasSuffix(files[0], "-esk32.gguf") != panels) ||
 			!bf16 && (got.Weights != "F16" || got.ConvertedFrom != "" || len(files) != 0) {
-			t.Errorf("auto on %s kernels (AVX512_BF16: %t): %+v, cache %v", kernels, bf16, got, files)
+			t.Errorf("auto on %s kernels (AVX512_BF16: %t, panels %t): %+v, cache %v", kernels, bf16, panels, got, files)
 		}
 		t.Logf("auto on %s kernels: weights %s, converted from %q", kernels, got.Weights, got.ConvertedFrom)
 	}
@@ -233,7 +237,7 @@ func TestServeWeightsAuto(t *testing.T) {
 	if d := healthDevice(t, s.URL); d.CPUAccelBF16 != dev.CPUAccelBF16 || d.CPUAccelBF16 != (cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16) {
 		t.Errorf("cpu_accel_bf16: /health %t, devices %t, want %t (this CPU's AVX-512F with AVX512_BF16)", d.CPUAccelBF16, dev.CPUAccelBF16, cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16)
 	}
-	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+"), "+dev.CPUAccel, dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16))
+	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+"), "+dev.CPUAccel, dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16), dev.CPUAccelBF16)
 	if got := servedWeights(t, s.URL)["rr"]; got.Weights != "F16" || got.ConvertedFrom != "" {
 		t.Errorf("auto, the reranker: %+v, want its F16 weights as the file has them", got)
 	}
@@ -258,7 +262,7 @@ func TestServeWeightsAuto(t *testing.T) {
 			if d.CPUAccelBF16 != esk {
 				t.Errorf("%s, --cpu-accel %s: /health cpu_accel_bf16 %t, want %t", v, accel, d.CPUAccelBF16, esk)
 			}
-			check(t, s.URL, cache, v+", --cpu-accel "+accel, esk || cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"))
+			check(t, s.URL, cache, v+", --cpu-accel "+accel, esk || cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"), esk)
 			s.Stop()
 		}
 	}
