@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +42,9 @@ func TestHealthAndReady(t *testing.T) {
 					CPUFeatures    []string `json:"cpu_features"`
 					// embed-stack's own CPU kernels, when registered (--cpu-accel).
 					CPUAccel string `json:"cpu_accel"`
-					Warning  string `json:"warning"`
+					// Whether those kernels multiply BF16 weights.
+					CPUAccelBF16 bool   `json:"cpu_accel_bf16"`
+					Warning      string `json:"warning"`
 				} `json:"device"`
 			}
 			r.decode(t, &body)
@@ -52,7 +55,7 @@ func TestHealthAndReady(t *testing.T) {
 			case tc.path == "/ready" && d != nil:
 				t.Errorf("/ready reports a device: %+v", d)
 			case tc.path == "/health" && (d == nil || d.Name == "" || d.Backend == "" || d.MemoryTotal <= 0 || d.MemoryFree > d.MemoryTotal || d.GPU != (d.GPULayers > 0) ||
-				d.CPUVariant == "" || d.CPUVariantNote == ""):
+				d.CPUVariant == "" || d.CPUVariantNote == "" || d.CPUAccelBF16 != strings.HasSuffix(d.CPUAccel, ", BF16)")):
 				t.Errorf("/health device = %+v, want a named device with its memory", d)
 			}
 		})

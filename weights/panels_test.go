@@ -123,15 +123,14 @@ func TestLoadPanels(t *testing.T) {
 		copies[tt.panels] = r.Path
 		f.Close()
 	}
-	// One copy per source and conversion: converting in the other layout removes
-	// the first (a model's copy is as large as the model); the other mode's stays.
+	// Both layouts of one conversion stay side by side: a server with other
+	// settings may load the other.
 	cache := t.TempDir()
 	first := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(&esk), CacheDir: cache}, log.logger())
-	forced := Load(ctx, Request{Source: src, Mode: BF16, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
 	second := Load(ctx, Request{Source: src, Mode: Auto, Device: deviceOf(zen5), CacheDir: cache}, log.logger())
-	for path, want := range map[string]bool{first.Path: false, forced.Path: true, second.Path: true} {
-		if _, err := os.Stat(path); (err == nil) != want {
-			t.Errorf("%s: exists %t, want %t", filepath.Base(path), err == nil, want)
+	for _, path := range []string{first.Path, second.Path} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%s: %v", filepath.Base(path), err)
 		}
 	}
 

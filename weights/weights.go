@@ -336,10 +336,10 @@ func convert(ctx context.Context, src *gguf.File, source, dir string, p plan, lo
 	if err := os.WriteFile(target+sourceSuffix, []byte(abs), 0o644); err != nil {
 		logger.Warn("weights: cannot record the source of a converted file", "file", target, "err", err)
 	}
-	// The same conversion in the other layout goes too: a model's copy is as
-	// large as the model, and one of them is enough.
-	base := strings.TrimSuffix(p.tag, panelTag)
-	removeStale(dir, prefix, []string{".bf16-" + base + ".gguf", ".bf16-" + base + panelTag + ".gguf"}, name, logger)
+	// The same conversion in the other layout stays: a server started with other
+	// settings (--cpu-accel off) may be loading it, or spawn an ephemeral worker on
+	// it later.
+	removeStale(dir, prefix, ".bf16-"+p.tag+".gguf", name, logger)
 	return target, nil
 }
 
@@ -370,19 +370,19 @@ func cachedName(source string, p plan) (name, prefix, abs string, err error) {
 // path.
 const sourceSuffix = ".source"
 
-// removeStale removes the copies converted the same way (a name ending in one of
-// suffixes) from the same source (prefix: same path) but for keep: earlier versions
-// (another size, time or converter) and the other layout; and every copy whose
-// recorded source no longer exists: nothing loads them any more. A worker still
-// running on one keeps its mapping; the space comes back when it exits.
-func removeStale(dir, prefix string, suffixes []string, keep string, logger *slog.Logger) {
+// removeStale removes the copies converted the same way (suffix) from earlier
+// versions of the same source (prefix: same path; another size, time or
+// converter), and every copy whose recorded source no longer exists: nothing
+// loads them any more. A worker still running on one keeps its mapping; the space comes back
+// when it exits.
+func removeStale(dir, prefix, suffix, keep string, logger *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
 		n := e.Name()
-		outdated := strings.HasPrefix(n, prefix) && slices.ContainsFunc(suffixes, func(s string) bool { return strings.HasSuffix(n, s) })
+		outdated := strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix)
 		if n == keep || !strings.HasSuffix(n, ".gguf") || !outdated && !sourceGone(filepath.Join(dir, n)) {
 			continue
 		}

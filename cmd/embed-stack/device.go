@@ -107,7 +107,9 @@ func (c *devicesCommand) Run(context.Context) error {
 	} else if !d.GPU {
 		fmt.Fprintln(c.stdout, "cpu accel: off (--cpu-accel off, or a CPU without AVX-512F or AVX2 with FMA)")
 	}
-	if why, ok := weights.PaysOff(&d); ok {
+	if why, ok := weights.PaysOff(&d); ok && d.CPUAccelBF16 {
+		fmt.Fprintf(c.stdout, "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: %s\n", why)
+	} else if ok {
 		fmt.Fprintf(c.stdout, "weights: --weights auto converts F16 matrices to BF16 at load: %s\n", why)
 	} else {
 		fmt.Fprintf(c.stdout, "weights: --weights auto loads F16 files as they are: %s\n", why)

@@ -229,6 +229,18 @@ func TestServeWeightsAuto(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &dev) != nil {
 		t.Fatalf("devices --json: exit %d\n%s%s", code, stdout, stderr)
 	}
+	// The text of devices says what auto does with its weights line.
+	_, text, _ := runBin(t, bin, "devices")
+	want := "weights: --weights auto loads F16 files as they are"
+	switch {
+	case dev.CPUAccelBF16:
+		want = "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: embed-stack kernels (AVX-512, BF16) multiply BF16"
+	case slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
+		want = "weights: --weights auto converts F16 matrices to BF16 at load: the CPU kernels"
+	}
+	if !strings.Contains(text, want) {
+		t.Errorf("devices says\n%s\nwant a line with %q", text, want)
+	}
 	cache := t.TempDir()
 	// Beside it a reranker, whose weights auto keeps wherever it runs (its score
 	// is held to the file's): the one converted file is the embedding model's.
@@ -325,7 +337,7 @@ func TestServeKeepsOutOfTheUsersWeightsCache(t *testing.T) {
 	// The other tests of this binary convert there too (under auto: *.bf16-f16.gguf).
 	var ours []string
 	for _, f := range convertedFiles(t, e2e.WeightsCache()) {
-		if b, err := os.ReadFile(f + ".source"); err == nil && string(b) == source && strings.HasSuffix(f, ".bf16-f16-f32.gguf") {
+		if b, err := os.ReadFile(f + ".source"); err == nil && string(b) == source && strings.Contains(f, ".bf16-f16-f32") {
 			ours = append(ours, f)
 		}
 	}
