@@ -1074,18 +1074,38 @@ static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, ui
 	es_pool_run(pool, (int)((n_panels + mm.panels_per_task - 1) / mm.panels_per_task), es_bf16_task, &mm);
 }
 
-// GELU, tanh approximation (ggml_gelu's definition), computed in float32.
-#define ES_GELU_COEF_A 0.044715f
-#define ES_SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+// ---------------------------------------------------------------------------
+// Flash attention over a BF16 KV cache: a decoder's long sequences
+//
+// Without flash attention llama.cpp multiplies a long sequence's attention out:
+// scores of cells x tokens x heads in f32 per layer, written by ggml's F16
+// matrix kernels, read and written again by its softmax, converted to F16 and
+// read once more by the product with V. On a 4096-token input (0.6B shape, Zen 5)
+// that was two thirds of the time, and it grows with the length. ggml's own flash
+// attention does not help on the CPU: it walks one query at a time with one dot
+// product per cell. This kernel computes the same operation (GGML_OP_FLASH_ATTN_EXT)
+// in tiles of 32 queries by 32 cells: the scores of a tile with AVX512_BF16's dot
+// products from a BF16 K cache, softmax online in f32 (lanes are queries, so a
+// query's maximum and sum need no horizontal reduction), and the product with a
+// BF16 V cache again with dot products, never leaving a tile's 4 KiB of scores.
+// A tile whose cells the mask hides from every one of its queries is skipped, so
+// a causal sequence costs half of its square.
+//
+// What a query's output is: blocks of cells from cell 0 in steps of 32, each
+// folded into the running maximum, sum and output in order; a block hidden from
+// the query changes none of them, bit for bit (its probabilities are exactly 0
+// and its rescale factor exactly 1), so the output is a function of the query,
+// the cells it sees and their positions, whatever shares its tile or call.
+// Probabilities enter the product with V as two BF16 values each, the rounded one
+// and what rounding left (16 of f32's 24 bits): with one, outputs moved by up to
+// 1e-3 of V's scale; with both, by 1e-6 as ggml's kernel does (f32
+// probabilities), for a third more dot products.
 
 #if ES_ACCEL_X86
-// tanh(u) = 1 - 2 / (exp(2u) + 1), exp by 2^n * p(r) with a degree-6 polynomial
-// (relative error about 2e-7 over the range used); |u| is clamped at 9, where
-// tanh is 1 to float precision.
-__attribute__((target("avx512f"))) static inline __m512 es_tanh512(__m512 u) {
-	const __m512 lim = _mm512_set1_ps(9.0f);
-	u = _mm512_max_ps(_mm512_min_ps(u, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
-	__m512 x = _mm512_add_ps(u, u);
+// es_exp_poly512 is exp(x) as 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p a
+// degree-6 polynomial (relative error about 2e-7), for x where 2^n is a normal
+// float; GELU's tanh and flash attention's softmax use it.
+__attribute__((target("avx512f"))) static inline __m512 es_exp_poly512(__m512 x) {
 	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
 	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
@@ -1097,7 +1117,400 @@ __attribute__((target("avx512f"))) static inline __m512 es_tanh512(__m512 u) {
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-	__m512 e = _mm512_scalef_ps(p, n);
+	return _mm512_scalef_ps(p, n);
+}
+#endif
+
+#define ES_FA_Q 32  // queries per tile: two vectors of lanes
+#define ES_FA_KV 32 // cells per block
+#define ES_FA_MAXD 256
+
+// What the mask does to the block of a tile (es_fa_classify_task): every head of a
+// call shares one mask, so each tile's blocks are classified once per call.
+enum { ES_FA_SEEN = 0, ES_FA_HIDDEN = 1, ES_FA_MIXED = 2 };
+
+struct es_fa {
+	const struct ggml_tensor *q, *k, *v, *mask;
+	struct ggml_tensor *dst;
+	float scale;
+	int64_t D, DV, n_q, n_kv, n_head, n_head_kv;
+	int64_t q_tiles;  // tiles per head
+	int64_t kv_blocks;
+	uint8_t *blocks;  // [mask head][q tile][kv block]: ES_FA_*; NULL without a mask
+	struct es_scratch *scratch;
+};
+
+#if ES_ACCEL_X86
+#define ES_FA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
+
+// es_exp512 is exp for x <= 0 (es_exp_poly512; TestAccelFlashAttention holds the
+// kernel to float64 within 2.2e-6), exactly 0 below -87 (where f32's normal range
+// ends) and at -inf, and exactly 1 at 0: the values that make a hidden cell change
+// nothing.
+ES_FA_TARGET static inline __m512 es_exp512(__m512 x) {
+	__mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+	return _mm512_maskz_mov_ps(live, es_exp_poly512(x));
+}
+
+// es_fa_scores computes rows r < mr of a block's scores: s[r][i] = K[r] . Q[i] for
+// the tile's 32 queries (two vectors), K's rows read in place as BF16 pairs, Q
+// packed as qp[kp][32] pairs.
+ES_FA_TARGET __attribute__((always_inline)) static inline void
+es_fa_scores_rows(const int mr, const char *k0, size_t k_row, const uint32_t *qp, int64_t D2, float *s) {
+	__m512 acc[8][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm512_setzero_ps();
+		acc[r][1] = _mm512_setzero_ps();
+	}
+	for (int64_t kp = 0; kp < D2; kp++) {
+		__m512bh q0 = (__m512bh)_mm512_load_si512(qp + kp * ES_FA_Q);
+		__m512bh q1 = (__m512bh)_mm512_load_si512(qp + kp * ES_FA_Q + 16);
+		for (int r = 0; r < mr; r++) {
+			__m512bh kv = (__m512bh)_mm512_set1_epi32((int)((const uint32_t *)(k0 + r * k_row))[kp]);
+			acc[r][0] = _mm512_dpbf16_ps(acc[r][0], kv, q0);
+			acc[r][1] = _mm512_dpbf16_ps(acc[r][1], kv, q1);
+		}
+	}
+	for (int r = 0; r < mr; r++) {
+		_mm512_store_ps(s + r * ES_FA_Q, acc[r][0]);
+		_mm512_store_ps(s + r * ES_FA_Q + 16, acc[r][1]);
+	}
+}
+
+ES_FA_TARGET static void es_fa_scores(int mr, const char *k0, size_t k_row, const uint32_t *qp, int64_t D2, float *s) {
+	switch (mr) {
+#define ES_FA_CASE(R) \
+	case R: es_fa_scores_rows(R, k0, k_row, qp, D2, s); break;
+	ES_FA_CASE(8) ES_FA_CASE(7) ES_FA_CASE(6) ES_FA_CASE(5) ES_FA_CASE(4) ES_FA_CASE(3) ES_FA_CASE(2)
+#undef ES_FA_CASE
+	default: es_fa_scores_rows(1, k0, k_row, qp, D2, s); break;
+	}
+}
+
+// es_fa_pv4x4 computes o[r][c] = o[r][c] * alpha[r] + sum over the block's 16 cell
+// pairs of (pp + pl)[jp][r] . vp[jp][c], for 4 queries r by 64 values c: 16
+// accumulators, written out so that they stay in registers.
+ES_FA_TARGET static inline void es_fa_pv4x4(float *o, int64_t ldo, const float *alpha, const uint32_t *vp, int64_t ldv,
+                                            const uint32_t *pp, const uint32_t *pl) {
+#define ES_FA_ROW(R)                                                                             \
+	__m512 a##R##0 = _mm512_mul_ps(_mm512_load_ps(o + R * ldo), _mm512_set1_ps(alpha[R]));      \
+	__m512 a##R##1 = _mm512_mul_ps(_mm512_load_ps(o + R * ldo + 16), _mm512_set1_ps(alpha[R])); \
+	__m512 a##R##2 = _mm512_mul_ps(_mm512_load_ps(o + R * ldo + 32), _mm512_set1_ps(alpha[R])); \
+	__m512 a##R##3 = _mm512_mul_ps(_mm512_load_ps(o + R * ldo + 48), _mm512_set1_ps(alpha[R]));
+	ES_FA_ROW(0) ES_FA_ROW(1) ES_FA_ROW(2) ES_FA_ROW(3)
+#undef ES_FA_ROW
+	for (int jp = 0; jp < ES_FA_KV / 2; jp++) {
+		const uint32_t *v = vp + jp * ldv;
+		__m512bh v0 = (__m512bh)_mm512_load_si512(v), v1 = (__m512bh)_mm512_load_si512(v + 16);
+		__m512bh v2 = (__m512bh)_mm512_load_si512(v + 32), v3 = (__m512bh)_mm512_load_si512(v + 48);
+#define ES_FA_ROW(R)                                                               \
+	{                                                                              \
+		__m512bh p = (__m512bh)_mm512_set1_epi32((int)pp[jp * ES_FA_Q + R]);       \
+		__m512bh q = (__m512bh)_mm512_set1_epi32((int)pl[jp * ES_FA_Q + R]);       \
+		a##R##0 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a##R##0, p, v0), q, v0);       \
+		a##R##1 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a##R##1, p, v1), q, v1);       \
+		a##R##2 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a##R##2, p, v2), q, v2);       \
+		a##R##3 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a##R##3, p, v3), q, v3);       \
+	}
+		ES_FA_ROW(0) ES_FA_ROW(1) ES_FA_ROW(2) ES_FA_ROW(3)
+#undef ES_FA_ROW
+	}
+#define ES_FA_ROW(R)                              \
+	_mm512_store_ps(o + R * ldo, a##R##0);        \
+	_mm512_store_ps(o + R * ldo + 16, a##R##1);   \
+	_mm512_store_ps(o + R * ldo + 32, a##R##2);   \
+	_mm512_store_ps(o + R * ldo + 48, a##R##3);
+	ES_FA_ROW(0) ES_FA_ROW(1) ES_FA_ROW(2) ES_FA_ROW(3)
+#undef ES_FA_ROW
+}
+
+// es_fa_tile computes one tile: queries i0 .. i0+nq-1 of head h (batch i3).
+ES_FA_TARGET static void es_fa_tile(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, int64_t nq, float *buf) {
+	const int64_t D = fa->D, DV = fa->DV, D2 = D / 2;
+	const struct ggml_tensor *q = fa->q, *k = fa->k, *v = fa->v, *mask = fa->mask;
+	const int64_t hk = h / (fa->n_head / fa->n_head_kv);
+	const char *kbase = (const char *)k->data + hk * k->nb[2] + (i3 % k->ne[3]) * k->nb[3];
+	const char *vbase = (const char *)v->data + hk * v->nb[2] + (i3 % v->ne[3]) * v->nb[3];
+	const char *mbase = NULL;
+	const uint8_t *blocks = NULL;
+	if (mask != NULL) {
+		mbase = (const char *)mask->data + (h % mask->ne[2]) * mask->nb[2] + (i3 % mask->ne[3]) * mask->nb[3];
+		blocks = fa->blocks + ((h % mask->ne[2]) * fa->q_tiles + i0 / ES_FA_Q) * fa->kv_blocks;
+	}
+	// scratch, 64-byte aligned pieces
+	uint32_t *qp = (uint32_t *)buf;               // [D2][32] pairs
+	float *o = buf + D2 * ES_FA_Q;                // [32][DV]
+	float *s = o + ES_FA_Q * DV;                  // [32 cells][32 queries]
+	float *mt = s + ES_FA_KV * ES_FA_Q;           // the mask, [32 cells][32 queries]
+	uint32_t *pp = (uint32_t *)(mt + ES_FA_KV * ES_FA_Q); // [16 cell pairs][32 queries]
+	uint32_t *vp = pp + (ES_FA_KV / 2) * ES_FA_Q;         // [16 cell pairs][DV]
+	uint32_t *pl = vp + (ES_FA_KV / 2) * DV;              // [16 cell pairs][32 queries]
+	float *alpha = (float *)(pl + (ES_FA_KV / 2) * ES_FA_Q); // [32]
+
+	// Q: the tile's rows converted to BF16 pairs (as ggml converts Q to the K
+	// cache's type), laid out query-minor; missing queries are zero.
+	uint32_t row[ES_FA_MAXD / 2];
+	memset(qp, 0, sizeof(uint32_t) * D2 * ES_FA_Q);
+	for (int64_t i = 0; i < nq; i++) {
+		const float *qr = (const float *)((const char *)q->data + (i0 + i) * q->nb[1] + h * q->nb[2] + i3 * q->nb[3]);
+		es_bf16_convert(row, qr, D);
+		for (int64_t kp = 0; kp < D2; kp++) {
+			qp[kp * ES_FA_Q + i] = row[kp];
+		}
+	}
+	memset(o, 0, sizeof(float) * ES_FA_Q * DV);
+	__m512 m[2] = {_mm512_set1_ps(-3.402823466e+38f), _mm512_set1_ps(-3.402823466e+38f)};
+	__m512 l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+	const __m512 scale = _mm512_set1_ps(fa->scale);
+	const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+	                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i vlo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+	                                     37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+	const __m512i vhi = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54, 22,
+	                                     53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+
+	for (int64_t j0 = 0; j0 < fa->n_kv; j0 += ES_FA_KV) {
+		const int w = (int)(fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV);
+		// The mask over this block: hidden from every query (skip), from none
+		// (add nothing), or neither (add it, transposed to cells x queries).
+		int kind = blocks != NULL ? blocks[j0 / ES_FA_KV] : ES_FA_SEEN;
+		if (kind == ES_FA_HIDDEN) {
+			continue;
+		}
+		bool any_hidden = kind == ES_FA_MIXED;
+		if (any_hidden) {
+			memset(mt, 0, sizeof(float) * ES_FA_KV * ES_FA_Q);
+			for (int64_t i = 0; i < nq; i++) {
+				const uint16_t *mr = (const uint16_t *)(mbase + (i0 + i) * mask->nb[1]) + j0;
+				for (int j = 0; j < w; j++) {
+					mt[j * ES_FA_Q + i] = _cvtsh_ss(mr[j]);
+				}
+			}
+		}
+		// scores, 8 cells at a time
+		for (int j = 0; j < w; j += 8) {
+			es_fa_scores(w - j < 8 ? w - j : 8, kbase + (j0 + j) * k->nb[1], k->nb[1], qp, D2, s + j * ES_FA_Q);
+		}
+		// online softmax, lanes over queries
+		__m512 bmax[2] = {m[0], m[1]};
+		for (int j = 0; j < w; j++) {
+			for (int c = 0; c < 2; c++) {
+				__m512 x = _mm512_mul_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), scale);
+				if (any_hidden) {
+					x = _mm512_add_ps(x, _mm512_load_ps(mt + j * ES_FA_Q + c * 16));
+				}
+				_mm512_store_ps(s + j * ES_FA_Q + c * 16, x);
+				bmax[c] = _mm512_max_ps(bmax[c], x);
+			}
+		}
+		__m512 a[2];
+		for (int c = 0; c < 2; c++) {
+			a[c] = es_exp512(_mm512_sub_ps(m[c], bmax[c]));
+			m[c] = bmax[c];
+			l[c] = _mm512_mul_ps(l[c], a[c]);
+			_mm512_store_ps(alpha + c * 16, a[c]);
+		}
+		for (int jp = 0; jp < ES_FA_KV / 2; jp++) {
+			__m512 p[2][2];
+			for (int t = 0; t < 2; t++) {
+				int j = 2 * jp + t;
+				for (int c = 0; c < 2; c++) {
+					p[t][c] = j < w ? es_exp512(_mm512_sub_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), m[c]))
+					                : _mm512_setzero_ps();
+				}
+			}
+			for (int c = 0; c < 2; c++) {
+				// 16 of cell 2jp's then 16 of cell 2jp+1's BF16 values, interleaved
+				// into one pair per query
+				__m512i both = (__m512i)_mm512_cvtne2ps_pbh(p[1][c], p[0][c]);
+				__m512i pair = _mm512_permutexvar_epi16(inter, both);
+				_mm512_store_si512(pp + jp * ES_FA_Q + c * 16, pair);
+				__m512 r0 = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+				__m512 r1 = _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32((int)0xFFFF0000u)));
+				// and what rounding left, a second BF16 pair per query
+				__m512i rest = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(p[1][c], r1), _mm512_sub_ps(p[0][c], r0));
+				_mm512_store_si512(pl + jp * ES_FA_Q + c * 16, _mm512_permutexvar_epi16(inter, rest));
+				l[c] = _mm512_add_ps(l[c], _mm512_add_ps(p[0][c], p[1][c]));
+			}
+		}
+		// V's rows of this block interleaved into pairs of cells, per value
+		for (int jp = 0; jp < ES_FA_KV / 2; jp++) {
+			int j = 2 * jp;
+			const char *r0 = vbase + (j0 + j) * v->nb[1];
+			const char *r1 = vbase + (j0 + j + 1) * v->nb[1];
+			int64_t d = 0;
+			for (; d + 32 <= DV; d += 32) {
+				__m512i a0 = j < w ? _mm512_loadu_si512(r0 + d * 2) : _mm512_setzero_si512();
+				__m512i a1 = j + 1 < w ? _mm512_loadu_si512(r1 + d * 2) : _mm512_setzero_si512();
+				_mm512_store_si512(vp + jp * DV + d, _mm512_permutex2var_epi16(a0, vlo, a1));
+				_mm512_store_si512(vp + jp * DV + d + 16, _mm512_permutex2var_epi16(a0, vhi, a1));
+			}
+			if (d < DV) { // 16 values left
+				__m512i a0 = j < w ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(r0 + d * 2)))
+				                   : _mm512_setzero_si512();
+				__m512i a1 = j + 1 < w ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(r1 + d * 2)))
+				                       : _mm512_setzero_si512();
+				_mm512_store_si512(vp + jp * DV + d, _mm512_permutex2var_epi16(a0, vlo, a1));
+			}
+		}
+		// o = o * alpha + p . V, 4 queries by 64 values at a time (then 16)
+		for (int64_t i = 0; i < ES_FA_Q; i += 4) {
+			int64_t d = 0;
+			for (; d + 64 <= DV; d += 64) {
+				es_fa_pv4x4(o + i * DV + d, DV, alpha + i, vp + d, DV, pp + i, pl + i);
+			}
+			for (; d < DV; d += 16) {
+				__m512 acc[4];
+				for (int r = 0; r < 4; r++) {
+					acc[r] = _mm512_mul_ps(_mm512_load_ps(o + (i + r) * DV + d), _mm512_set1_ps(alpha[i + r]));
+				}
+				for (int jp = 0; jp < ES_FA_KV / 2; jp++) {
+					__m512bh vv = (__m512bh)_mm512_load_si512(vp + jp * DV + d);
+					for (int r = 0; r < 4; r++) {
+						__m512bh pr = (__m512bh)_mm512_set1_epi32((int)pp[jp * ES_FA_Q + i + r]);
+						__m512bh pq = (__m512bh)_mm512_set1_epi32((int)pl[jp * ES_FA_Q + i + r]);
+						acc[r] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[r], pr, vv), pq, vv);
+					}
+				}
+				for (int r = 0; r < 4; r++) {
+					_mm512_store_ps(o + (i + r) * DV + d, acc[r]);
+				}
+			}
+		}
+	}
+	// out = o / l (0 for a query that saw no cell)
+	float lsum[ES_FA_Q] __attribute__((aligned(64)));
+	_mm512_store_ps(lsum, l[0]);
+	_mm512_store_ps(lsum + 16, l[1]);
+	for (int64_t i = 0; i < nq; i++) {
+		float *out = (float *)((char *)fa->dst->data + h * fa->dst->nb[1] + (i0 + i) * fa->dst->nb[2] + i3 * fa->dst->nb[3]);
+		__m512 inv = _mm512_set1_ps(lsum[i] == 0.0f ? 0.0f : 1.0f / lsum[i]);
+		for (int64_t d = 0; d < DV; d += 16) {
+			_mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_load_ps(o + i * DV + d), inv));
+		}
+	}
+}
+#endif
+
+static size_t es_fa_scratch_floats(int64_t D, int64_t DV) {
+	return (size_t)(D / 2 * ES_FA_Q + ES_FA_Q * DV + 2 * ES_FA_KV * ES_FA_Q + 2 * (ES_FA_KV / 2 * ES_FA_Q) +
+	                ES_FA_KV / 2 * DV + ES_FA_Q);
+}
+
+// es_fa_classify_task classifies the blocks of one tile of queries (task: mask
+// head x tile) as the mask hides them from all of its queries, from none, or
+// neither (ES_FA_*).
+static void es_fa_classify_task(void *arg, int task, int thread) {
+	(void)thread;
+	const struct es_fa *fa = arg;
+	const struct ggml_tensor *mask = fa->mask;
+	int64_t t = task % fa->q_tiles, mh = task / fa->q_tiles;
+	int64_t i0 = t * ES_FA_Q;
+	int64_t nq = fa->n_q - i0 < ES_FA_Q ? fa->n_q - i0 : ES_FA_Q;
+	uint8_t *out = fa->blocks + task * fa->kv_blocks;
+	for (int64_t b = 0; b < fa->kv_blocks; b++) {
+		int64_t j0 = b * ES_FA_KV;
+		int64_t w = fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV;
+		bool seen = false, hidden = false;
+		for (int64_t i = 0; i < nq && !(seen && hidden); i++) {
+			const uint16_t *m = (const uint16_t *)((const char *)mask->data + (i0 + i) * mask->nb[1] + mh * mask->nb[2]) + j0;
+			int64_t j = 0;
+			for (; j + 4 <= w; j += 4) { // four F16 values at a time
+				uint64_t x;
+				memcpy(&x, m + j, sizeof(x));
+				if (x == 0xFC00FC00FC00FC00u) { // -inf
+					hidden = true;
+				} else if ((x & 0x7FFF7FFF7FFF7FFFu) == 0) {
+					seen = true;
+				} else {
+					seen = hidden = true; // some of each, or a bias (added as it is)
+				}
+			}
+			for (; j < w; j++) {
+				if (m[j] == 0xFC00) {
+					hidden = true;
+				} else if ((m[j] & 0x7FFF) == 0) {
+					seen = true;
+				} else {
+					seen = hidden = true;
+				}
+			}
+		}
+		out[b] = !seen ? ES_FA_HIDDEN : hidden ? ES_FA_MIXED : ES_FA_SEEN;
+	}
+}
+
+static void es_fa_task(void *arg, int task, int thread) {
+	const struct es_fa *fa = arg;
+	int64_t t = task % fa->q_tiles;
+	int64_t h = (task / fa->q_tiles) % fa->n_head;
+	int64_t i3 = task / (fa->q_tiles * fa->n_head);
+	int64_t i0 = t * ES_FA_Q;
+	int64_t nq = fa->n_q - i0 < ES_FA_Q ? fa->n_q - i0 : ES_FA_Q;
+	float *buf = es_scratch_get(&fa->scratch[thread], es_fa_scratch_floats(fa->D, fa->DV));
+	fa->scratch[thread].packed_b = NULL;
+#if ES_ACCEL_X86
+	es_fa_tile(fa, h, i3, i0, nq, buf);
+#else
+	(void)buf; // never registered without the x86 kernels
+	(void)h;
+	(void)i3;
+	(void)nq;
+#endif
+}
+
+// es_flash_attn computes dst = FLASH_ATTN_EXT(q, k, v, mask) (es_supports_flash_attn
+// says which), a task per tile of 32 queries of one head.
+static void es_flash_attn(struct es_pool *pool, struct es_scratch *scratch, uint8_t **blocks, size_t *bcap,
+                          struct ggml_tensor *dst) {
+	const struct ggml_tensor *q = dst->src[0];
+	float scale;
+	memcpy(&scale, (const float *)dst->op_params + 0, sizeof(float));
+	struct es_fa fa = {
+		.q = q,
+		.k = dst->src[1],
+		.v = dst->src[2],
+		.mask = dst->src[3],
+		.dst = dst,
+		.scale = scale,
+		.D = q->ne[0],
+		.DV = dst->src[2]->ne[0],
+		.n_q = q->ne[1],
+		.n_kv = dst->src[1]->ne[1],
+		.n_head = q->ne[2],
+		.n_head_kv = dst->src[1]->ne[2],
+		.scratch = scratch,
+	};
+	fa.q_tiles = (fa.n_q + ES_FA_Q - 1) / ES_FA_Q;
+	fa.kv_blocks = (fa.n_kv + ES_FA_KV - 1) / ES_FA_KV;
+	int64_t tasks = fa.q_tiles * fa.n_head * q->ne[3];
+	if (tasks == 0) {
+		return;
+	}
+	if (fa.mask != NULL) {
+		size_t need = (size_t)(fa.mask->ne[2] * fa.q_tiles * fa.kv_blocks);
+		if (*bcap < need) {
+			free(*blocks);
+			*blocks = malloc(need);
+			*bcap = need;
+		}
+		fa.blocks = *blocks;
+		es_pool_run(pool, (int)(fa.mask->ne[2] * fa.q_tiles), es_fa_classify_task, &fa);
+	}
+	es_pool_run(pool, (int)tasks, es_fa_task, &fa);
+}
+
+// GELU, tanh approximation (ggml_gelu's definition), computed in float32.
+#define ES_GELU_COEF_A 0.044715f
+#define ES_SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+#if ES_ACCEL_X86
+// tanh(u) = 1 - 2 / (exp(2u) + 1); |u| is clamped at 9, where tanh is 1 to float
+// precision.
+__attribute__((target("avx512f"))) static inline __m512 es_tanh512(__m512 u) {
+	const __m512 lim = _mm512_set1_ps(9.0f);
+	u = _mm512_max_ps(_mm512_min_ps(u, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
+	__m512 e = es_exp_poly512(_mm512_add_ps(u, u));
 	__m512 one = _mm512_set1_ps(1.0f);
 	return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
 }
@@ -1423,6 +1836,46 @@ static bool es_supports_bf16_mm(const struct ggml_tensor *op) {
 	       ggml_is_contiguous(op);
 }
 
+// es_fa_fits says whether es_flash_attn takes heads of D key and DV value widths.
+static bool es_fa_fits(int64_t D, int64_t DV) {
+	return D > 0 && DV > 0 && D % 2 == 0 && DV % 16 == 0 && D <= ES_FA_MAXD && DV <= ES_FA_MAXD;
+}
+
+// Flash attention over a BF16 K and V cache (es_flash_attn): what a decoder's long
+// context asks for where es_accel_bf16_attention says so. Attention with ALiBi,
+// a logit soft cap or sinks, and any other cache type, stay with ggml.
+static bool es_supports_flash_attn(const struct ggml_tensor *op) {
+	if (!es_accel_bf16 || !(atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN)) {
+		return false;
+	}
+	const struct ggml_tensor *q = op->src[0], *k = op->src[1], *v = op->src[2], *mask = op->src[3];
+	float params[3];
+	memcpy(params, op->op_params, sizeof(params)); // scale, max_bias, logit_softcap
+	if (op->src[4] != NULL || params[1] != 0.0f || params[2] != 0.0f) {
+		return false;
+	}
+	if (q->type != GGML_TYPE_F32 || q->nb[0] != sizeof(float) || k->type != GGML_TYPE_BF16 ||
+	    v->type != GGML_TYPE_BF16 || k->nb[0] != 2 || v->nb[0] != 2) {
+		return false;
+	}
+	if (op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
+		return false;
+	}
+	int64_t D = q->ne[0], DV = v->ne[0];
+	if (k->ne[0] != D || !es_fa_fits(D, DV)) {
+		return false;
+	}
+	if (k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] || k->ne[2] == 0 || q->ne[2] % k->ne[2] != 0 ||
+	    k->nb[1] % 4 != 0 || v->nb[1] % 4 != 0) {
+		return false;
+	}
+	if (q->ne[3] != 1 || k->ne[3] != 1 || v->ne[3] != 1) {
+		return false;
+	}
+	return mask == NULL || (mask->type == GGML_TYPE_F16 && mask->nb[0] == 2 && mask->ne[0] >= k->ne[1] &&
+	                        mask->ne[1] >= q->ne[1] && mask->ne[3] == 1);
+}
+
 static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
 	(void)dev;
 	if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_BF16) {
@@ -1442,6 +1895,8 @@ static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor 
 		return es_supports_mul_mat(op) || es_supports_weight_mm(op);
 	case GGML_OP_UNARY:
 		return es_supports_gelu(op);
+	case GGML_OP_FLASH_ATTN_EXT:
+		return es_supports_flash_attn(op);
 	default:
 		return false;
 	}
@@ -1458,6 +1913,8 @@ struct es_backend_ctx {
 	struct es_weights weights;
 	uint32_t *abuf; // the F32 operand of a BF16 product, converted
 	size_t acap;
+	uint8_t *fa_blocks; // flash attention's block classes (struct es_fa)
+	size_t fa_bcap;
 };
 
 static const char *es_backend_get_name(ggml_backend_t backend) {
@@ -1473,6 +1930,7 @@ static void es_backend_free(ggml_backend_t backend) {
 	}
 	es_weights_release(&ctx->weights);
 	free(ctx->abuf);
+	free(ctx->fa_blocks);
 	pthread_mutex_destroy(&ctx->pool.mu);
 	pthread_cond_destroy(&ctx->pool.wake);
 	free(ctx);
@@ -1497,6 +1955,9 @@ static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct 
 		case GGML_OP_UNARY:
 			es_gelu_op(&ctx->pool, node);
 			break;
+		case GGML_OP_FLASH_ATTN_EXT:
+			es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, node);
+			break;
 		case GGML_OP_NONE:
 		case GGML_OP_RESHAPE:
 		case GGML_OP_VIEW:
@@ -1506,7 +1967,7 @@ static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct 
 		default:
 			return GGML_STATUS_FAILED;
 		}
-		if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_UNARY) {
+		if (node->op == GGML_OP_MUL_MAT || node->op == GGML_OP_UNARY || node->op == GGML_OP_FLASH_ATTN_EXT) {
 			atomic_fetch_add_explicit(&es_accel_computed, 1, memory_order_relaxed);
 		}
 	}
@@ -1703,6 +2164,24 @@ const char *es_accel_register(int isa) {
 
 bool es_accel_bf16_products(void) {
 	return es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_BF16);
+}
+
+bool es_accel_bf16_attention(int64_t key_length, int64_t value_length) {
+	return es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN) &&
+	       es_fa_fits(key_length, value_length);
+}
+
+int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads) {
+	pthread_once(&es_register_once, es_register);
+	if (dst->op != GGML_OP_FLASH_ATTN_EXT || !es_supports_flash_attn(dst)) {
+		return -1;
+	}
+	ggml_backend_t backend = es_dev_init_backend(&es_dev, NULL);
+	es_set_n_threads(backend, n_threads);
+	struct es_backend_ctx *ctx = backend->context;
+	es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, dst);
+	es_backend_free(backend);
+	return 0;
 }
 
 void es_accel_set_enabled(bool on) {

@@ -2,14 +2,18 @@ package llama
 
 /*
 #include "accel.h"
+#include "ggml-cpu.h"
 */
 import "C"
 
 import (
+	"fmt"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
 )
 
 // setupAccel registers embed-stack's own CPU kernels (accel.c) with ggml, or turns
@@ -34,6 +38,13 @@ func setupAccel(mode string) (label string, bf16 bool) {
 	}
 	C.es_accel_set_enabled(true)
 	return C.GoString(d), bool(C.es_accel_bf16_products())
+}
+
+// accelFlashBF16 says whether embed-stack's kernels compute flash attention over a
+// BF16 KV cache (es_accel_bf16_attention) for the contexts created from now on, for
+// a model of this shape.
+func accelFlashBF16(s gguf.Shape) bool {
+	return bool(C.es_accel_bf16_attention(C.int64_t(s.KeyLength), C.int64_t(s.ValueLength)))
 }
 
 // accelComputed counts the operations embed-stack's own kernels computed in this
@@ -248,3 +259,127 @@ const (
 	accelOpBF16 = int(C.ES_ACCEL_OP_BF16)
 	accelOpAll  = int(C.ES_ACCEL_OP_ALL)
 )
+
+// accelAttention is one flash-attention operation for the kernel's tests, shaped as
+// a decoder's long context asks for it: Q a permuted view of [Dim, Heads, QTokens]
+// floats, K and V BF16 caches of Cells rows of KVHeads x Dim values viewed per
+// head, and an F16 mask that hides the cells before Hidden from every query (as
+// another sequence's) and is causal after it: query t sees the cells from Hidden up
+// to Cells-QTokens+t. A non-zero Noise draws the hidden cells' K and V again from
+// it, after everything else.
+type accelAttention struct {
+	Dim, Cells, QTokens, Heads, KVHeads, Hidden int
+	Noise                                       uint64
+	// Timed, when set, makes accelFlashAttn time Runs more runs of embed-stack's
+	// kernel instead of computing the others, and write their mean.
+	Timed *struct {
+		Runs    int
+		Seconds float64
+	}
+}
+
+// String names the operation in the tests' messages.
+func (a accelAttention) String() string {
+	return fmt.Sprintf("%d queries x %d heads (%d KV heads) of %d over %d cells, %d hidden", a.QTokens, a.Heads, a.KVHeads, a.Dim, a.Cells, a.Hidden)
+}
+
+// accelFlashAttn computes a with embed-stack's kernel on threads threads (got) and
+// with ggml's CPU kernel (ggml), from random inputs drawn from seed, beside the
+// float64 reference of what both are asked: softmax(Q.K / sqrt(Dim)) V over the
+// cells each query sees (zero for a query that sees none), with Q rounded to BF16
+// as both round it. Each is
+// [QTokens][Heads][Dim] flattened. ok is false when the device refuses a.
+func accelFlashAttn(a accelAttention, threads int, seed uint64) (got, ggml []float32, want []float64, ok bool) {
+	qn, kn := a.Dim*a.Heads*a.QTokens, a.Dim*a.KVHeads*a.Cells
+	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(64<<20 + 8*(qn+2*kn+a.Cells*a.QTokens) + 64*a.Cells*threads*a.Heads)})
+	defer C.ggml_free(ctx)
+	qc := C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(a.Dim), C.int64_t(a.Heads), C.int64_t(a.QTokens))
+	kc := C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_BF16, C.int64_t(a.Dim), C.int64_t(a.KVHeads), C.int64_t(a.Cells))
+	vc := C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_BF16, C.int64_t(a.Dim), C.int64_t(a.KVHeads), C.int64_t(a.Cells))
+	mask := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F16, C.int64_t(a.Cells), C.int64_t(a.QTokens))
+	scale := 1 / math.Sqrt(float64(a.Dim))
+	out := C.ggml_flash_attn_ext(ctx, C.ggml_permute(ctx, qc, 0, 2, 1, 3), C.ggml_permute(ctx, kc, 0, 2, 1, 3),
+		C.ggml_permute(ctx, vc, 0, 2, 1, 3), mask, C.float(scale), 0, 0)
+	qd := unsafe.Slice((*float32)(qc.data), qn)
+	kd := unsafe.Slice((*uint16)(kc.data), kn)
+	vd := unsafe.Slice((*uint16)(vc.data), kn)
+	md := unsafe.Slice((*uint16)(mask.data), a.Cells*a.QTokens)
+	next := unitRand(seed)
+	for i := range qd {
+		qd[i] = 2 * next()
+	}
+	for i := range kd {
+		kd[i], vd[i] = bf16(2*next()), bf16(next())
+	}
+	if a.Noise != 0 {
+		noise := unitRand(a.Noise)
+		for i := range a.Hidden * a.KVHeads * a.Dim {
+			kd[i], vd[i] = bf16(2*noise()), bf16(noise())
+		}
+	}
+	first := a.Cells - a.QTokens
+	seen := func(t, j int) bool { return j >= a.Hidden && j <= first+t }
+	for t := range a.QTokens {
+		for j := range a.Cells {
+			md[t*a.Cells+j] = 0xFC00 // -inf
+			if seen(t, j) {
+				md[t*a.Cells+j] = 0
+			}
+		}
+	}
+	if C.es_accel_test_flash_attn(out, C.int(threads)) != 0 {
+		return nil, nil, nil, false
+	}
+	if a.Timed != nil {
+		start := time.Now()
+		for range a.Timed.Runs {
+			C.es_accel_test_flash_attn(out, C.int(threads))
+		}
+		a.Timed.Seconds = time.Since(start).Seconds() / float64(a.Timed.Runs)
+		return nil, nil, nil, true
+	}
+	res := unsafe.Slice((*float32)(out.data), qn)
+	got = append([]float32(nil), res...)
+	gf := C.ggml_new_graph(ctx)
+	C.ggml_build_forward_expand(gf, out)
+	C.ggml_graph_compute_with_ctx(ctx, gf, C.int(threads))
+	ggml = append([]float32(nil), res...)
+
+	want = make([]float64, qn)
+	scores := make([]float64, a.Cells)
+	for t := range a.QTokens {
+		for h := range a.Heads {
+			kh := h / (a.Heads / a.KVHeads)
+			top := math.Inf(-1)
+			for j := range a.Cells {
+				if !seen(t, j) {
+					continue
+				}
+				var s float64
+				for d := range a.Dim {
+					s += bf16Float(bf16(qd[(t*a.Heads+h)*a.Dim+d])) * bf16Float(kd[(j*a.KVHeads+kh)*a.Dim+d])
+				}
+				scores[j] = s * scale
+				top = max(top, scores[j])
+			}
+			o := want[(t*a.Heads+h)*a.Dim:][:a.Dim]
+			var sum float64
+			for j := range a.Cells {
+				if !seen(t, j) {
+					continue
+				}
+				p := math.Exp(scores[j] - top)
+				sum += p
+				for d := range a.Dim {
+					o[d] += p * bf16Float(vd[(j*a.KVHeads+kh)*a.Dim+d])
+				}
+			}
+			for d := range o {
+				if sum > 0 { // a query that sees no cell gets zeros, as from both kernels
+					o[d] /= sum
+				}
+			}
+		}
+	}
+	return got, ggml, want, true
+}

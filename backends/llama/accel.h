@@ -11,8 +11,16 @@
 
 // Operations the device may take (es_accel_set_ops), as bits.
 // ES_ACCEL_OP_BF16 is read as a model loads: its BF16 matrices are repacked for the
-// device then, and stay the device's.
-enum { ES_ACCEL_OP_KQ = 1, ES_ACCEL_OP_GELU = 2, ES_ACCEL_OP_WEIGHTS = 4, ES_ACCEL_OP_BF16 = 8, ES_ACCEL_OP_ALL = 15 };
+// device then, and stay the device's. ES_ACCEL_OP_ATTN is flash attention over a
+// BF16 KV cache (a decoder's long sequences).
+enum {
+	ES_ACCEL_OP_KQ = 1,
+	ES_ACCEL_OP_GELU = 2,
+	ES_ACCEL_OP_WEIGHTS = 4,
+	ES_ACCEL_OP_BF16 = 8,
+	ES_ACCEL_OP_ATTN = 16,
+	ES_ACCEL_OP_ALL = 31
+};
 
 // Kernel sets for es_accel_register: the best this CPU runs, or one forced.
 enum { ES_ACCEL_ISA_AUTO = 0, ES_ACCEL_ISA_AVX2 = 1, ES_ACCEL_ISA_AVX512 = 2 };
@@ -27,6 +35,19 @@ const char *es_accel_register(int isa);
 // (repacked at load) with AVX512_BF16's dot products: registered with the AVX-512
 // kernels on a CPU with AVX512_BF16, on, and BF16 products among its operations.
 bool es_accel_bf16_products(void);
+
+// es_accel_bf16_attention says whether the device computes flash attention over a
+// BF16 K and V cache (AVX512_BF16's dot products, tiles of 32 queries by 32 cells)
+// for heads of these widths: registered with the AVX-512 kernels on a CPU with
+// AVX512_BF16, on, attention among its operations, an even key width and a value
+// width a multiple of 16, both at most 256. A decoder's long context asks for that
+// cache where it does.
+bool es_accel_bf16_attention(int64_t key_length, int64_t value_length);
+
+// es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)
+// with the device's kernel on n_threads threads; -1 when the device would not take
+// it. For tests.
+int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads);
 
 // es_accel_set_enabled makes the device take operations (true, the default) or none.
 // Contexts created after the change follow it.

@@ -245,6 +245,57 @@ func TestAccelBF16MulMat(t *testing.T) {
 	}
 }
 
+// TestAccelFlashAttention holds embed-stack's flash attention over a BF16 KV cache
+// to the float64 reference of the same BF16 values, and to ggml's own CPU kernel
+// given the same operation, over the edges of its tiles: query counts not a
+// multiple of the 32-query tile, cell counts not a multiple of the 32-cell block,
+// blocks hidden from every query (skipped), from some (masked), grouped KV heads
+// (GQA) and one to three threads. And the cells a query does not see change
+// nothing of its output, bit for bit (what makes a long sequence's vector a
+// function of the sequence alone).
+func TestAccelFlashAttention(t *testing.T) {
+	bf16Kernels(t)
+	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
+	setupAccel(backends.CPUAccelAuto)
+	cases := []accelAttention{
+		{Dim: 128, Cells: 300, QTokens: 77, Heads: 4, KVHeads: 2, Hidden: 40},
+		{Dim: 128, Cells: 512, QTokens: 256, Heads: 2, KVHeads: 1},
+		{Dim: 64, Cells: 33, QTokens: 1, Heads: 3, KVHeads: 3, Hidden: 0},
+		{Dim: 16, Cells: 200, QTokens: 100, Heads: 4, KVHeads: 2, Hidden: 3},
+		{Dim: 80, Cells: 70, QTokens: 70, Heads: 2, KVHeads: 1},
+		{Dim: 256, Cells: 96, QTokens: 64, Heads: 2, KVHeads: 2, Hidden: 64},
+	}
+	for i, c := range cases {
+		for _, threads := range []int{1, 2, 3} {
+			got, ggml, want, ok := accelFlashAttn(c, threads, uint64(5+i))
+			if !ok {
+				t.Fatalf("%v: es_accel_test_flash_attn refused it; want it computed", c)
+			}
+			var toRef, toGGML float64
+			for j := range want {
+				toRef = max(toRef, math.Abs(float64(got[j])-want[j]))
+				toGGML = max(toGGML, math.Abs(float64(got[j])-float64(ggml[j])))
+			}
+			if !(toRef <= 1e-5 && toGGML <= 1e-5) { // NaN fails too
+				t.Errorf("%v, %d threads: largest error %.3g to the float64 reference, %.3g to ggml's kernel; want <= 1e-5 (V is in [-1, 1))", c, threads, toRef, toGGML)
+			} else if threads == 2 {
+				t.Logf("%v: largest error %.3g to the float64 reference, %.3g to ggml's kernel", c, toRef, toGGML)
+			}
+		}
+	}
+	c := cases[0]
+	plain, _, _, _ := accelFlashAttn(c, 2, 3)
+	c.Noise = 99
+	noisy, _, _, _ := accelFlashAttn(c, 2, 3)
+	if d := maxAbsDiff(plain, noisy); d != 0 {
+		t.Errorf("%v: the hidden cells' K and V drawn again moved the outputs by %.3g; want bit-identical", c, d)
+	}
+	setupAccel(backends.CPUAccelAVX2)
+	if _, _, _, ok := accelFlashAttn(cases[0], 1, 1); ok {
+		t.Errorf("with the AVX2 kernels forced: flash attention was computed; want it refused (no BF16 dot products without AVX-512)")
+	}
+}
+
 // TestAccelBF16Model serves models converted to BF16 at load (weights.Load, as
 // serve's --weights bf16 does) with embed-stack's BF16 products and without them
 // (the same process, the kernels' other operations on in both): with them the

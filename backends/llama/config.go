@@ -193,6 +193,10 @@ const (
 	// attnFlashBF16V: flash attention over a bf16 V cache, which ggml accumulates in
 	// f32.
 	attnFlashBF16V
+	// attnFlashBF16: flash attention over a bf16 K and V cache, which embed-stack's
+	// own kernel computes (accel.c, es_flash_attn) where the CPU has AVX512_BF16: the
+	// CPU's long context there (see Open).
+	attnFlashBF16
 )
 
 // check refuses Config fields out of range before anything is loaded; the checks

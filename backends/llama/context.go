@@ -13,7 +13,7 @@ import (
 
 // contextSize is the kernel and sizes of one llama.cpp context, as resolve chose them.
 type contextSize struct {
-	kernel      attentionKind // attnPlain, attnFlash or attnFlashBF16V
+	kernel      attentionKind // attnPlain, attnFlash, attnFlashBF16V or attnFlashBF16
 	ctxTokens   int           // longest sequence, and the token budget of a round
 	batchTokens int           // tokens per decode call
 	maxSeqs     int           // sequences per round; seq id maxSeqs is the padding token's
@@ -109,6 +109,10 @@ func setKernel(cp *C.struct_llama_context_params, k attentionKind) {
 		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
 	case attnFlashBF16V:
 		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+		cp.type_v = C.GGML_TYPE_BF16
+	case attnFlashBF16:
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+		cp.type_k = C.GGML_TYPE_BF16
 		cp.type_v = C.GGML_TYPE_BF16
 	}
 }

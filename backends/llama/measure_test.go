@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/internal/reference"
 	"github.com/embed-stack/embed-stack/internal/testenv"
 )
@@ -48,8 +49,10 @@ func TestMeasure(t *testing.T) {
 		cfg.attention = attnFlash
 	case "flash-bf16v":
 		cfg.attention = attnFlashBF16V
+	case "flash-bf16":
+		cfg.attention = attnFlashBF16
 	default:
-		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want hybrid, plain, flash or flash-bf16v", a)
+		t.Fatalf("EMBED_STACK_MEASURE_ATTN=%q: want hybrid, plain, flash, flash-bf16v or flash-bf16", a)
 	}
 	// EMBED_STACK_MEASURE_POOL=graph has llama.cpp pool an encoder's sequences
 	// (its context's pooling_type) instead of the engine; 31 sequences a round,
@@ -136,6 +139,8 @@ func (a attentionKind) String() string {
 		return "flash"
 	case attnFlashBF16V:
 		return "flash-bf16v"
+	case attnFlashBF16:
+		return "flash-bf16"
 	}
 	return "hybrid"
 }
@@ -318,7 +323,7 @@ func TestMeasureWarmUp(t *testing.T) {
 // of a run of one repeated token and of random tokens of each length in
 // EMBED_STACK_MEASURE_PRECISION (comma-separated), embedded the way Open does and,
 // for comparison, with every kernel named in EMBED_STACK_MEASURE_ATTN (plain,
-// flash, flash-bf16v; comma-separated). The reference of 32768 tokens takes minutes.
+// flash, flash-bf16v, flash-bf16; comma-separated). The reference of 32768 tokens takes minutes.
 func TestMeasurePrecision(t *testing.T) {
 	spec := testenv.Get("EMBED_STACK_MEASURE_PRECISION")
 	if spec == "" {
@@ -333,6 +338,8 @@ func TestMeasurePrecision(t *testing.T) {
 			kinds = append(kinds, attnFlash)
 		case "flash-bf16v":
 			kinds = append(kinds, attnFlashBF16V)
+		case "flash-bf16":
+			kinds = append(kinds, attnFlashBF16)
 		}
 	}
 	ref, err := reference.Load(modelFile(t, tinyModel))
@@ -369,4 +376,32 @@ func TestMeasurePrecision(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMeasureFlashAttention times embed-stack's flash attention (es_flash_attn) on
+// one decode call of a long sequence of the 0.6B shape: EMBED_STACK_MEASURE_FA=N
+// queries (a call's tokens) over N.. cells (EMBED_STACK_MEASURE_FA_CELLS, 4096 by
+// default), 16 heads over 8 KV heads of 128, causal, on EMBED_STACK_BENCH_THREADS
+// threads (2 by default), and prints its GFLOP/s (the scores and the product with
+// V over the cells each query sees, two FLOPs a multiply-add).
+func TestMeasureFlashAttention(t *testing.T) {
+	n := testenv.Int(t, "EMBED_STACK_MEASURE_FA", 0)
+	if n == 0 {
+		t.Skip("set EMBED_STACK_MEASURE_FA to measure (see the doc comment)")
+	}
+	bf16Kernels(t)
+	cells := testenv.Int(t, "EMBED_STACK_MEASURE_FA_CELLS", 4096)
+	threads := testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 2)
+	setupAccel(backends.CPUAccelAuto)
+	a := accelAttention{Dim: 128, Cells: cells, QTokens: n, Heads: 16, KVHeads: 8}
+	a.Timed = &struct {
+		Runs    int
+		Seconds float64
+	}{Runs: 20}
+	if _, _, _, ok := accelFlashAttn(a, threads, 1); !ok {
+		t.Fatal("refused")
+	}
+	seen := float64(n)*float64(cells-n) + float64(n)*float64(n+1)/2
+	flops := 4 * seen * 128 * 16
+	t.Logf("%d queries over %d cells, %d threads: %.2f ms, %.0f GFLOP/s", n, cells, threads, a.Timed.Seconds*1e3, flops/a.Timed.Seconds/1e9)
 }

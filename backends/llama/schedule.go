@@ -1,6 +1,11 @@
 package llama
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/gguf"
+)
 
 // schedule is how an engine batches its work on one kind of device: the defaults
 // of the Config fields left at 0, and the kernel and split that no Config field
@@ -74,6 +79,20 @@ var gpuSchedule = schedule{
 	short:          attnFlash,
 	long:           attnFlash,
 	threads:        func() int { return min(4, runtime.NumCPU()) },
+}
+
+// cpuLong gives a CPU schedule the long-sequence kernel of this host and model:
+// embed-stack's flash attention over a BF16 KV cache (attnFlashBF16) where its
+// kernels compute it (AVX512_BF16, heads of widths they take), the plain kernel
+// elsewhere. Measured on the 0.6B shape (AMD EPYC Zen 5, 2 threads): one 4096-token
+// input in 9.3 to 10.6 s against 18.0 to 23.4 s with the plain kernel, which
+// spent two thirds of its time writing, normalising and reading back the scores
+// (docs/performance.md).
+func cpuLong(s schedule, device backends.Device, shape gguf.Shape) schedule {
+	if !device.GPU && s.long == attnPlain && accelFlashBF16(shape) {
+		s.long = attnFlashBF16
+	}
+	return s
 }
 
 // scheduleFor returns the schedule of a device: gpu is backends.Device.GPU.
