@@ -288,7 +288,8 @@ func (p *Process) Ready(baseURL string, timeout time.Duration) error {
 		case <-p.done:
 			return fmt.Errorf("%s exited before ready: %v", p.Cmd.Path, p.err)
 		case <-deadline.C:
-			return fmt.Errorf("GET %s/ready not 200 after %s (last: %s)", baseURL, timeout, last)
+			return fmt.Errorf("GET %s/ready not 200 after %s (last: %s)\n%s\nprocesses:\n%s", baseURL, timeout, last,
+				healthOf(client, baseURL), ProcessTree(p.Cmd.Process.Pid))
 		case <-tick.C:
 			resp, err := client.Get(baseURL + "/ready")
 			if err != nil {
@@ -303,6 +304,80 @@ func (p *Process) Ready(baseURL string, timeout time.Duration) error {
 			last = resp.Status
 		}
 	}
+}
+
+// healthOf is GET baseURL/health's status and body (its first 2 KiB), for a message
+// about a server that did not become ready: what it says of its workers.
+func healthOf(client *http.Client, baseURL string) string {
+	resp, err := client.Get(baseURL + "/health")
+	if err != nil {
+		return "GET /health: " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 2<<10))
+	return fmt.Sprintf("GET /health: %s %s", resp.Status, bytes.TrimSpace(body))
+}
+
+// ProcessTree describes pid and its descendants from /proc, for a test that timed
+// out waiting on them: each process's command line and state, and how many of its
+// threads are in each state and kernel wait channel, so that a silent worker shows
+// whether it computes (R), sleeps on a lock or a read (S, with the wchan), or was
+// stopped (T). Where /proc is missing (macOS) it says so.
+func ProcessTree(pid int) string {
+	var b strings.Builder
+	var walk func(pid, depth int)
+	walk = func(pid, depth int) {
+		indent := strings.Repeat("  ", depth)
+		dir := fmt.Sprintf("/proc/%d", pid)
+		stat, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			fmt.Fprintf(&b, "%spid %d: %v\n", indent, pid, err)
+			return
+		}
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		fmt.Fprintf(&b, "%spid %d, state %s: %s\n", indent, pid, procState(stat),
+			strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "))
+		tasks, _ := os.ReadDir(dir + "/task")
+		states := map[string]int{}
+		var children []string
+		for _, t := range tasks {
+			td := dir + "/task/" + t.Name()
+			ts, err := os.ReadFile(td + "/stat")
+			if err != nil {
+				continue
+			}
+			wchan, _ := os.ReadFile(td + "/wchan")
+			states[procState(ts)+" in "+cmp.Or(strings.TrimSpace(string(wchan)), "-")]++
+			c, _ := os.ReadFile(td + "/children")
+			children = append(children, strings.Fields(string(c))...)
+		}
+		keys := make([]string, 0, len(states))
+		for k := range states {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s  threads %s: %d\n", indent, k, states[k])
+		}
+		for _, c := range children {
+			var child int
+			if _, err := fmt.Sscan(c, &child); err == nil && depth < 4 {
+				walk(child, depth+1)
+			}
+		}
+	}
+	walk(pid, 0)
+	return b.String()
+}
+
+// procState is the state letter of a /proc stat line (the field after the command
+// name, which may itself hold spaces and parentheses).
+func procState(stat []byte) string {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return "?"
+	}
+	return string(stat[i+2])
 }
 
 // WaitReady is Ready for a test, which it fails with the process's output.
