@@ -19,6 +19,7 @@ var hosts = []struct {
 }{
 	{"zen3-avx2.cpuinfo", "amd64", "haswell"},
 	{"zen5-avx512.cpuinfo", "amd64", "zen4"},
+	{"emeraldrapids-noamx.cpuinfo", "amd64", "zen4"},
 	{"sapphirerapids-amx.cpuinfo", "amd64", "sapphirerapids"},
 	{"skylakex-avx512.cpuinfo", "amd64", "skylakex"},
 	{"sandybridge-avx.cpuinfo", "amd64", "sandybridge"},

@@ -39,20 +39,23 @@ func TestProcessTree(t *testing.T) {
 	if err := syscall.Kill(child, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	var out string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		out = ProcessTree(sh)
-		if strings.Contains(out, fmt.Sprintf("  pid %d, state T: sleep 30\n", child)) || time.Now().After(deadline) {
-			break
-		}
-	}
-	for _, want := range []string{
+	// The stopped child's SIGCHLD wakes the shell for a moment (state R), after
+	// which it sleeps in wait again: read the tree until both states are in it.
+	want := []string{
 		fmt.Sprintf("pid %d, state S: sh -c sleep 30 & wait\n", sh),
 		fmt.Sprintf("\n  pid %d, state T: sleep 30\n", child),
 		"\n    threads T in ",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("ProcessTree(%d) lacks %q:\n%s", sh, want, out)
+	}
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		out = ProcessTree(sh)
+		if strings.Contains(out, want[0]) && strings.Contains(out, want[1]) || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("ProcessTree(%d) lacks %q:\n%s", sh, w, out)
 		}
 	}
 	if got := ProcessTree(1 << 30); !strings.Contains(got, fmt.Sprintf("pid %d: ", 1<<30)) {
