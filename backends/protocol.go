@@ -118,6 +118,10 @@ type Device struct {
 	// "AVX512_BF16", ...: cpuvariant.Choice.Features), from which serve decides
 	// whether converting F16 weights to BF16 pays (package weights).
 	CPUFeatures []string `json:"cpu_features,omitempty"`
+	// CPUVendor is the CPU's vendor_id ("GenuineIntel", "AuthenticAMD"; x86
+	// only): the same instructions run at different rates on different vendors'
+	// cores, which package weights weighs too.
+	CPUVendor string `json:"cpu_vendor,omitempty"`
 	// CPUAccel names embed-stack's own CPU kernels when they compute part of
 	// the model ("embed-stack kernels (AVX-512)"; "(AVX-512, BF16)" where they
 	// multiply BF16 weights too); empty when off (--cpu-accel),

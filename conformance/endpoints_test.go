@@ -40,6 +40,7 @@ func TestHealthAndReady(t *testing.T) {
 					CPUVariant     string   `json:"cpu_variant"`
 					CPUVariantNote string   `json:"cpu_variant_note"`
 					CPUFeatures    []string `json:"cpu_features"`
+					CPUVendor      string   `json:"cpu_vendor"`
 					// embed-stack's own CPU kernels, when registered (--cpu-accel).
 					CPUAccel string `json:"cpu_accel"`
 					// Whether those kernels multiply BF16 weights.

@@ -135,7 +135,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 	// not only in the schemathesis run of make test-openapi.
 	gpuDev := backends.Device{Name: "CUDA0", Description: "NVIDIA H200", Backend: "CUDA", GPU: true, GPULayers: 29,
 		MemoryTotal: 150 << 30, MemoryFree: 140 << 30, Note: "n", CPUVariant: "zen4", CPUVariantNote: "n",
-		CPUFeatures: []string{"AVX512", "AVX512_BF16"}, CPUAccel: "embed-stack kernels (AVX-512, BF16)", CPUAccelBF16: true, Warning: "w"}
+		CPUFeatures: []string{"AVX512", "AVX512_BF16"}, CPUVendor: "AuthenticAMD", CPUAccel: "embed-stack kernels (AVX-512, BF16)", CPUAccelBF16: true, Warning: "w"}
 	for v, i := reflect.ValueOf(gpuDev), 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {
 			t.Fatalf("backends.Device.%s is not set in this test: set it, so that GET /health is checked against the document with it", v.Type().Field(i).Name)

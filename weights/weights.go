@@ -11,9 +11,13 @@
 // kernels ran about 1.5 × F16 on 8 × 128 and 1.7 × on 32 × 128 (the 0.6B shape),
 // with vectors at cosine ≥ 0.9999 to the float64 reference; on CPUs without AVX-512
 // BF16 ggml multiplies BF16 by widening it to float32, with nothing to gain, and on
-// a GPU the backend's own kernels decide. So Auto converts F16 matrices where the
-// workers' CPU kernels have AVX512_BF16 and the model runs on the CPU, and nowhere
-// else. It keeps F32 (a precision the user chose) and Q8_0 (a size the user chose:
+// a GPU the backend's own kernels decide. On an Intel Emerald Rapids (AVX-512 BF16,
+// 2 cores) the same conversion ran 0.79 × the F16 file on one short input and 0.95
+// to 0.98 × on batches (medians, "An Intel host without AMX"), as Intel's cores
+// run vdpbf16ps no faster than their float32 FMAs (AMD's Zen 4 and 5 run it at
+// twice their rate). So Auto converts F16 matrices where the workers' CPU kernels
+// have AVX512_BF16, the CPU is not Intel's, and the model runs on the CPU, and
+// nowhere else. It keeps F32 (a precision the user chose) and Q8_0 (a size the user chose:
 // BF16 takes 1.9 times it, on disk and in memory, though it ran twice as fast on
 // batches on the Zen 5). BF16 converts those too, for a user who wants the speed;
 // Q8_0's values (int8 times an F16 scale, up to 19 significant bits) are then
@@ -203,11 +207,17 @@ func keepType(r Result) Result {
 // (Auto's rule), and why or why not: only on the CPU, where the kernels that take
 // the weight products multiply BF16 with AVX-512 BF16's dot products. Those are
 // embed-stack's own where they do (dev.CPUAccelBF16: they take every BF16 matrix,
-// whichever ggml variant runs the rest), else ggml's variant's.
+// whichever ggml variant runs the rest), else ggml's variant's. Not on Intel's
+// CPUs, whose cores run those dot products at the rate of their float32 FMAs:
+// there BF16 computed no faster than F16 (docs/performance.md, "An Intel host
+// without AMX"), and F16 keeps three more significand bits.
 func PaysOff(dev *backends.Device) (why string, ok bool) {
+	bf16 := dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16)
 	switch {
 	case dev.GPU:
 		return "the model runs on a GPU (" + dev.Name + ")", false
+	case bf16 && dev.CPUVendor == cpuvariant.VendorIntel:
+		return "Intel's cores run AVX-512 BF16's dot products no faster than their float32 FMAs, so BF16 weights compute no faster than F16 here, and F16 keeps 3 more bits", false
 	case dev.CPUAccelBF16:
 		return fmt.Sprintf("%s multiply BF16 with AVX512_BF16", dev.CPUAccel), true
 	case !slices.Contains(dev.CPUFeatures, cpuvariant.BF16):

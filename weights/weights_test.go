@@ -40,14 +40,15 @@ func kernelsOn(t *testing.T, file, choice string, builtin []string) *backends.De
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &backends.Device{Name: "CPU", Backend: "CPU", CPUVariant: c.Name(), CPUFeatures: c.Features}
+	return &backends.Device{Name: "CPU", Backend: "CPU", CPUVariant: c.Name(), CPUFeatures: c.Features, CPUVendor: c.Vendor}
 }
 
 // TestPaysOffOnRecordedHosts is Auto's rule against the recorded /proc/cpuinfo of
 // each CPU class: BF16 where the kernels the workers get have AVX-512 BF16 (Zen 5
-// and Sapphire Rapids through their variants, or a native build on Zen 5), never
-// on AVX2 or AVX-512 without BF16, never with a variant forced that lacks it, and
-// never on a GPU.
+// through its variant, or a native build on Zen 5), never on Intel's CPUs (Sapphire
+// and Emerald Rapids: their BF16 dot products run at the rate of their float
+// FMAs), never on AVX2 or AVX-512 without BF16, never with a variant forced that
+// lacks it, and never on a GPU.
 func TestPaysOffOnRecordedHosts(t *testing.T) {
 	native := []string{"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "LLAMAFILE"}
 	tests := []struct {
@@ -56,7 +57,9 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 		want         bool
 	}{
 		{"zen5-avx512.cpuinfo", "", portable, true},                // zen4
-		{"sapphirerapids-amx.cpuinfo", "", portable, true},         // sapphirerapids
+		{"sapphirerapids-amx.cpuinfo", "", portable, false},        // sapphirerapids, Intel
+		{"emeraldrapids-noamx.cpuinfo", "", portable, false},       // zen4, Intel
+		{"emeraldrapids-noamx.cpuinfo", "", native, false},         // builtin, Intel
 		{"zen5-avx512.cpuinfo", "", native, true},                  // builtin, -march=native
 		{"zen5-avx512.cpuinfo", "haswell", portable, false},        // forced AVX2
 		{"zen5-avx512.cpuinfo", "icelake", portable, false},        // forced, AVX-512 without BF16
@@ -88,6 +91,11 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 	esk.CPUAccelBF16 = false
 	if why, ok := PaysOff(esk); ok || !strings.Contains(why, "lack AVX512_BF16 and embed-stack's kernels do not multiply BF16 here") {
 		t.Errorf("haswell, embed-stack's kernels without BF16 products: %t (%s), want false", ok, why)
+	}
+	intel := kernelsOn(t, "emeraldrapids-noamx.cpuinfo", "", portable)
+	intel.CPUAccel, intel.CPUAccelBF16 = "embed-stack kernels (AVX-512, BF16)", true
+	if why, ok := PaysOff(intel); ok || !strings.HasPrefix(why, "Intel's cores run AVX-512 BF16's dot products no faster") {
+		t.Errorf("Emerald Rapids with embed-stack's BF16 products: %t (%s), want false", ok, why)
 	}
 	esk.CPUAccelBF16, esk.GPU, esk.Name = true, true, "CUDA0"
 	if _, ok := PaysOff(esk); ok {

@@ -278,7 +278,13 @@ type Choice struct {
 	// asks of the kernels, such as whether BF16 weights take AVX-512 BF16's dot
 	// products (package weights), it reads here.
 	Features []string
+	// Vendor is the host's CPU vendor (Host.Vendor), passed on to whoever
+	// decides from the kernels' features what pays on this CPU.
+	Vendor string
 }
+
+// VendorIntel is the vendor_id of Intel's x86 CPUs.
+const VendorIntel = "GenuineIntel"
 
 // BF16 is the ggml feature of kernels that multiply BF16 weights with AVX-512
 // BF16's dot-product instruction (vdpbf16ps).
@@ -299,6 +305,7 @@ func Choose(r Request) (Choice, error) {
 	c, err := choose(r)
 	if err == nil {
 		c.Features = kernelFeatures(c.Variant, r.Builtin)
+		c.Vendor = r.Host.Vendor
 	}
 	return c, err
 }

@@ -246,15 +246,23 @@ func TestDamagedWarning(t *testing.T) {
 
 func TestParseCPUInfo(t *testing.T) {
 	h := readHost(t, "zen3-avx2.cpuinfo", "amd64")
-	if h.Model != "AMD EPYC" || !h.Flags["avx2"] || h.Flags["avx512f"] || len(h.Flags) < 50 {
-		t.Fatalf("zen3: %q, %d flags", h.Model, len(h.Flags))
+	if h.Model != "AMD EPYC" || h.Vendor != "AuthenticAMD" || !h.Flags["avx2"] || h.Flags["avx512f"] || len(h.Flags) < 50 {
+		t.Fatalf("zen3: %q of %q, %d flags", h.Model, h.Vendor, len(h.Flags))
+	}
+	h = readHost(t, "emeraldrapids-noamx.cpuinfo", "amd64")
+	if h.Vendor != VendorIntel || h.Family != "6" || h.ModelNumber != "207" || !h.Flags["avx512_bf16"] || h.Flags["amx_tile"] {
+		t.Fatalf("emerald rapids: %+v", h)
+	}
+	c, err := Choose(Request{Host: h, Present: []string{"zen4"}, Builtin: builtinV2})
+	if err != nil || c.Name() != "zen4" || c.Vendor != VendorIntel {
+		t.Fatalf("emerald rapids: %+v, %v; want zen4 with the host's vendor", c, err)
 	}
 	h = ParseCPUInfo("amd64", "processor\t: 0\nmodel name\t: A\nflags\t\t: avx2\n\nprocessor\t: 1\nmodel name\t: B\nflags\t\t: avx512f\n")
 	if h.Model != "A" || !h.Flags["avx2"] || h.Flags["avx512f"] {
 		t.Fatalf("second processor read: %+v", h)
 	}
 	h = readHost(t, "neoversev1-i8mm.cpuinfo", "arm64")
-	if !h.Flags["i8mm"] || !h.Flags["asimddp"] || h.Model != "" {
+	if !h.Flags["i8mm"] || !h.Flags["asimddp"] || h.Model != "" || h.Vendor != "" {
 		t.Fatalf("arm64: %+v", h)
 	}
 }

@@ -12,6 +12,10 @@ type Host struct {
 	Arch string
 	// Model is the CPU's name ("AMD EPYC 9B45"), for messages; may be empty.
 	Model string
+	// Vendor is x86's "vendor_id" (VendorIntel, "AuthenticAMD"); empty elsewhere.
+	// Kernels of one instruction set run at different rates on different
+	// vendors' cores (package weights reads it: BF16 dot products).
+	Vendor string
 	// Family and ModelNumber are x86's "cpu family" and "model" ("26", "2"),
 	// which tell CPU generations apart where the name does not; empty elsewhere.
 	Family, ModelNumber string
@@ -43,6 +47,8 @@ func ParseCPUInfo(arch, text string) Host {
 			}
 		case "model name":
 			h.Model = v
+		case "vendor_id":
+			h.Vendor = v
 		case "cpu family":
 			h.Family = v
 		case "model":

@@ -243,7 +243,7 @@ func selectDevice(name, dir string, explicitDir bool, cpuVariant string) (C.ggml
 	}
 	dev, info, err := selectGPU(kind, index, name, dir, explicitDir)
 	info.CPUVariant, info.CPUVariantNote, info.Warning = cpu.Name(), cpu.Note, cpu.Warning
-	info.CPUFeatures = cpu.Features
+	info.CPUFeatures, info.CPUVendor = cpu.Features, cpu.Vendor
 	return dev, info, err
 }
 
