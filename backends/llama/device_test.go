@@ -11,7 +11,9 @@ import (
 
 	"golang.org/x/sys/cpu"
 
+	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/hostmem"
 )
 
@@ -181,6 +183,34 @@ func TestOpenRefusesMissingGPU(t *testing.T) {
 	}
 	if _, err := Open(Config{ModelPath: modelFile(t, tinyModel), Device: "tpu"}); err == nil || !strings.Contains(err.Error(), `device "tpu" is not one of auto, cpu, cuda, cuda:N (N = 0, 1, ...) or metal`) {
 		t.Errorf("Open(tpu) err = %v, want the list of device names", err)
+	}
+}
+
+// TestCPULongByVendor: cpuLong gives the long context embed-stack's flash
+// attention only where its kernels take the shape and the CPU is not Intel's
+// (whose cores ran it at half the plain kernel's speed), whichever host runs the
+// test; a GPU keeps its own schedule.
+func TestCPULongByVendor(t *testing.T) {
+	setupAccel(backends.CPUAccelAuto)
+	shape := gguf.Shape{KeyLength: 128, ValueLength: 128}
+	flash := accelFlashBF16(shape)
+	if want := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16; flash != want {
+		t.Fatalf("accelFlashBF16(heads of 128) = %t on a CPU with AVX-512F and AVX512_BF16 %t", flash, want)
+	}
+	for _, tt := range []struct {
+		dev  backends.Device
+		want attentionKind
+	}{
+		{backends.Device{Name: "CPU", CPUVendor: "AuthenticAMD"}, map[bool]attentionKind{true: attnFlashBF16, false: attnPlain}[flash]},
+		{backends.Device{Name: "CPU"}, map[bool]attentionKind{true: attnFlashBF16, false: attnPlain}[flash]},
+		{backends.Device{Name: "CPU", CPUVendor: cpuvariant.VendorIntel}, attnPlain},
+	} {
+		if got := cpuLong(cpuSchedule, tt.dev, shape).long; got != tt.want {
+			t.Errorf("cpuLong on vendor %q: long kernel %v, want %v", tt.dev.CPUVendor, got, tt.want)
+		}
+	}
+	if got := cpuLong(gpuSchedule, backends.Device{Name: "CUDA0", GPU: true, CPUVendor: "AuthenticAMD"}, shape).long; got != gpuSchedule.long {
+		t.Errorf("cpuLong on a GPU: long kernel %v, want the GPU schedule's %v", got, gpuSchedule.long)
 	}
 }
 
