@@ -79,7 +79,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale soak-cache vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test bf16-rate cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale soak-cache vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -547,6 +547,13 @@ portable:
 # the dotprod or i8mm one on arm64), so that each host tests the kernels its users
 # get. The others are compiled (at -O0) by deploy's TestCPUVariantsCompile.
 TEST_CPU_VARIANT ?= $(shell CGO_ENABLED=0 $(GO) run ./tools/cpuvariant-best 2>/dev/null)
+# The rate of this core's BF16 dot product against its float32 FMAs, which decides
+# the arithmetic of embed-stack's BF16 kernels (tools/bf16-rate/rate.c).
+bf16-rate:
+	@mkdir -p .cache
+	$(CC) -O2 -o .cache/bf16-rate tools/bf16-rate/rate.c
+	.cache/bf16-rate
+
 cpu-variant-test:
 	$(if $(TEST_CPU_VARIANT),$(MAKE) cpu-variants CPU_VARIANTS=$(TEST_CPU_VARIANT),@echo "this CPU runs no CPU kernel variant: none to build for the tests")
 

@@ -11,12 +11,14 @@
 // kernels ran about 1.5 × F16 on 8 × 128 and 1.7 × on 32 × 128 (the 0.6B shape),
 // with vectors at cosine ≥ 0.9999 to the float64 reference; on CPUs without AVX-512
 // BF16 ggml multiplies BF16 by widening it to float32, with nothing to gain, and on
-// a GPU the backend's own kernels decide. On an Intel Emerald Rapids (AVX-512 BF16,
-// 2 cores) the same conversion ran 0.79 × the F16 file on one short input and 0.95
-// to 0.98 × on batches (medians, "An Intel host without AMX"), as Intel's cores
-// run vdpbf16ps no faster than their float32 FMAs (AMD's Zen 4 and 5 run it at
-// twice their rate). So Auto converts F16 matrices where the workers' CPU kernels
-// have AVX512_BF16, the CPU is not Intel's, and the model runs on the CPU, and
+// a GPU the backend's own kernels decide. Intel's cores (an Emerald Rapids, AVX-512
+// BF16, 2 cores) run vdpbf16ps at half the arithmetic of their float32 FMAs (AMD's
+// Zen 4 and 5 at twice it): there BF16 through dot products ran 0.79 × the F16 file
+// on one short input and 0.95 to 0.98 × on batches, and through embed-stack's
+// kernels in FMAs over the widened values 1.2 to 1.4 × on batches ("An Intel host
+// without AMX"). So Auto converts F16 matrices where the model runs on the CPU and
+// the kernels that take its products multiply BF16 faster: embed-stack's own on a
+// CPU with AVX512_BF16, or ggml's variant with AVX512_BF16 on a CPU not Intel's;
 // nowhere else. It keeps F32 (a precision the user chose) and Q8_0 (a size the user chose:
 // BF16 takes 1.9 times it, on disk and in memory, though it ran twice as fast on
 // batches on the Zen 5). BF16 converts those too, for a user who wants the speed;
@@ -205,22 +207,27 @@ func keepType(r Result) Result {
 
 // PaysOff says whether converting F16 matrices to BF16 speeds up workers on dev
 // (Auto's rule), and why or why not: only on the CPU, where the kernels that take
-// the weight products multiply BF16 with AVX-512 BF16's dot products. Those are
-// embed-stack's own where they do (dev.CPUAccelBF16: they take every BF16 matrix,
-// whichever ggml variant runs the rest), else ggml's variant's. Not on Intel's
-// CPUs, whose cores run those dot products at the rate of their float32 FMAs:
-// there BF16 computed no faster than F16 (docs/performance.md, "An Intel host
-// without AMX"), and F16 keeps three more significand bits.
+// the weight products multiply BF16 faster than ggml multiplies F16. Those are
+// embed-stack's own where they take BF16 products (dev.CPUAccelBF16: every BF16
+// matrix, whichever ggml variant runs the rest): AVX512_BF16's dot products on
+// AMD's cores, float32 FMAs over the widened values on Intel's, whose dot products
+// do half the arithmetic of their FMAs (on an Emerald Rapids the 0.6B shape's
+// batches ran 1.2 to 1.4 times the F16 file's speed that way, against 0.95 to 0.98
+// with the dot products). Else ggml's variant's, which multiply BF16 with dot
+// products only, so not on Intel's CPUs (about even with F16 there; F16 keeps
+// three more significand bits). docs/performance.md, "An Intel host without AMX".
 func PaysOff(dev *backends.Device) (why string, ok bool) {
-	bf16 := dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16)
+	bf16 := slices.Contains(dev.CPUFeatures, cpuvariant.BF16)
 	switch {
 	case dev.GPU:
 		return "the model runs on a GPU (" + dev.Name + ")", false
-	case bf16 && dev.CPUVendor == cpuvariant.VendorIntel:
-		return "Intel's cores run AVX-512 BF16's dot products no faster than their float32 FMAs, so BF16 weights compute no faster than F16 here, and F16 keeps 3 more bits", false
+	case dev.CPUAccelBF16 && dev.CPUVendor == cpuvariant.VendorIntel:
+		return fmt.Sprintf("%s multiply BF16 in float32 FMAs, faster than ggml's F16 products on Intel's cores", dev.CPUAccel), true
 	case dev.CPUAccelBF16:
 		return fmt.Sprintf("%s multiply BF16 with AVX512_BF16", dev.CPUAccel), true
-	case !slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
+	case bf16 && dev.CPUVendor == cpuvariant.VendorIntel:
+		return fmt.Sprintf("the CPU kernels (%s) multiply BF16 with AVX-512 BF16's dot products, which Intel's cores run at half the arithmetic of their float32 FMAs, so BF16 weights compute no faster than F16 here (embed-stack's kernels, which would multiply BF16 in FMAs, are off: --cpu-accel), and F16 keeps 3 more bits", dev.CPUVariant), false
+	case !bf16:
 		return fmt.Sprintf("the CPU kernels (%s) lack AVX512_BF16 and embed-stack's kernels do not multiply BF16 here (--cpu-accel), so BF16 weights would be widened to float32, not multiplied faster", dev.CPUVariant), false
 	}
 	return fmt.Sprintf("the CPU kernels (%s) multiply BF16 with AVX512_BF16", dev.CPUVariant), true

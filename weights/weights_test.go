@@ -45,9 +45,10 @@ func kernelsOn(t *testing.T, file, choice string, builtin []string) *backends.De
 
 // TestPaysOffOnRecordedHosts is Auto's rule against the recorded /proc/cpuinfo of
 // each CPU class: BF16 where the kernels the workers get have AVX-512 BF16 (Zen 5
-// through its variant, or a native build on Zen 5), never on Intel's CPUs (Sapphire
-// and Emerald Rapids: their BF16 dot products run at the rate of their float
-// FMAs), never on AVX2 or AVX-512 without BF16, never with a variant forced that
+// through its variant, or a native build on Zen 5); on Intel's CPUs (Sapphire and
+// Emerald Rapids: their BF16 dot products do half the arithmetic of their FMAs)
+// only where embed-stack's kernels multiply BF16 (in FMAs), not through ggml's
+// variant; never on AVX2 or AVX-512 without BF16, never with a variant forced that
 // lacks it, and never on a GPU.
 func TestPaysOffOnRecordedHosts(t *testing.T) {
 	native := []string{"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "LLAMAFILE"}
@@ -92,10 +93,16 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 	if why, ok := PaysOff(esk); ok || !strings.Contains(why, "lack AVX512_BF16 and embed-stack's kernels do not multiply BF16 here") {
 		t.Errorf("haswell, embed-stack's kernels without BF16 products: %t (%s), want false", ok, why)
 	}
+	// On Intel's CPUs only embed-stack's kernels (FMAs over widened BF16) pay off,
+	// not ggml's dot products.
 	intel := kernelsOn(t, "emeraldrapids-noamx.cpuinfo", "", portable)
 	intel.CPUAccel, intel.CPUAccelBF16 = "embed-stack kernels (AVX-512, BF16)", true
-	if why, ok := PaysOff(intel); ok || !strings.HasPrefix(why, "Intel's cores run AVX-512 BF16's dot products no faster") {
-		t.Errorf("Emerald Rapids with embed-stack's BF16 products: %t (%s), want false", ok, why)
+	if why, ok := PaysOff(intel); !ok || why != "embed-stack kernels (AVX-512, BF16) multiply BF16 in float32 FMAs, faster than ggml's F16 products on Intel's cores" {
+		t.Errorf("Emerald Rapids with embed-stack's BF16 products: %t (%s), want true", ok, why)
+	}
+	intel.CPUAccel, intel.CPUAccelBF16 = "", false
+	if why, ok := PaysOff(intel); ok || !strings.Contains(why, "which Intel's cores run at half the arithmetic of their float32 FMAs") {
+		t.Errorf("Emerald Rapids, --cpu-accel off: %t (%s), want false", ok, why)
 	}
 	esk.CPUAccelBF16, esk.GPU, esk.Name = true, true, "CUDA0"
 	if _, ok := PaysOff(esk); ok {

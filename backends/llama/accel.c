@@ -38,6 +38,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu.h"
@@ -732,9 +735,21 @@ static int es_bf16_packed_mark;
 // Whether this CPU has AVX512_BF16 and the device uses its AVX-512 kernels.
 static bool es_accel_bf16;
 
+// Whether the BF16 operations (products with BF16 weights, flash attention over a
+// BF16 cache) compute in float32 FMAs over values widened from BF16
+// (es_bf16_fma_tile, es_fa_tile_fma) rather than in AVX512_BF16's dot products:
+// on Intel's CPUs, whose VDPBF16PS does half the arithmetic of their FMAs in the
+// same time (es_accel_set_bf16_fma forces either).
+static atomic_int es_bf16_fma;
+static int es_bf16_fma_forced = -1;
+
 // Matrices repacked on the calling thread: es_model_load reads it around a model's
 // load to tell whether the device holds that model's weights.
 static _Thread_local long es_bf16_packed_here;
+
+// Whether the calling thread is in es_model_load: the device offers its own buffer
+// type (es_buft) to the model loader only (es_dev_get_buffer_type).
+static _Thread_local bool es_loading_model;
 
 // A file whose BF16 matrices are already panels (a copy package weights converted
 // for these kernels) names them under ES_PANELS_KEY, with ES_PANEL under
@@ -910,6 +925,7 @@ static void es_bf16_unpack(char *w, size_t w_row, const uint16_t *src, int64_t K
 struct es_bmm {
 	const struct ggml_tensor *x; // the F32 operand, rows of K values at any strides
 	uint32_t *a;                 // x in BF16 pairs, M rows of K/2
+	float *af;                   // with es_bf16_fma, x rounded to BF16 as floats in blocks of ES_BF16_MR rows, K-major; else NULL
 	char *d;                     // rows of N floats, d_row bytes apart
 	size_t d_row;
 	int64_t M, K, N;
@@ -959,6 +975,54 @@ es_bf16_rows(int mr, const uint32_t *a, int64_t lda, const uint16_t *b, int64_t 
 	}
 }
 
+// es_bf16_fma_tile is es_bf16_tile in float32 FMAs (es_bf16_fma: Intel's cores,
+// whose VDPBF16PS does half the arithmetic of their FMAs in the same time; on an
+// Emerald Rapids core 83 against 172 GFLOP/s). Per pair of K values the panel's two
+// vectors are widened to four (a BF16 value is a float32's upper half: the even K
+// value shifted up, the odd one masked), and each row's two values of A, rounded to
+// BF16 as for es_bf16_tile and widened, are broadcast from af: A's block of
+// ES_BF16_MR rows K-major (af[k][r]), so that every row is one constant offset
+// from one pointer. The products are exact in float32, as the dot products' are.
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+es_bf16_fma_tile(const int mr, const float *af, const uint16_t *b, int64_t K2, float *const *drow, __mmask16 m0,
+                 __mmask16 m1) {
+	__m512 acc[ES_BF16_MR][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm512_setzero_ps();
+		acc[r][1] = _mm512_setzero_ps();
+	}
+	const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+	for (int64_t kp = 0; kp < K2; kp++) {
+		__m512i p0 = _mm512_load_si512(b + kp * 64), p1 = _mm512_load_si512(b + kp * 64 + 32);
+		__m512 b0e = _mm512_castsi512_ps(_mm512_slli_epi32(p0, 16));
+		__m512 b0o = _mm512_castsi512_ps(_mm512_and_si512(p0, hi));
+		__m512 b1e = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16));
+		__m512 b1o = _mm512_castsi512_ps(_mm512_and_si512(p1, hi));
+		const float *a = af + kp * 2 * ES_BF16_MR;
+		for (int r = 0; r < mr; r++) {
+			__m512 ae = _mm512_set1_ps(a[r]), ao = _mm512_set1_ps(a[ES_BF16_MR + r]);
+			acc[r][0] = _mm512_fmadd_ps(ao, b0o, _mm512_fmadd_ps(ae, b0e, acc[r][0]));
+			acc[r][1] = _mm512_fmadd_ps(ao, b1o, _mm512_fmadd_ps(ae, b1e, acc[r][1]));
+		}
+	}
+	for (int r = 0; r < mr; r++) {
+		_mm512_mask_storeu_ps(drow[r], m0, acc[r][0]);
+		_mm512_mask_storeu_ps(drow[r] + 16, m1, acc[r][1]);
+	}
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+es_bf16_fma_rows(int mr, const float *af, const uint16_t *b, int64_t K2, float *const *drow, __mmask16 m0, __mmask16 m1) {
+	switch (mr) {
+#define ES_BF16_CASE(R) \
+	case R: es_bf16_fma_tile(R, af, b, K2, drow, m0, m1); break;
+	ES_BF16_CASE(12) ES_BF16_CASE(11) ES_BF16_CASE(10) ES_BF16_CASE(9) ES_BF16_CASE(8) ES_BF16_CASE(7)
+	ES_BF16_CASE(6) ES_BF16_CASE(5) ES_BF16_CASE(4) ES_BF16_CASE(3) ES_BF16_CASE(2)
+#undef ES_BF16_CASE
+	default: es_bf16_fma_tile(1, af, b, K2, drow, m0, m1); break;
+	}
+}
+
 // es_bf16_convert writes n floats (n even) as n/2 pairs of BF16, rounding to
 // nearest even as ggml's conversion does.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
@@ -988,6 +1052,16 @@ static void es_bf16_convert_task(void *arg, int task, int thread) {
 		const float *row = (const float *)((const char *)x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
 #if ES_ACCEL_X86
 		es_bf16_convert(mm->a + r * (mm->K / 2), row, mm->K);
+		if (mm->af != NULL) {
+			// rounded as for the dot products, then widened into the row's block
+			const uint32_t *pairs = mm->a + r * (mm->K / 2);
+			float *blk = mm->af + (r / ES_BF16_MR) * mm->K * ES_BF16_MR + r % ES_BF16_MR;
+			for (int64_t kp = 0; kp < mm->K / 2; kp++) {
+				uint32_t lo = pairs[kp] << 16, hi = pairs[kp] & 0xFFFF0000u;
+				memcpy(blk + (2 * kp) * ES_BF16_MR, &lo, sizeof(float));
+				memcpy(blk + (2 * kp + 1) * ES_BF16_MR, &hi, sizeof(float));
+			}
+		}
 #else
 		(void)row; // never registered without the x86 kernels
 #endif
@@ -1024,7 +1098,11 @@ static void es_bf16_task(void *arg, int task, int thread) {
 				drow[r] = (float *)(mm->d + (size_t)(m + r) * mm->d_row) + n0;
 			}
 #if ES_ACCEL_X86
-			es_bf16_rows(mr, mm->a + m * K2, K2, b, K2, drow, m0, m1);
+			if (mm->af != NULL) {
+				es_bf16_fma_rows(mr, mm->af + (m / ES_BF16_MR) * mm->K * ES_BF16_MR, b, K2, drow, m0, m1);
+			} else {
+				es_bf16_rows(mr, mm->a + m * K2, K2, b, K2, drow, m0, m1);
+			}
 #else
 			(void)drow; // never registered without the x86 kernels
 			(void)b;
@@ -1056,13 +1134,18 @@ static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, ui
 		// a decoder's last layer when no token of the call is an output
 		return;
 	}
-	size_t need = (size_t)(mm.M * (mm.K / 2));
+	// x's BF16 pairs, and with es_bf16_fma after them its widened blocks (whole
+	// blocks of ES_BF16_MR rows, 4 bytes a value as the pairs'), 64-byte aligned
+	bool fma = atomic_load_explicit(&es_bf16_fma, memory_order_relaxed);
+	size_t pairs = (size_t)(mm.M * (mm.K / 2)), at = (pairs + 15) / 16 * 16;
+	size_t need = fma ? at + (size_t)((mm.M + ES_BF16_MR - 1) / ES_BF16_MR * ES_BF16_MR * mm.K) : pairs;
 	if (*acap < need) {
 		free(*abuf);
 		*abuf = aligned_alloc(64, (need * sizeof(uint32_t) + 63) / 64 * 64);
 		*acap = need;
 	}
 	mm.a = *abuf;
+	mm.af = fma ? (float *)(*abuf + at) : NULL;
 	int64_t tasks = 4 * (int64_t)pool->n_threads;
 	mm.rows_per_task = (mm.M + tasks - 1) / tasks;
 	es_pool_run(pool, (int)((mm.M + mm.rows_per_task - 1) / mm.rows_per_task), es_bf16_convert_task, &mm);
@@ -1224,19 +1307,94 @@ ES_FA_TARGET static inline void es_fa_pv4x4(float *o, int64_t ldo, const float *
 #undef ES_FA_ROW
 }
 
+// es_fa_bases finds a tile's rows: the K and V rows of head h's KV head (batch i3),
+// and its mask's rows and block classes (NULL without a mask).
+ES_FA_TARGET static void es_fa_bases(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, const char **kbase,
+                                     const char **vbase, const char **mbase, const uint8_t **blocks) {
+	const struct ggml_tensor *k = fa->k, *v = fa->v, *mask = fa->mask;
+	const int64_t hk = h / (fa->n_head / fa->n_head_kv);
+	*kbase = (const char *)k->data + hk * k->nb[2] + (i3 % k->ne[3]) * k->nb[3];
+	*vbase = (const char *)v->data + hk * v->nb[2] + (i3 % v->ne[3]) * v->nb[3];
+	*mbase = NULL;
+	*blocks = NULL;
+	if (mask != NULL) {
+		*mbase = (const char *)mask->data + (h % mask->ne[2]) * mask->nb[2] + (i3 % mask->ne[3]) * mask->nb[3];
+		*blocks = fa->blocks + ((h % mask->ne[2]) * fa->q_tiles + i0 / ES_FA_Q) * fa->kv_blocks;
+	}
+}
+
+// es_fa_rescale scales a block's w rows of scores s[cell][query] (and adds the
+// mask mt, where some cell is hidden), folds their maximum into the running one m,
+// and writes the factor alpha by which the output and the running sum l shrink (l
+// already shrunk): the first half of a block's online softmax.
+ES_FA_TARGET static void es_fa_rescale(float *s, const float *mt, int w, __m512 scale, __m512 m[2], __m512 l[2],
+                                       float *alpha) {
+	__m512 bmax[2] = {m[0], m[1]};
+	for (int j = 0; j < w; j++) {
+		for (int c = 0; c < 2; c++) {
+			__m512 x = _mm512_mul_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), scale);
+			if (mt != NULL) {
+				x = _mm512_add_ps(x, _mm512_load_ps(mt + j * ES_FA_Q + c * 16));
+			}
+			_mm512_store_ps(s + j * ES_FA_Q + c * 16, x);
+			bmax[c] = _mm512_max_ps(bmax[c], x);
+		}
+	}
+	for (int c = 0; c < 2; c++) {
+		__m512 a = es_exp512(_mm512_sub_ps(m[c], bmax[c]));
+		m[c] = bmax[c];
+		l[c] = _mm512_mul_ps(l[c], a);
+		_mm512_store_ps(alpha + c * 16, a);
+	}
+}
+
+// es_fa_mask_block writes the mask over cells j0 .. j0+w-1 of queries i0 ..
+// i0+nq-1 transposed to mt[cell][query] as floats, 0 for the tile's missing queries.
+ES_FA_TARGET static void es_fa_mask_block(float *mt, const char *mbase, size_t m_row, int64_t i0, int64_t nq, int64_t j0,
+                                          int w) {
+	memset(mt, 0, sizeof(float) * ES_FA_KV * ES_FA_Q);
+	for (int64_t i = 0; i < nq; i++) {
+		const uint16_t *mr = (const uint16_t *)(mbase + (i0 + i) * m_row) + j0;
+		for (int j = 0; j < w; j++) {
+			mt[j * ES_FA_Q + i] = _cvtsh_ss(mr[j]);
+		}
+	}
+}
+
+// es_fa_block gives the class of block j0 of a tile (ES_FA_*), and where the mask
+// hides some of its cells from some queries writes the mask over it to mt.
+ES_FA_TARGET static int es_fa_block(const uint8_t *blocks, const char *mbase, const struct ggml_tensor *mask, int64_t i0,
+                                    int64_t nq, int64_t j0, int w, float *mt) {
+	int kind = blocks != NULL ? blocks[j0 / ES_FA_KV] : ES_FA_SEEN;
+	if (kind == ES_FA_MIXED) {
+		es_fa_mask_block(mt, mbase, mask->nb[1], i0, nq, j0, w);
+	}
+	return kind;
+}
+
+// es_fa_out writes a tile's outputs, o / l (0 for a query that saw no cell).
+ES_FA_TARGET static void es_fa_out(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, int64_t nq, const float *o,
+                                   const __m512 l[2]) {
+	const int64_t DV = fa->DV;
+	float lsum[ES_FA_Q] __attribute__((aligned(64)));
+	_mm512_store_ps(lsum, l[0]);
+	_mm512_store_ps(lsum + 16, l[1]);
+	for (int64_t i = 0; i < nq; i++) {
+		float *out = (float *)((char *)fa->dst->data + h * fa->dst->nb[1] + (i0 + i) * fa->dst->nb[2] + i3 * fa->dst->nb[3]);
+		__m512 inv = _mm512_set1_ps(lsum[i] == 0.0f ? 0.0f : 1.0f / lsum[i]);
+		for (int64_t d = 0; d < DV; d += 16) {
+			_mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_load_ps(o + i * DV + d), inv));
+		}
+	}
+}
+
 // es_fa_tile computes one tile: queries i0 .. i0+nq-1 of head h (batch i3).
 ES_FA_TARGET static void es_fa_tile(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, int64_t nq, float *buf) {
 	const int64_t D = fa->D, DV = fa->DV, D2 = D / 2;
 	const struct ggml_tensor *q = fa->q, *k = fa->k, *v = fa->v, *mask = fa->mask;
-	const int64_t hk = h / (fa->n_head / fa->n_head_kv);
-	const char *kbase = (const char *)k->data + hk * k->nb[2] + (i3 % k->ne[3]) * k->nb[3];
-	const char *vbase = (const char *)v->data + hk * v->nb[2] + (i3 % v->ne[3]) * v->nb[3];
-	const char *mbase = NULL;
-	const uint8_t *blocks = NULL;
-	if (mask != NULL) {
-		mbase = (const char *)mask->data + (h % mask->ne[2]) * mask->nb[2] + (i3 % mask->ne[3]) * mask->nb[3];
-		blocks = fa->blocks + ((h % mask->ne[2]) * fa->q_tiles + i0 / ES_FA_Q) * fa->kv_blocks;
-	}
+	const char *kbase, *vbase, *mbase;
+	const uint8_t *blocks;
+	es_fa_bases(fa, h, i3, i0, &kbase, &vbase, &mbase, &blocks);
 	// scratch, 64-byte aligned pieces
 	uint32_t *qp = (uint32_t *)buf;               // [D2][32] pairs
 	float *o = buf + D2 * ES_FA_Q;                // [32][DV]
@@ -1273,43 +1431,17 @@ ES_FA_TARGET static void es_fa_tile(const struct es_fa *fa, int64_t h, int64_t i
 		const int w = (int)(fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV);
 		// The mask over this block: hidden from every query (skip), from none
 		// (add nothing), or neither (add it, transposed to cells x queries).
-		int kind = blocks != NULL ? blocks[j0 / ES_FA_KV] : ES_FA_SEEN;
+		int kind = es_fa_block(blocks, mbase, mask, i0, nq, j0, w, mt);
 		if (kind == ES_FA_HIDDEN) {
 			continue;
 		}
 		bool any_hidden = kind == ES_FA_MIXED;
-		if (any_hidden) {
-			memset(mt, 0, sizeof(float) * ES_FA_KV * ES_FA_Q);
-			for (int64_t i = 0; i < nq; i++) {
-				const uint16_t *mr = (const uint16_t *)(mbase + (i0 + i) * mask->nb[1]) + j0;
-				for (int j = 0; j < w; j++) {
-					mt[j * ES_FA_Q + i] = _cvtsh_ss(mr[j]);
-				}
-			}
-		}
 		// scores, 8 cells at a time
 		for (int j = 0; j < w; j += 8) {
 			es_fa_scores(w - j < 8 ? w - j : 8, kbase + (j0 + j) * k->nb[1], k->nb[1], qp, D2, s + j * ES_FA_Q);
 		}
 		// online softmax, lanes over queries
-		__m512 bmax[2] = {m[0], m[1]};
-		for (int j = 0; j < w; j++) {
-			for (int c = 0; c < 2; c++) {
-				__m512 x = _mm512_mul_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), scale);
-				if (any_hidden) {
-					x = _mm512_add_ps(x, _mm512_load_ps(mt + j * ES_FA_Q + c * 16));
-				}
-				_mm512_store_ps(s + j * ES_FA_Q + c * 16, x);
-				bmax[c] = _mm512_max_ps(bmax[c], x);
-			}
-		}
-		__m512 a[2];
-		for (int c = 0; c < 2; c++) {
-			a[c] = es_exp512(_mm512_sub_ps(m[c], bmax[c]));
-			m[c] = bmax[c];
-			l[c] = _mm512_mul_ps(l[c], a[c]);
-			_mm512_store_ps(alpha + c * 16, a[c]);
-		}
+		es_fa_rescale(s, any_hidden ? mt : NULL, w, scale, m, l, alpha);
 		for (int jp = 0; jp < ES_FA_KV / 2; jp++) {
 			__m512 p[2][2];
 			for (int t = 0; t < 2; t++) {
@@ -1378,23 +1510,176 @@ ES_FA_TARGET static void es_fa_tile(const struct es_fa *fa, int64_t h, int64_t i
 			}
 		}
 	}
-	// out = o / l (0 for a query that saw no cell)
-	float lsum[ES_FA_Q] __attribute__((aligned(64)));
-	_mm512_store_ps(lsum, l[0]);
-	_mm512_store_ps(lsum + 16, l[1]);
-	for (int64_t i = 0; i < nq; i++) {
-		float *out = (float *)((char *)fa->dst->data + h * fa->dst->nb[1] + (i0 + i) * fa->dst->nb[2] + i3 * fa->dst->nb[3]);
-		__m512 inv = _mm512_set1_ps(lsum[i] == 0.0f ? 0.0f : 1.0f / lsum[i]);
-		for (int64_t d = 0; d < DV; d += 16) {
-			_mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_load_ps(o + i * DV + d), inv));
+	es_fa_out(fa, h, i3, i0, nq, o, l);
+}
+
+// The same tile in float32 FMAs (es_bf16_fma), for the CPUs whose BF16 dot product
+// is the slower arithmetic: on an Intel Emerald Rapids core (AMX hidden) VDPBF16PS
+// retired one every 2.2 cycles, FMAs two a cycle, so the dot products did 83
+// GFLOP/s a core against the FMAs' 172 (a loop of 16 independent accumulators
+// each), and this kernel's dot products ran at 40 GFLOP/s a core. Here K's and V's
+// blocks are widened to float32 once per tile (exactly: a BF16 value is a
+// float32's upper half), Q is rounded to BF16 as in the dot-product kernel, and
+// the probabilities stay float32: each output is a float32 sum of exact products,
+// within rounding of the other kernel's (whose probabilities are two BF16 halves).
+// Blocks are visited and skipped as there, so what a hidden block changes is
+// nothing, bit for bit, here too.
+
+// es_fa_fma_scores_rows: s[r][i] = K[r] . Q[i] for rows r < mr of a block, K's rows
+// as floats ES_FA_MAXD apart (a constant stride: one pointer for every row), Q as
+// qf[d][32].
+ES_FA_TARGET __attribute__((always_inline)) static inline void es_fa_fma_scores_rows(const int mr, const float *kf, int64_t D,
+                                                                                    const float *qf, float *s) {
+	__m512 acc[8][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm512_setzero_ps();
+		acc[r][1] = _mm512_setzero_ps();
+	}
+	for (int64_t d = 0; d < D; d++) {
+		__m512 q0 = _mm512_load_ps(qf + d * ES_FA_Q), q1 = _mm512_load_ps(qf + d * ES_FA_Q + 16);
+		for (int r = 0; r < mr; r++) {
+			__m512 kv = _mm512_set1_ps(kf[r * ES_FA_MAXD + d]);
+			acc[r][0] = _mm512_fmadd_ps(kv, q0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(kv, q1, acc[r][1]);
 		}
 	}
+	for (int r = 0; r < mr; r++) {
+		_mm512_store_ps(s + r * ES_FA_Q, acc[r][0]);
+		_mm512_store_ps(s + r * ES_FA_Q + 16, acc[r][1]);
+	}
+}
+
+ES_FA_TARGET static void es_fa_fma_scores(int mr, const float *kf, int64_t D, const float *qf, float *s) {
+	switch (mr) {
+#define ES_FA_CASE(R) \
+	case R: es_fa_fma_scores_rows(R, kf, D, qf, s); break;
+	ES_FA_CASE(8) ES_FA_CASE(7) ES_FA_CASE(6) ES_FA_CASE(5) ES_FA_CASE(4) ES_FA_CASE(3) ES_FA_CASE(2)
+#undef ES_FA_CASE
+	default: es_fa_fma_scores_rows(1, kf, D, qf, s); break;
+	}
+}
+
+// es_fa_widen writes n BF16 values as floats (n even; the last vector's values
+// past n are whatever lies in the row's next bytes, masked off the load).
+ES_FA_TARGET static inline void es_fa_widen(float *dst, const uint16_t *src, int64_t n) {
+	for (int64_t d = 0; d < n; d += 16) {
+		__mmask16 m = n - d >= 16 ? 0xffff : (__mmask16)((1u << (n - d)) - 1);
+		__m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + d));
+		_mm512_store_ps(dst + d, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)));
+	}
+}
+
+// es_fa_fma_pv computes o[r][c] = o[r][c] * alpha[r] + sum over the block's w cells
+// of p[j][r] vf[j][c] for 4 queries r by 16 * NV values c.
+#define ES_FA_FMA_PV(NV)                                                                                          \
+	ES_FA_TARGET static inline void es_fa_fma_pv##NV(float *o, int64_t ldo, const float *alpha, const float *vf,     \
+	                                                 int64_t ldv, const float *p, int w) {                          \
+		__m512 acc[4][NV];                                                                                      \
+		for (int r = 0; r < 4; r++) {                                                                           \
+			for (int c = 0; c < NV; c++) {                                                                      \
+				acc[r][c] = _mm512_mul_ps(_mm512_load_ps(o + r * ldo + c * 16), _mm512_set1_ps(alpha[r]));       \
+			}                                                                                                   \
+		}                                                                                                       \
+		for (int j = 0; j < w; j++) {                                                                           \
+			__m512 v[NV];                                                                                       \
+			for (int c = 0; c < NV; c++) {                                                                      \
+				v[c] = _mm512_load_ps(vf + j * ldv + c * 16);                                                   \
+			}                                                                                                   \
+			for (int r = 0; r < 4; r++) {                                                                       \
+				__m512 pr = _mm512_set1_ps(p[j * ES_FA_Q + r]);                                                 \
+				for (int c = 0; c < NV; c++) {                                                                  \
+					acc[r][c] = _mm512_fmadd_ps(pr, v[c], acc[r][c]);                                           \
+				}                                                                                               \
+			}                                                                                                   \
+		}                                                                                                       \
+		for (int r = 0; r < 4; r++) {                                                                           \
+			for (int c = 0; c < NV; c++) {                                                                      \
+				_mm512_store_ps(o + r * ldo + c * 16, acc[r][c]);                                               \
+			}                                                                                                   \
+		}                                                                                                       \
+	}
+ES_FA_FMA_PV(4)
+ES_FA_FMA_PV(1)
+#undef ES_FA_FMA_PV
+
+ES_FA_TARGET static void es_fa_tile_fma(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, int64_t nq,
+                                        float *buf) {
+	const int64_t D = fa->D, DV = fa->DV;
+	const struct ggml_tensor *q = fa->q, *k = fa->k, *v = fa->v, *mask = fa->mask;
+	const char *kbase, *vbase, *mbase;
+	const uint8_t *blocks;
+	es_fa_bases(fa, h, i3, i0, &kbase, &vbase, &mbase, &blocks);
+	// scratch, 64-byte aligned pieces (es_fa_scratch_floats)
+	float *qf = buf;                                // [D][32]
+	float *o = qf + D * ES_FA_Q;                    // [32][DV]
+	float *s = o + ES_FA_Q * DV;                    // [32 cells][32 queries]: scores, then probabilities
+	float *mt = s + ES_FA_KV * ES_FA_Q;             // the mask, [32 cells][32 queries]
+	float *kf = mt + ES_FA_KV * ES_FA_Q;            // [32 cells][ES_FA_MAXD]
+	float *vf = kf + ES_FA_KV * ES_FA_MAXD;         // [32 cells][DV]
+	float *alpha = vf + ES_FA_KV * DV;              // [32]
+
+	uint32_t row[ES_FA_MAXD / 2];
+	memset(qf, 0, sizeof(float) * D * ES_FA_Q);
+	for (int64_t i = 0; i < nq; i++) {
+		const float *qr = (const float *)((const char *)q->data + (i0 + i) * q->nb[1] + h * q->nb[2] + i3 * q->nb[3]);
+		es_bf16_convert(row, qr, D);
+		for (int64_t kp = 0; kp < D / 2; kp++) {
+			uint32_t lo = row[kp] << 16, hi = row[kp] & 0xFFFF0000u;
+			memcpy(qf + (2 * kp) * ES_FA_Q + i, &lo, sizeof(float));
+			memcpy(qf + (2 * kp + 1) * ES_FA_Q + i, &hi, sizeof(float));
+		}
+	}
+	memset(o, 0, sizeof(float) * ES_FA_Q * DV);
+	__m512 m[2] = {_mm512_set1_ps(-3.402823466e+38f), _mm512_set1_ps(-3.402823466e+38f)};
+	__m512 l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+	const __m512 scale = _mm512_set1_ps(fa->scale);
+
+	for (int64_t j0 = 0; j0 < fa->n_kv; j0 += ES_FA_KV) {
+		const int w = (int)(fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV);
+		int kind = es_fa_block(blocks, mbase, mask, i0, nq, j0, w, mt);
+		if (kind == ES_FA_HIDDEN) {
+			continue;
+		}
+		bool any_hidden = kind == ES_FA_MIXED;
+		for (int j = 0; j < w; j++) {
+			es_fa_widen(kf + j * ES_FA_MAXD, (const uint16_t *)(kbase + (j0 + j) * k->nb[1]), D);
+			es_fa_widen(vf + j * DV, (const uint16_t *)(vbase + (j0 + j) * v->nb[1]), DV);
+		}
+		for (int j = 0; j < w; j += 8) {
+			es_fa_fma_scores(w - j < 8 ? w - j : 8, kf + j * ES_FA_MAXD, D, qf, s + j * ES_FA_Q);
+		}
+		// online softmax, lanes over queries, as in es_fa_tile
+		es_fa_rescale(s, any_hidden ? mt : NULL, w, scale, m, l, alpha);
+		for (int j = 0; j < w; j++) {
+			for (int c = 0; c < 2; c++) {
+				__m512 p = es_exp512(_mm512_sub_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), m[c]));
+				_mm512_store_ps(s + j * ES_FA_Q + c * 16, p);
+				l[c] = _mm512_add_ps(l[c], p);
+			}
+		}
+		// o = o * alpha + p . V, 4 queries by 64 values at a time (then 16)
+		for (int64_t i = 0; i < ES_FA_Q; i += 4) {
+			int64_t d = 0;
+			for (; d + 64 <= DV; d += 64) {
+				es_fa_fma_pv4(o + i * DV + d, DV, alpha + i, vf + d, DV, s + i, w);
+			}
+			for (; d < DV; d += 16) {
+				es_fa_fma_pv1(o + i * DV + d, DV, alpha + i, vf + d, DV, s + i, w);
+			}
+		}
+	}
+	es_fa_out(fa, h, i3, i0, nq, o, l);
 }
 #endif
 
+// es_fa_scratch_floats is the floats of a tile's scratch: es_fa_tile's layout, or
+// es_fa_tile_fma's where it is the larger.
 static size_t es_fa_scratch_floats(int64_t D, int64_t DV) {
-	return (size_t)(D / 2 * ES_FA_Q + ES_FA_Q * DV + 2 * ES_FA_KV * ES_FA_Q + 2 * (ES_FA_KV / 2 * ES_FA_Q) +
-	                ES_FA_KV / 2 * DV + ES_FA_Q);
+	size_t dot = (size_t)(D / 2 * ES_FA_Q + ES_FA_Q * DV + 2 * ES_FA_KV * ES_FA_Q + 2 * (ES_FA_KV / 2 * ES_FA_Q) +
+	                      ES_FA_KV / 2 * DV + ES_FA_Q);
+	size_t fma = (size_t)(D * ES_FA_Q + ES_FA_Q * DV + 2 * ES_FA_KV * ES_FA_Q + ES_FA_KV * ES_FA_MAXD +
+	                      ES_FA_KV * DV + ES_FA_Q);
+	return dot > fma ? dot : fma;
 }
 
 // es_fa_classify_task classifies the blocks of one tile of queries (task: mask
@@ -1450,7 +1735,11 @@ static void es_fa_task(void *arg, int task, int thread) {
 	float *buf = es_scratch_get(&fa->scratch[thread], es_fa_scratch_floats(fa->D, fa->DV));
 	fa->scratch[thread].packed_b = NULL;
 #if ES_ACCEL_X86
-	es_fa_tile(fa, h, i3, i0, nq, buf);
+	if (atomic_load_explicit(&es_bf16_fma, memory_order_relaxed)) {
+		es_fa_tile_fma(fa, h, i3, i0, nq, buf);
+	} else {
+		es_fa_tile(fa, h, i3, i0, nq, buf);
+	}
 #else
 	(void)buf; // never registered without the x86 kernels
 	(void)h;
@@ -2053,13 +2342,19 @@ static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_pro
 // to this device only when both name the same buffer type, and with a CPU kernel
 // variant loaded that is the variant library's, not the one compiled in.
 //
-// Where the CPU has AVX512_BF16 (and the device is on, with BF16 products among
-// its operations, when llama.cpp asks as it loads a model), es_buft instead: llama.cpp
-// offers it for every weight and stores there the BF16 matrices the device takes
-// (es_supports_bf16_mm); the CPU backend uses it as host memory.
+// While es_model_load loads a model on a CPU with AVX512_BF16 (the device on, BF16
+// products among its operations), es_buft instead: llama.cpp offers it for every
+// weight and stores there the BF16 matrices the device takes (es_supports_bf16_mm);
+// the CPU backend uses it as host memory. Only then: a context takes its backends'
+// buffer types for their activations, and with es_buft there no operation came
+// here unless a repacked weight's product was among its neighbours (pass 2 of
+// ggml_backend_sched_split_graph), never through pass 3. A model with F16 weights
+// then ran its long context's flash attention over the BF16 cache in ggml's kernel,
+// one query at a time: a 2048-token input on the 0.6B shape took 42.9 s against
+// 26.3 s with the plain kernel (Intel Emerald Rapids, 2 threads).
 static ggml_backend_buffer_type_t es_dev_get_buffer_type(ggml_backend_dev_t dev) {
 	(void)dev;
-	if (es_accel_bf16_products()) {
+	if (es_loading_model && es_accel_bf16_products()) {
 		return &es_buft;
 	}
 	ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -2158,8 +2453,21 @@ const char *es_accel_register(int isa) {
 	es_accel_isa = isa == ES_ACCEL_ISA_AUTO ? es_detected_isa : isa;
 #if ES_ACCEL_X86
 	es_accel_bf16 = es_accel_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+	atomic_store(&es_bf16_fma, es_bf16_fma_forced >= 0 ? es_bf16_fma_forced : __builtin_cpu_is("intel") != 0);
 #endif
 	return es_dev_get_description(&es_dev);
+}
+
+bool es_accel_bf16_fma(void) {
+	return atomic_load(&es_bf16_fma) != 0;
+}
+
+void es_accel_set_bf16_fma(int fma) {
+	pthread_once(&es_register_once, es_register);
+	es_bf16_fma_forced = fma < 0 ? -1 : fma != 0;
+#if ES_ACCEL_X86
+	atomic_store(&es_bf16_fma, fma >= 0 ? fma != 0 : __builtin_cpu_is("intel") != 0);
+#endif
 }
 
 bool es_accel_bf16_products(void) {
@@ -2312,7 +2620,9 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 		params.use_mmap = true;
 	}
 	es_load_panels = meta;
+	es_loading_model = true;
 	struct llama_model *model = llama_model_load_from_file(path, params);
+	es_loading_model = false;
 	es_load_panels = NULL;
 	if (meta != NULL) {
 		gguf_free(meta);
@@ -2325,6 +2635,27 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 	}
 	*repacked = es_bf16_packed_here;
 	return model;
+}
+
+// es_keep_freed_mapped keeps freed heap memory mapped. llama_free destroys a
+// context's backends before its scheduler (llama_context declares sched first),
+// and ollama's ggml frees the scheduler by calling each backend's reset through
+// the freed backend (its patch "Enable resetting backend devices"): a read of
+// freed memory on every llama_free, which this project cannot patch. It faulted
+// (SIGSEGV in ggml_backend_sched_free, about one run in five of this package's
+// tests after long contexts came to run embed-stack's flash attention) when glibc
+// had returned the page to the kernel: with its dynamic mmap threshold, buffers of
+// megabytes go into a thread's arena, grow it by 64 MiB heaps, and a heap emptied
+// by the context's own frees is unmapped. With the threshold fixed (128 KiB, its
+// default start) large buffers are mapped on their own and the arenas hold small
+// allocations only, and with the trim threshold raised the main arena's top is not
+// given back either; freed memory then stays mapped and the stale read finds the
+// backend's table as it was. Only glibc is affected; elsewhere nothing changes.
+void es_keep_freed_mapped(void) {
+#if defined(__GLIBC__)
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 // ---------------------------------------------------------------------------

@@ -255,6 +255,15 @@ func accelBF16MulMat(k, n, m, threads int, packed, batched bool, seed uint64) (g
 // one process; accelOpAll restores them.
 func accelOnlyOps(ops int) { C.es_accel_set_ops(C.int(ops)) }
 
+// accelBF16FMA forces the arithmetic of embed-stack's BF16 operations (products
+// with BF16 weights, flash attention): float32 FMAs (1), BF16 dot products (0), or
+// the CPU's choice (-1); it reports the arithmetic now in use (true: FMAs). For
+// tests and measurements.
+func accelBF16FMA(mode int) bool {
+	C.es_accel_set_bf16_fma(C.int(mode))
+	return bool(C.es_accel_bf16_fma())
+}
+
 const (
 	accelOpBF16 = int(C.ES_ACCEL_OP_BF16)
 	accelOpAll  = int(C.ES_ACCEL_OP_ALL)

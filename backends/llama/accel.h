@@ -44,6 +44,16 @@ bool es_accel_bf16_products(void);
 // cache where it does.
 bool es_accel_bf16_attention(int64_t key_length, int64_t value_length);
 
+// es_accel_bf16_fma says whether the device's BF16 operations (products with BF16
+// weights, flash attention over a BF16 cache) compute in float32 FMAs over values
+// widened from BF16 (Intel's CPUs, whose BF16 dot products are the slower
+// arithmetic) rather than in AVX512_BF16's dot products (the others).
+bool es_accel_bf16_fma(void);
+
+// es_accel_set_bf16_fma forces that arithmetic: FMAs (1), BF16 dot products (0),
+// or the CPU's choice (-1, the default). For tests and measurements.
+void es_accel_set_bf16_fma(int fma);
+
 // es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)
 // with the device's kernel on n_threads threads; -1 when the device would not take
 // it. For tests.
@@ -76,6 +86,11 @@ int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
 // repacked, -2 when it reads back different); else from w as it is, packed per
 // product. -1 when the kernels in use have no BF16 product. For tests.
 int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed);
+
+// es_keep_freed_mapped tunes glibc's malloc so that freed memory stays mapped:
+// llama_free reads its context's freed backends (accel.c says why). Called once,
+// before the first model or context.
+void es_keep_freed_mapped(void);
 
 // es_model_load is llama_model_load_from_file, also saying how many of the model's
 // matrices the device took and repacked (or mapped as panels) as it loaded (0: it

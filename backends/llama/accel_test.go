@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/embed-stack/embed-stack/backends"
+	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/weights"
 )
@@ -214,7 +215,8 @@ func bf16Kernels(t *testing.T) {
 // panel (the last zero-padded), token counts not a multiple of the 12-row tile
 // (1 to 128), K from 32 to 3072, a 3-D second operand, one to three threads, the
 // matrix repacked as llama.cpp's loader stores it (and read back unchanged) or
-// packed per product. With the AVX2 kernels forced it must not be computed at all.
+// packed per product, in both arithmetics (BF16 dot products and float32 FMAs).
+// With the AVX2 kernels forced it must not be computed at all.
 func TestAccelBF16MulMat(t *testing.T) {
 	bf16Kernels(t)
 	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
@@ -223,22 +225,31 @@ func TestAccelBF16MulMat(t *testing.T) {
 		k, n, m int
 		batched bool
 	}{{1024, 3072, 128, false}, {3072, 1024, 33, false}, {64, 40, 1, false}, {32, 16, 13, false}, {1024, 1000, 12, false}, {96, 70, 25, false}, {128, 64, 30, true}}
-	for i, s := range shapes {
-		for _, threads := range []int{1, 2, 3} {
-			packed := threads != 3
-			got, want, rc := accelBF16MulMat(s.k, s.n, s.m, threads, packed, s.batched, uint64(11+i))
-			if rc != 0 {
-				t.Fatalf("k=%d n=%d m=%d packed=%v: es_accel_test_bf16 = %d; want 0 (-1 refused, -2 read back different, -3 not repacked)", s.k, s.n, s.m, packed, rc)
-			}
-			worst := 0.0
-			for j := range want {
-				worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
-			}
-			if worst > 1e-6 {
-				t.Errorf("k=%d n=%d m=%d batched=%v, %d threads, packed=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, threads, packed, worst)
+	t.Cleanup(func() { accelBF16FMA(-1) })
+	// Both arithmetics on any CPU with AVX512_BF16: the BF16 dot products (AMD's
+	// choice) and float32 FMAs (Intel's).
+	for _, fma := range []bool{false, true} {
+		if got := accelBF16FMA(boolInt(fma)); got != fma {
+			t.Fatalf("accelBF16FMA(%v) reports %v", fma, got)
+		}
+		for i, s := range shapes {
+			for _, threads := range []int{1, 2, 3} {
+				packed := threads != 3
+				got, want, rc := accelBF16MulMat(s.k, s.n, s.m, threads, packed, s.batched, uint64(11+i))
+				if rc != 0 {
+					t.Fatalf("k=%d n=%d m=%d packed=%v: es_accel_test_bf16 = %d; want 0 (-1 refused, -2 read back different, -3 not repacked)", s.k, s.n, s.m, packed, rc)
+				}
+				worst := 0.0
+				for j := range want {
+					worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
+				}
+				if !(worst <= 1e-6) { // NaN fails too
+					t.Errorf("k=%d n=%d m=%d batched=%v, FMAs %v, %d threads, packed=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, fma, threads, packed, worst)
+				}
 			}
 		}
 	}
+	accelBF16FMA(-1)
 	setupAccel(backends.CPUAccelAVX2)
 	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, 1); rc != -1 {
 		t.Errorf("with the AVX2 kernels forced: es_accel_test_bf16 = %d; want -1 (no BF16 product without AVX-512)", rc)
@@ -265,34 +276,92 @@ func TestAccelFlashAttention(t *testing.T) {
 		{Dim: 80, Cells: 70, QTokens: 70, Heads: 2, KVHeads: 1},
 		{Dim: 256, Cells: 96, QTokens: 64, Heads: 2, KVHeads: 2, Hidden: 64},
 	}
-	for i, c := range cases {
-		for _, threads := range []int{1, 2, 3} {
-			got, ggml, want, ok := accelFlashAttn(c, threads, uint64(5+i))
-			if !ok {
-				t.Fatalf("%v: es_accel_test_flash_attn refused it; want it computed", c)
-			}
-			var toRef, toGGML float64
-			for j := range want {
-				toRef = max(toRef, math.Abs(float64(got[j])-want[j]))
-				toGGML = max(toGGML, math.Abs(float64(got[j])-float64(ggml[j])))
-			}
-			if !(toRef <= 1e-5 && toGGML <= 1e-5) { // NaN fails too
-				t.Errorf("%v, %d threads: largest error %.3g to the float64 reference, %.3g to ggml's kernel; want <= 1e-5 (V is in [-1, 1))", c, threads, toRef, toGGML)
-			} else if threads == 2 {
-				t.Logf("%v: largest error %.3g to the float64 reference, %.3g to ggml's kernel", c, toRef, toGGML)
+	t.Cleanup(func() { accelBF16FMA(-1) })
+	// Both arithmetics on any CPU with AVX512_BF16: the BF16 dot products (the
+	// choice on AMD's CPUs) and float32 FMAs (on Intel's).
+	for _, fma := range []bool{false, true} {
+		if got := accelBF16FMA(boolInt(fma)); got != fma {
+			t.Fatalf("accelBF16FMA(%v) reports %v", fma, got)
+		}
+		for i, c := range cases {
+			for _, threads := range []int{1, 2, 3} {
+				got, ggml, want, ok := accelFlashAttn(c, threads, uint64(5+i))
+				if !ok {
+					t.Fatalf("%v: es_accel_test_flash_attn refused it; want it computed", c)
+				}
+				var toRef, toGGML float64
+				for j := range want {
+					toRef = max(toRef, math.Abs(float64(got[j])-want[j]))
+					toGGML = max(toGGML, math.Abs(float64(got[j])-float64(ggml[j])))
+				}
+				if !(toRef <= 1e-5 && toGGML <= 1e-5) { // NaN fails too
+					t.Errorf("%v, FMAs %v, %d threads: largest error %.3g to the float64 reference, %.3g to ggml's kernel; want <= 1e-5 (V is in [-1, 1))", c, fma, threads, toRef, toGGML)
+				} else if threads == 2 {
+					t.Logf("%v, FMAs %v: largest error %.3g to the float64 reference, %.3g to ggml's kernel", c, fma, toRef, toGGML)
+				}
 			}
 		}
+		c := cases[0]
+		plain, _, _, _ := accelFlashAttn(c, 2, 3)
+		c.Noise = 99
+		noisy, _, _, _ := accelFlashAttn(c, 2, 3)
+		if d := maxAbsDiff(plain, noisy); d != 0 {
+			t.Errorf("%v, FMAs %v: the hidden cells' K and V drawn again moved the outputs by %.3g; want bit-identical", c, fma, d)
+		}
 	}
-	c := cases[0]
-	plain, _, _, _ := accelFlashAttn(c, 2, 3)
-	c.Noise = 99
-	noisy, _, _, _ := accelFlashAttn(c, 2, 3)
-	if d := maxAbsDiff(plain, noisy); d != 0 {
-		t.Errorf("%v: the hidden cells' K and V drawn again moved the outputs by %.3g; want bit-identical", c, d)
+	if got, want := accelBF16FMA(-1), cpuvariant.ReadHost().Vendor == cpuvariant.VendorIntel; got != want {
+		t.Errorf("flash attention's CPU choice: FMAs %v; want %v (FMAs on Intel's CPUs only)", got, want)
 	}
 	setupAccel(backends.CPUAccelAVX2)
 	if _, _, _, ok := accelFlashAttn(cases[0], 1, 1); ok {
 		t.Errorf("with the AVX2 kernels forced: flash attention was computed; want it refused (no BF16 dot products without AVX-512)")
+	}
+}
+
+// TestAccelLongF16Model: a model whose weights stay F16 (Intel's default, and
+// --weights file anywhere) still has its long sequences' attention computed by
+// embed-stack's flash attention, one operation per layer and decode call. Until
+// the device named the CPU's buffer type outside model loads, ggml's scheduler
+// never moved that operation here without a repacked BF16 weight beside it, and
+// ggml's own kernel ran over the BF16 cache one query at a time (1.6 times
+// slower than the plain kernel). The vectors stay within cosine 0.9999 of the
+// plain kernel's over an F16 cache (--cpu-accel off), for a 129-token sequence
+// (the shortest the long context takes) and a 700-token one (three calls).
+func TestAccelLongF16Model(t *testing.T) {
+	bf16Kernels(t)
+	t.Cleanup(func() { setupAccel(backends.CPUAccelAuto) })
+	on := openTiny(t, Config{ContextTokens: 1024, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+	if on.long == nil || on.long.kernel != attnFlashBF16 {
+		t.Fatalf("long context %+v; want embed-stack's flash attention (attnFlashBF16)", on.long)
+	}
+	vocab := on.Info().NVocab
+	seqs := [][]int32{randomSeq(41, FlashMaxTokens+1, vocab), randomSeq(42, 700, vocab)}
+	before := accelComputed()
+	got, err := on.Embed(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := accelComputed() - before
+	shape, err := gguf.ReadShape(modelFile(t, tinyModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := int64(shape.Layers)
+	calls := int64(1 + (700+LongCallTokens-1)/LongCallTokens)
+	if ops < layers*calls {
+		t.Errorf("embed-stack's kernels computed %d operations for %d decode calls of a %d-layer model; want >= %d (its flash attention in every layer)", ops, calls, layers, layers*calls)
+	}
+	off := openTiny(t, Config{ContextTokens: 1024, Threads: 2, CPUAccel: backends.CPUAccelOff})
+	want, err := off.Embed(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range seqs {
+		if c := cosine32(got[i], want[i]); !(c >= 0.9999) {
+			t.Errorf("%d tokens: cosine %.7f between embed-stack's flash attention and the plain kernel; want >= 0.9999", len(seqs[i]), c)
+		} else {
+			t.Logf("%d tokens: cosine %.8f between embed-stack's flash attention and the plain kernel", len(seqs[i]), c)
+		}
 	}
 }
 

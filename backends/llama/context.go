@@ -85,10 +85,11 @@ func (e *Engine) create(k *kctx) error {
 	// of dozen graphs alternating between them and ggml's CPU backend, which without
 	// a pool of its own starts and joins its threads for each: that cost 2x on two
 	// threads (docs/performance.md). A pool that lives with the context avoids it.
-	// A decoder's graph (flash attention, F16 weights and KV cache) gives the kernels
-	// nothing and stays one graph, which ran 0.9x as fast with the pool on 1 x 16;
-	// with its BF16 weights held by the kernels it is split as an encoder's is.
-	if e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights {
+	// A decoder's short context (flash attention, F16 weights and KV cache) gives
+	// the kernels nothing and stays one graph, which ran 0.9x as fast with the pool
+	// on 1 x 16; with its BF16 weights held by the kernels it is split as an
+	// encoder's is, and so is a long context whose attention the kernels compute.
+	if e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights || k.kernel == attnFlashBF16 {
 		k.pool = C.es_threadpool_attach(lctx, C.int(e.threads))
 	}
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.

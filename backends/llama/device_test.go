@@ -187,9 +187,9 @@ func TestOpenRefusesMissingGPU(t *testing.T) {
 }
 
 // TestCPULongByVendor: cpuLong gives the long context embed-stack's flash
-// attention only where its kernels take the shape and the CPU is not Intel's
-// (whose cores ran it at half the plain kernel's speed), whichever host runs the
-// test; a GPU keeps its own schedule.
+// attention wherever its kernels take the shape, on Intel's CPUs too (where they
+// compute it in float32 FMAs), whichever host runs the test; a GPU keeps its own
+// schedule.
 func TestCPULongByVendor(t *testing.T) {
 	setupAccel(backends.CPUAccelAuto)
 	shape := gguf.Shape{KeyLength: 128, ValueLength: 128}
@@ -197,13 +197,14 @@ func TestCPULongByVendor(t *testing.T) {
 	if want := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16; flash != want {
 		t.Fatalf("accelFlashBF16(heads of 128) = %t on a CPU with AVX-512F and AVX512_BF16 %t", flash, want)
 	}
+	want := map[bool]attentionKind{true: attnFlashBF16, false: attnPlain}[flash]
 	for _, tt := range []struct {
 		dev  backends.Device
 		want attentionKind
 	}{
-		{backends.Device{Name: "CPU", CPUVendor: "AuthenticAMD"}, map[bool]attentionKind{true: attnFlashBF16, false: attnPlain}[flash]},
-		{backends.Device{Name: "CPU"}, map[bool]attentionKind{true: attnFlashBF16, false: attnPlain}[flash]},
-		{backends.Device{Name: "CPU", CPUVendor: cpuvariant.VendorIntel}, attnPlain},
+		{backends.Device{Name: "CPU", CPUVendor: "AuthenticAMD"}, want},
+		{backends.Device{Name: "CPU"}, want},
+		{backends.Device{Name: "CPU", CPUVendor: cpuvariant.VendorIntel}, want},
 	} {
 		if got := cpuLong(cpuSchedule, tt.dev, shape).long; got != tt.want {
 			t.Errorf("cpuLong on vendor %q: long kernel %v, want %v", tt.dev.CPUVendor, got, tt.want)
@@ -217,8 +218,7 @@ func TestCPULongByVendor(t *testing.T) {
 // TestCPUScheduleUnchanged pins the CPU's batching to the measured constants the
 // doc comments state: moving any of them changes vectors or speed on the CPU. The
 // long context's kernel is embed-stack's flash attention over a BF16 KV cache
-// where its kernels compute it (cpuLong), the plain one elsewhere and on Intel's
-// CPUs.
+// where its kernels compute it (cpuLong), the plain one elsewhere.
 func TestCPUScheduleUnchanged(t *testing.T) {
 	s := scheduleFor(false)
 	if s.batchTokens != 512 || s.shortMax != 128 || s.encoderPackMax != 32 || s.longCallTokens != 256 || s.maxSeqs != 64 ||
@@ -227,7 +227,7 @@ func TestCPUScheduleUnchanged(t *testing.T) {
 	}
 	e := openTiny(t, Config{Device: "cpu", ContextTokens: 1024})
 	long := attnPlain
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 && cpuvariant.ReadHost().Vendor != cpuvariant.VendorIntel {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
 		long = attnFlashBF16
 	}
 	if e.short.kernel != attnFlashBF16V || e.long.kernel != long || e.shortMax != FlashMaxTokens || e.long.batchTokens != LongCallTokens || e.threads != runtime.NumCPU() {

@@ -393,15 +393,19 @@ func TestMeasureFlashAttention(t *testing.T) {
 	cells := testenv.Int(t, "EMBED_STACK_MEASURE_FA_CELLS", 4096)
 	threads := testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 2)
 	setupAccel(backends.CPUAccelAuto)
-	a := accelAttention{Dim: 128, Cells: cells, QTokens: n, Heads: 16, KVHeads: 8}
-	a.Timed = &struct {
-		Runs    int
-		Seconds float64
-	}{Runs: 20}
-	if _, _, _, ok := accelFlashAttn(a, threads, 1); !ok {
-		t.Fatal("refused")
+	t.Cleanup(func() { accelBF16FMA(-1) })
+	for _, fma := range []bool{false, true} {
+		accelBF16FMA(boolInt(fma))
+		a := accelAttention{Dim: 128, Cells: cells, QTokens: n, Heads: 16, KVHeads: 8}
+		a.Timed = &struct {
+			Runs    int
+			Seconds float64
+		}{Runs: 20}
+		if _, _, _, ok := accelFlashAttn(a, threads, 1); !ok {
+			t.Fatal("refused")
+		}
+		seen := float64(n)*float64(cells-n) + float64(n)*float64(n+1)/2
+		flops := 4 * seen * 128 * 16
+		t.Logf("%d queries over %d cells, %d threads, FMAs %v: %.2f ms, %.0f GFLOP/s", n, cells, threads, fma, a.Timed.Seconds*1e3, flops/a.Timed.Seconds/1e9)
 	}
-	seen := float64(n)*float64(cells-n) + float64(n)*float64(n+1)/2
-	flops := 4 * seen * 128 * 16
-	t.Logf("%d queries over %d cells, %d threads: %.2f ms, %.0f GFLOP/s", n, cells, threads, a.Timed.Seconds*1e3, flops/a.Timed.Seconds/1e9)
 }

@@ -17,6 +17,7 @@ import (
 )
 
 var backendInit = sync.OnceValue(func() error {
+	C.es_keep_freed_mapped()
 	C.llama_backend_init()
 	// The CPU backend is compiled in (ggml is built with GGML_USE_CPU) and registers
 	// itself statically, as Metal does on darwin/arm64; loadable GPU backends come

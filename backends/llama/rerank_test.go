@@ -115,7 +115,12 @@ func TestRerankMatchesLlamaRank(t *testing.T) {
 // TestRerankTiedHead serves a GGUF without a classifier head as a reranker, as
 // --task rerank does for a Qwen3-Reranker converted as a plain causal LM: the rows
 // of "yes" and "no" come from the tied LM head, token_embd.weight, and the logits
-// match the reference's full head at those ids.
+// match the reference's full head at those ids: within 0.01, or 0.02 for a
+// sequence in the long context where its KV cache is BF16 (embed-stack's flash
+// attention, which rounds K and Q to BF16's 8 bits of mantissa: on the 200-token
+// sequence 0.0108 from the reference with embed-stack's kernel and 0.0099 with
+// ggml's over the same cache, against 0.0013 with the plain kernel over an F16
+// cache; Intel Emerald Rapids).
 func TestRerankTiedHead(t *testing.T) {
 	path := modelFile(t, tinyModel)
 	f, err := gguf.Open(path)
@@ -155,8 +160,12 @@ func TestRerankTiedHead(t *testing.T) {
 		}
 		d, wd := float64(got[i][0])-float64(got[i][1]), want[0]-want[1]
 		t.Logf("len %d: logit difference %.6f, reference %.6f", len(seq), d, wd)
-		if math.Abs(d-wd) > 0.01 {
-			t.Errorf("len %d: logit(yes)-logit(no) %.6f, reference %.6f; want within 0.01", len(seq), d, wd)
+		tol := 0.01
+		if len(seq) > e.shortMax && e.long.kernel == attnFlashBF16 {
+			tol = 0.02
+		}
+		if !(math.Abs(d-wd) <= tol) {
+			t.Errorf("len %d: logit(yes)-logit(no) %.6f, reference %.6f; want within %g", len(seq), d, wd, tol)
 		}
 	}
 }

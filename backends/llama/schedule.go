@@ -4,7 +4,6 @@ import (
 	"runtime"
 
 	"github.com/embed-stack/embed-stack/backends"
-	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/gguf"
 )
 
@@ -85,15 +84,14 @@ var gpuSchedule = schedule{
 // cpuLong gives a CPU schedule the long-sequence kernel of this host and model:
 // embed-stack's flash attention over a BF16 KV cache (attnFlashBF16) where its
 // kernels compute it (AVX512_BF16, heads of widths they take), the plain kernel
-// elsewhere. Measured on the 0.6B shape (AMD EPYC Zen 5, 2 threads): one 4096-token
-// input in 9.3 to 10.6 s against 18.0 to 23.4 s with the plain kernel, which
-// spent two thirds of its time writing, normalising and reading back the scores
-// (docs/performance.md). Not on Intel's CPUs: on an Emerald Rapids (2 threads) the
-// kernel reached 78 to 85 GFLOP/s against 400 and more on the Zen 5, and a
-// 2048-token input took 40 to 43 s against 21 to 23 s with the plain kernel, whose
-// products run in ggml's F16 kernels at the core's float FMA rate.
+// elsewhere. Measured on the 0.6B shape, 2 threads: one 4096-token input in 9.3 to
+// 10.6 s against 18.0 to 23.4 s with the plain kernel on an AMD EPYC Zen 5, which
+// spent two thirds of its time writing, normalising and reading back the scores;
+// one 2048-token input in 18.7 to 19.7 s (F16 weights) against 23.5 to 26.3 s on an
+// Intel Emerald Rapids, where the kernel computes in float32 FMAs
+// (docs/performance.md). device is the engine's: a GPU keeps its schedule.
 func cpuLong(s schedule, device backends.Device, shape gguf.Shape) schedule {
-	if !device.GPU && device.CPUVendor != cpuvariant.VendorIntel && s.long == attnPlain && accelFlashBF16(shape) {
+	if !device.GPU && s.long == attnPlain && accelFlashBF16(shape) {
 		s.long = attnFlashBF16
 	}
 	return s

@@ -49,7 +49,7 @@ const (
 // Help of --weights, which serve takes per model and embed for its one model.
 const (
 	weightsHelp = "weights the workers compute with: auto, file or bf16"
-	weightsMore = "auto: on an AMD CPU whose kernels multiply BF16 with AVX-512 BF16 (Zen 4 and 5: embed-stack's own kernels, or ggml's variant with --cpu-accel off), with no GPU, the file's F16 matrices are converted to BF16 once, into --weights-cache, which multiplies faster there (docs/performance.md); elsewhere the file as it is (Intel's cores multiply BF16 no faster than F16). file: the file as it is. bf16: F16, F32 and Q8_0 matrices converted to BF16 wherever the model runs (a Q8_0 file's then take 1.9 times the memory). A conversion that fails loads the file as it is, with a warning."
+	weightsMore = "auto: on a CPU with AVX-512 BF16 whose kernels multiply BF16 faster than F16 (embed-stack's own kernels, the default, on AMD's Zen 4 and 5 and Intel's Sapphire Rapids and later; with --cpu-accel off ggml's variant, on AMD's only), with no GPU, the file's F16 matrices are converted to BF16 once, into --weights-cache (docs/performance.md); elsewhere the file as it is. file: the file as it is. bf16: F16, F32 and Q8_0 matrices converted to BF16 wherever the model runs (a Q8_0 file's then take 1.9 times the memory). A conversion that fails loads the file as it is, with a warning."
 )
 
 // promptsHelp is --prompts' help line.

@@ -202,8 +202,9 @@ func TestServeWeightsBF16FromQ8_0(t *testing.T) {
 // variant haswell forced on any host: converted where embed-stack's kernels
 // multiply BF16, and with --cpu-accel off never (the haswell kernels have no BF16
 // dot product), the file then served as it is and nothing written to the cache.
-// On an Intel CPU it is never converted (its BF16 dot products run no faster than
-// its float FMAs: weights.PaysOff).
+// On an Intel CPU it is converted only where embed-stack's kernels take the products
+// (in float32 FMAs), never for ggml's variant (its BF16 dot products do half the
+// arithmetic of the cores' FMAs: weights.PaysOff).
 // Where embed-stack's kernels take the products, the copy holds the layers'
 // matrices in their panel layout (its name ends -esk32.gguf), which the workers map.
 func TestServeWeightsAuto(t *testing.T) {
@@ -236,8 +237,10 @@ func TestServeWeightsAuto(t *testing.T) {
 	want := "weights: --weights auto loads F16 files as they are"
 	intel := cpuvariant.ReadHost().Vendor == cpuvariant.VendorIntel
 	switch {
-	case intel && (dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16)):
-		want = "weights: --weights auto loads F16 files as they are: Intel's cores run AVX-512 BF16's dot products no faster"
+	case intel && dev.CPUAccelBF16:
+		want = "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: embed-stack kernels (AVX-512, BF16) multiply BF16 in float32 FMAs"
+	case intel && slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
+		want = "weights: --weights auto loads F16 files as they are: the CPU kernels"
 	case dev.CPUAccelBF16:
 		want = "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: embed-stack kernels (AVX-512, BF16) multiply BF16"
 	case slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
@@ -257,7 +260,7 @@ func TestServeWeightsAuto(t *testing.T) {
 	if dev.CPUVendor != cpuvariant.ReadHost().Vendor {
 		t.Errorf("devices --json: cpu_vendor %q, want this CPU's %q", dev.CPUVendor, cpuvariant.ReadHost().Vendor)
 	}
-	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+"), "+dev.CPUAccel, !intel && (dev.CPUAccelBF16 || slices.Contains(dev.CPUFeatures, cpuvariant.BF16)), dev.CPUAccelBF16)
+	check(t, s.URL, cache, dev.CPUVariant+" ("+strings.Join(dev.CPUFeatures, " ")+"), "+dev.CPUAccel, dev.CPUAccelBF16 || !intel && slices.Contains(dev.CPUFeatures, cpuvariant.BF16), dev.CPUAccelBF16)
 	if got := servedWeights(t, s.URL)["rr"]; got.Weights != "F16" || got.ConvertedFrom != "" {
 		t.Errorf("auto, the reranker: %+v, want its F16 weights as the file has them", got)
 	}
@@ -282,7 +285,7 @@ func TestServeWeightsAuto(t *testing.T) {
 			if d.CPUAccelBF16 != esk {
 				t.Errorf("%s, --cpu-accel %s: /health cpu_accel_bf16 %t, want %t", v, accel, d.CPUAccelBF16, esk)
 			}
-			check(t, s.URL, cache, v+", --cpu-accel "+accel, !intel && (esk || cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16")), esk)
+			check(t, s.URL, cache, v+", --cpu-accel "+accel, esk || !intel && cpuvariant.Find(runtime.GOARCH, v).Uses("avx512_bf16"), esk)
 			s.Stop()
 		}
 	}
