@@ -1559,8 +1559,8 @@ ES_FA_TARGET static void es_fa_fma_scores(int mr, const float *kf, int64_t D, co
 	}
 }
 
-// es_fa_widen writes n BF16 values as floats (n even; the last vector's values
-// past n are whatever lies in the row's next bytes, masked off the load).
+// es_fa_widen writes n BF16 values as floats, in whole vectors of 16: past n the
+// last one holds zeros (its load is masked, so no byte past the row is read).
 ES_FA_TARGET static inline void es_fa_widen(float *dst, const uint16_t *src, int64_t n) {
 	for (int64_t d = 0; d < n; d += 16) {
 		__mmask16 m = n - d >= 16 ? 0xffff : (__mmask16)((1u << (n - d)) - 1);
