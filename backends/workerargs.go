@@ -65,7 +65,7 @@ func (d *DeviceArgs) AddFlags(s *flagconfig.Set) {
 	s.String(&d.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels: auto (the best variant of the backend folder for this CPU; the default), builtin, or a variant such as haswell or zen4").
 		More("builtin is the compiled-in kernels; docs/building.md lists the variants. One this CPU lacks an instruction set of is refused at start; a missing or damaged library falls back to the compiled-in kernels with a warning.")
 	s.String(&d.CPUAccel, "cpu-accel", "MODE", "", "embed-stack's own CPU kernels for what ggml's compute slowly (an encoder's attention scores, GELU, products with F32 weights, and where the CPU has AVX512_BF16 products with BF16 weights and a decoder's attention over long inputs): auto (the AVX-512 set where the CPU has AVX-512F, else the AVX2 one where it has AVX2 with FMA; the default), off, or avx512 or avx2 to force one").
-		More("They run beside ggml's CPU kernels on a model that runs on the CPU, and keep a copy of F32 weight matrices laid out for them (up to 2 GiB), BF16 ones repacked at load in place of ggml's layout; docs/performance.md has their figures. off leaves every operation to ggml.")
+		More("They run beside ggml's CPU kernels on a model that runs on the CPU, and keep a copy of F32 weight matrices laid out for them (up to 2 GiB), BF16 ones repacked at load in place of ggml's layout; docs/performance.md has their figures. They also leave a decoder's LM head uncomputed: llama.cpp's graph multiplies every output row by the whole vocabulary's matrix, and the engine reads hidden states only. off leaves every operation to ggml.")
 }
 
 // Args are the worker flags that carry d: none when d.Device is "".

@@ -74,6 +74,7 @@ static atomic_int es_accel_on = 1;
 static atomic_int es_accel_ops = ES_ACCEL_OP_ALL;
 // Operations computed, for the tests that check the device took them.
 static atomic_llong es_accel_computed;
+static atomic_llong es_accel_heads_skipped;
 
 // ---------------------------------------------------------------------------
 // Thread pool
@@ -2059,6 +2060,34 @@ static ggml_backend_buffer_t es_dev_buffer_from_host_ptr(ggml_backend_dev_t dev,
 // ---------------------------------------------------------------------------
 // Which operations the device takes
 
+// A decoder's LM head: the product of the final hidden states with the output
+// matrix (the token embeddings where the head is tied), which llama.cpp's graph
+// names "result_output" and computes for every output row, embeddings on or off.
+// The engine reads hidden states only (a reranker's two logits come from its own
+// rows of the head, yesNoHead), so the device takes the product and writes
+// nothing: on Qwen3-Embedding-0.6B it is 151669 x 1024 values a sequence, 310 MB
+// of F16 read for every call, and with BF16 weights those rows were packed into
+// panels for every call too (a third of the time of one 16-token input on an
+// Emerald Rapids core). The logits llama.cpp copies out are then whatever the
+// buffer held; nothing reads them.
+static bool es_lm_head(const struct ggml_tensor *op) {
+	return op->op == GGML_OP_MUL_MAT && strcmp(op->name, "result_output") == 0;
+}
+
+// es_head_matrix says whether w is a matrix only an LM head multiplies by: the
+// output matrix, or the token embeddings where the head is tied to them (llama.cpp
+// gives the head a tensor of its own when the head's buffer type differs from the
+// input's). While the device skips heads, the loader leaves them in ggml's buffer,
+// so that a BF16 one is not repacked (nor a tied one placed twice) for a product
+// that never runs.
+static bool es_head_matrix(const struct ggml_tensor *w) {
+	return strcmp(w->name, "output.weight") == 0 || strcmp(w->name, "token_embd.weight") == 0;
+}
+
+static bool es_skips_heads(void) {
+	return atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_HEAD);
+}
+
 static bool es_is_f32_rows(const struct ggml_tensor *t) {
 	return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float);
 }
@@ -2118,6 +2147,9 @@ static bool es_supports_gelu(const struct ggml_tensor *op) {
 // now, as a repacked matrix is in no layout another backend reads.
 static bool es_supports_bf16_mm(const struct ggml_tensor *op) {
 	const struct ggml_tensor *w = op->src[0], *x = op->src[1];
+	if (es_loading_model && es_head_matrix(w) && es_skips_heads()) {
+		return false;
+	}
 	if (w->buffer == NULL || w->buffer->buft != &es_buft || w->view_src != NULL || !es_bf16_matrix(w)) {
 		return false;
 	}
@@ -2167,6 +2199,9 @@ static bool es_supports_flash_attn(const struct ggml_tensor *op) {
 
 static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
 	(void)dev;
+	if (es_lm_head(op) && es_skips_heads()) {
+		return true;
+	}
 	if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_BF16) {
 		return es_supports_bf16_mm(op);
 	}
@@ -2231,6 +2266,10 @@ static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct 
 	struct es_backend_ctx *ctx = backend->context;
 	for (int i = 0; i < ggml_graph_n_nodes(cgraph); i++) {
 		struct ggml_tensor *node = ggml_graph_node(cgraph, i);
+		if (es_lm_head(node) && es_skips_heads()) {
+			atomic_fetch_add_explicit(&es_accel_heads_skipped, 1, memory_order_relaxed);
+			continue;
+		}
 		switch (node->op) {
 		case GGML_OP_MUL_MAT:
 			if (node->src[0]->type == GGML_TYPE_BF16) {
@@ -2502,6 +2541,10 @@ void es_accel_set_ops(int ops) {
 
 long long es_accel_computed_ops(void) {
 	return atomic_load(&es_accel_computed);
+}
+
+long long es_accel_skipped_heads(void) {
+	return atomic_load(&es_accel_heads_skipped);
 }
 
 void es_accel_set_packed_budget(size_t bytes) {

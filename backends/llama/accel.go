@@ -264,8 +264,15 @@ func accelBF16FMA(mode int) bool {
 	return bool(C.es_accel_bf16_fma())
 }
 
+// accelSkippedHeads counts the LM heads embed-stack's kernels left uncomputed in
+// this process (ES_ACCEL_OP_HEAD), for the test that checks they did.
+func accelSkippedHeads() int64 {
+	return int64(C.es_accel_skipped_heads())
+}
+
 const (
 	accelOpBF16 = int(C.ES_ACCEL_OP_BF16)
+	accelOpHead = int(C.ES_ACCEL_OP_HEAD)
 	accelOpAll  = int(C.ES_ACCEL_OP_ALL)
 )
 

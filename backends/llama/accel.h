@@ -12,14 +12,17 @@
 // Operations the device may take (es_accel_set_ops), as bits.
 // ES_ACCEL_OP_BF16 is read as a model loads: its BF16 matrices are repacked for the
 // device then, and stay the device's. ES_ACCEL_OP_ATTN is flash attention over a
-// BF16 KV cache (a decoder's long sequences).
+// BF16 KV cache (a decoder's long sequences). ES_ACCEL_OP_HEAD is a decoder's LM
+// head (the graph's "result_output" product), which the device takes and leaves
+// unwritten: the engine reads hidden states, never logits.
 enum {
 	ES_ACCEL_OP_KQ = 1,
 	ES_ACCEL_OP_GELU = 2,
 	ES_ACCEL_OP_WEIGHTS = 4,
 	ES_ACCEL_OP_BF16 = 8,
 	ES_ACCEL_OP_ATTN = 16,
-	ES_ACCEL_OP_ALL = 31
+	ES_ACCEL_OP_HEAD = 32,
+	ES_ACCEL_OP_ALL = 63
 };
 
 // Kernel sets for es_accel_register: the best this CPU runs, or one forced.
@@ -72,6 +75,9 @@ void es_accel_set_packed_budget(size_t bytes);
 
 // es_accel_computed_ops counts the operations the device computed in this process.
 long long es_accel_computed_ops(void);
+// es_accel_skipped_heads counts the LM heads (ES_ACCEL_OP_HEAD) the device left
+// uncomputed in this process.
+long long es_accel_skipped_heads(void);
 
 // es_accel_test_compute computes dst (a MUL_MAT or GELU whose sources are set) with
 // the device's kernels on n_threads threads, the AVX2 ones when avx2 is set; -1

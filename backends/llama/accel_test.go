@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -361,6 +362,58 @@ func TestAccelLongF16Model(t *testing.T) {
 			t.Errorf("%d tokens: cosine %.7f between embed-stack's flash attention and the plain kernel; want >= 0.9999", len(seqs[i]), c)
 		} else {
 			t.Logf("%d tokens: cosine %.8f between embed-stack's flash attention and the plain kernel", len(seqs[i]), c)
+		}
+	}
+}
+
+// TestAccelSkipsLMHead holds what the engine gets from a decoder whose LM head
+// (llama.cpp's "result_output" product, over the whole vocabulary) embed-stack's
+// kernels leave uncomputed, as they do by default, to what it gets with the head
+// computed: the same vectors bit for bit, for the tiny Qwen3 from its F16 file
+// (the head read from ggml's buffer) and converted to BF16 (from the device's),
+// sequences of 1 to 300 tokens; and the kernels must have skipped a head in every
+// call with it on and none with it off.
+func TestAccelSkipsLMHead(t *testing.T) {
+	accelKernels(t)
+	t.Cleanup(func() { accelOnlyOps(accelOpAll) })
+	models := []string{modelFile(t, tinyModel)}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		res := weights.Load(context.Background(), weights.Request{Source: models[0], Mode: weights.BF16, CacheDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+		if !res.Converted() {
+			t.Fatalf("weights.Load gave %+v; want BF16 converted", res)
+		}
+		models = append(models, res.Path)
+	}
+	for _, path := range models {
+		embed := func(ops int) (vecs [][]float32, skipped int64) {
+			t.Helper()
+			accelOnlyOps(ops)
+			e, err := Open(Config{ModelPath: path, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			vocab := e.Info().NVocab
+			seqs := [][]int32{randomSeq(71, 16, vocab), randomSeq(72, 300, vocab), randomSeq(73, 1, vocab)}
+			before := accelSkippedHeads()
+			for _, s := range seqs { // a call each
+				v, err := e.Embed(context.Background(), [][]int32{s})
+				if err != nil {
+					t.Fatal(err)
+				}
+				vecs = append(vecs, v[0])
+			}
+			return vecs, accelSkippedHeads() - before
+		}
+		skipped, n := embed(accelOpAll)
+		computed, m := embed(accelOpAll &^ accelOpHead)
+		if n < 3 || m != 0 {
+			t.Errorf("%s: the kernels skipped %d LM heads in 3 calls with the head theirs, %d with it not; want >= 3 and 0", filepath.Base(path), n, m)
+		}
+		for i := range skipped {
+			if !slices.Equal(skipped[i], computed[i]) {
+				t.Errorf("%s: sequence %d: vectors differ with the LM head skipped (max |diff| %g); want the same bits", filepath.Base(path), i, maxAbsDiff(skipped[i], computed[i]))
+			}
 		}
 	}
 }
