@@ -2065,10 +2065,10 @@ static ggml_backend_buffer_t es_dev_buffer_from_host_ptr(ggml_backend_dev_t dev,
 // names "result_output" and computes for every output row, embeddings on or off.
 // The engine reads hidden states only (a reranker's two logits come from its own
 // rows of the head, yesNoHead), so the device takes the product and writes
-// nothing: on Qwen3-Embedding-0.6B it is 151669 x 1024 values a sequence, 310 MB
+// nothing: on Qwen3-Embedding-0.6B it is 151669 x 1024 values a sequence, 311 MB
 // of F16 read for every call, and with BF16 weights those rows were packed into
-// panels for every call too (a third of the time of one 16-token input on an
-// Emerald Rapids core). The logits llama.cpp copies out are then whatever the
+// panels for every call too (two fifths of the time of one 16-token input on an
+// Emerald Rapids host). The logits llama.cpp copies out are then whatever the
 // buffer held; nothing reads them.
 static bool es_lm_head(const struct ggml_tensor *op) {
 	return op->op == GGML_OP_MUL_MAT && strcmp(op->name, "result_output") == 0;
