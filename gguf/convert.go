@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/x448/float16"
 )
@@ -269,4 +270,20 @@ func decodeFloat32(dst []float32, typ GGMLType, data []byte) ([]float32, error) 
 		dst = append(dst, float32(v))
 	}
 	return dst, nil
+}
+
+// QuantizeQ8_0 writes a copy of the GGUF at src to dst with every weight matrix
+// whose rows are whole Q8_0 blocks quantized to Q8_0, as llama.cpp's quantizer
+// quantizes a Q8_0 file's (Convert); vectors, such as norms, stay as they are.
+// The tests make their Q8_0 models with it.
+func QuantizeQ8_0(src, dst string) error {
+	f, err := Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Convert(dst, TypeQ8_0, func(t TensorInfo) bool {
+		return len(t.Dims) >= 2 && t.Dims[0]%q8Block == 0 && strings.HasSuffix(t.Name, ".weight")
+	})
+	return err
 }

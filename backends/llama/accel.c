@@ -75,6 +75,7 @@ static atomic_int es_accel_ops = ES_ACCEL_OP_ALL;
 // Operations computed, for the tests that check the device took them.
 static atomic_llong es_accel_computed;
 static atomic_llong es_accel_heads_skipped;
+static atomic_llong es_accel_q8_computed;
 
 // ---------------------------------------------------------------------------
 // Thread pool
@@ -765,6 +766,10 @@ static _Thread_local bool es_loading_model;
 #define ES_PANEL_WIDTH_KEY "embed_stack.bf16_panel_width"
 static _Thread_local struct gguf_context *es_load_panels;
 static _Thread_local long es_panels_taken;
+// Q8_0 matrices mapped into es_buft (es_load_mapped) by the load on this thread,
+// and by the last load on any thread to finish.
+static _Thread_local long es_q8_mapped_here;
+static _Atomic long es_accel_last_q8_mapped;
 
 // es_file_backed says whether [lo, hi) lies in one mapping of a file (an inode in
 // /proc/self/maps), as llama.cpp's mapping of the model is.
@@ -922,6 +927,109 @@ static void es_bf16_unpack(char *w, size_t w_row, const uint16_t *src, int64_t K
 		}
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Products with Q8_0 weight matrices, through the BF16 kernels
+//
+// ggml multiplies a Q8_0 matrix by rounding the activations to int8 blocks too and
+// taking integer dot products along K, one output at a time: on the 0.6B shape it
+// reached 103 to 113 tokens/s on 8 x 128 on an Emerald Rapids host, where the same
+// file converted to BF16 panels (--weights bf16) reached 168, at 1.9 times the file's
+// size. This device takes those products where a call has enough rows
+// (ES_Q8_MIN_ROWS), and each task converts its panels from the file's blocks as it
+// goes (es_q8_pack), into scratch, for the BF16 kernels: d x q, exact in float32,
+// rounded to BF16 as package gguf converts it, so the vectors are those of the
+// converted copy, bit for bit, with no copy on disk or in memory. The matrices stay
+// in the file's layout, mapped from it (es_load_mapped), so ggml's CPU backend can
+// still take the products of fewer rows, where converting a panel would cost more
+// than the int8 products save.
+
+// ggml's block_q8_0 (ggml-common.h, not installed): 32 int8 values and their F16
+// scale.
+struct es_q8_block {
+	uint16_t d;
+	int8_t qs[32];
+};
+_Static_assert(sizeof(struct es_q8_block) == 34, "a Q8_0 block is 34 bytes");
+
+// The fewest rows (tokens) of a product the device takes with a Q8_0 matrix: a
+// panel converted costs about as much as 16 rows of its products.
+#define ES_Q8_MIN_ROWS 64
+
+// Whether the model es_model_load is loading lets the device take its Q8_0 matrices
+// (not a reranker's, whose scores the tests hold to ggml's; and the switches on),
+// and whether the file's range of them is mapped into es_buft rather than copied
+// (a file without BF16 matrices to repack, loaded with mmap).
+static _Thread_local bool es_load_q8;
+static _Thread_local bool es_load_mapped;
+
+// es_q8_matrix says whether t is a Q8_0 matrix the kernels take: one matrix,
+// stored contiguously, of at least one block a row and 16 rows.
+static bool es_q8_matrix(const struct ggml_tensor *t) {
+	return t->type == GGML_TYPE_Q8_0 && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[0] % 32 == 0 && t->ne[1] >= 16 &&
+	       ggml_is_contiguous(t);
+}
+
+#if ES_ACCEL_X86
+// es_transpose16 transposes 16 vectors of 16 32-bit values: r[i][c] becomes r[c][i]
+// (pairs within 128-bit lanes, then quads, then lanes between vectors twice).
+__attribute__((target("avx512f"), always_inline)) static inline void es_transpose16(__m512i r[16]) {
+	__m512i t[16];
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+	}
+	for (int i = 0; i < 16; i += 4) {
+		r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+		r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+		r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+		r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+	}
+	for (int i = 0; i < 16; i += 8) {
+		for (int k = 0; k < 4; k++) {
+			t[i + k] = _mm512_shuffle_i32x4(r[i + k], r[i + k + 4], 0x88);
+			t[i + k + 4] = _mm512_shuffle_i32x4(r[i + k], r[i + k + 4], 0xdd);
+		}
+	}
+	for (int k = 0; k < 8; k++) {
+		r[k] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0x88);
+		r[k + 8] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0xdd);
+	}
+}
+
+// es_q8_pack writes rows 0..width-1 (width <= ES_PANEL) of the Q8_0 matrix w (K
+// values a row, w_row bytes apart) as one panel of es_bf16_pack's layout, zero
+// past width. Block by block: each row's 32 values widened, scaled and rounded to
+// 16 BF16 pairs in one vector, and every 16 rows' vectors transposed into the
+// block's 16 pair rows of the panel, stored whole. (Scattering each row's pairs
+// down its column instead cost about 4 cycles a value, its stores spread over the
+// whole panel: a 4 x 16 call ran at two thirds of ggml's speed.)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c"))) static void
+es_q8_pack(uint16_t *dst, const char *w, size_t w_row, int64_t K, int64_t width) {
+	uint32_t *pd = (uint32_t *)dst;
+	for (int64_t b = 0; b < K / 32; b++) {
+		for (int half = 0; half < ES_PANEL / 16; half++) {
+			__m512i v[16];
+			for (int jj = 0; jj < 16; jj++) {
+				int64_t j = half * 16 + jj;
+				if (j >= width) {
+					v[jj] = _mm512_setzero_si512();
+					continue;
+				}
+				const struct es_q8_block *blk = (const struct es_q8_block *)(w + (size_t)j * w_row) + b;
+				__m512 d = _mm512_set1_ps(_cvtsh_ss(blk->d));
+				__m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->qs)));
+				__m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16))));
+				v[jj] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, d), _mm512_mul_ps(lo, d));
+			}
+			es_transpose16(v);
+			for (int p = 0; p < 16; p++) {
+				_mm512_storeu_si512(pd + (b * 16 + p) * ES_PANEL + half * 16, v[p]);
+			}
+		}
+	}
+}
+#endif
 
 struct es_bmm {
 	const struct ggml_tensor *x; // the F32 operand, rows of K values at any strides
@@ -1085,7 +1193,14 @@ static void es_bf16_task(void *arg, int task, int thread) {
 			// float units of scratch: one panel of K*32 BF16 values is K*16 floats
 			uint16_t *buf = (uint16_t *)es_scratch_get(&mm->scratch[thread], (size_t)(mm->K * ES_PANEL / 2));
 			mm->scratch[thread].packed_b = NULL;
-			es_bf16_pack(buf, (const char *)mm->w->data + (size_t)n0 * mm->w->nb[1], mm->w->nb[1], mm->K, width);
+			const char *rows = (const char *)mm->w->data + (size_t)n0 * mm->w->nb[1];
+			if (mm->w->type == GGML_TYPE_Q8_0) {
+#if ES_ACCEL_X86
+				es_q8_pack(buf, rows, mm->w->nb[1], mm->K, width);
+#endif
+			} else {
+				es_bf16_pack(buf, rows, mm->w->nb[1], mm->K, width);
+			}
 			b = buf;
 		}
 		// the column masks of a narrower last panel (__mmask16's bits; a plain
@@ -1115,8 +1230,9 @@ static void es_bf16_task(void *arg, int task, int thread) {
 	}
 }
 
-// es_bf16_mul_mat computes dst = w x for a BF16 matrix w: x converted to BF16 pairs
-// once (as ggml's CPU backend converts it), then each thread a group of panels.
+// es_bf16_mul_mat computes dst = w x for a BF16 or Q8_0 matrix w: x converted to
+// BF16 pairs once (as ggml's CPU backend converts it), then each thread a group of
+// panels (a Q8_0 matrix's converted as they are needed, es_q8_pack).
 static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, uint32_t **abuf, size_t *acap,
                             struct ggml_tensor *dst) {
 	const struct ggml_tensor *w = dst->src[0], *x = dst->src[1];
@@ -1940,6 +2056,9 @@ static void es_buffer_set_tensor(ggml_backend_buffer_t buffer, struct ggml_tenso
 		es_release_source(data, size);
 		return;
 	}
+	if (whole && tensor->view_src == NULL && es_q8_matrix(tensor)) {
+		es_bf16_packed_here++; // the device's from now on, in the file's layout
+	}
 	if (tensor->extra == &es_bf16_packed_mark) {
 		// a piece written over a repacked matrix: back to the file's layout first
 		size_t n = ggml_nbytes(tensor);
@@ -1983,13 +2102,16 @@ static const struct ggml_backend_buffer_i es_buffer_i = {
 
 // es_mapped_init_tensor marks the panels of a file mapped into the buffer as
 // llama.cpp places each weight; the file's other matrices there stay in its row
-// layout and are packed per product.
+// layout and are packed per product (Q8_0 ones by design, es_q8_pack).
 static enum ggml_status es_mapped_init_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor *tensor) {
 	(void)buffer;
 	if (es_listed_panels(tensor)) {
 		tensor->extra = &es_bf16_packed_mark;
 		es_bf16_packed_here++;
 		es_panels_taken++;
+	} else if (tensor->view_src == NULL && es_q8_matrix(tensor)) {
+		es_bf16_packed_here++;
+		es_q8_mapped_here++;
 	}
 	return GGML_STATUS_SUCCESS;
 }
@@ -2157,6 +2279,26 @@ static bool es_supports_bf16_mm(const struct ggml_tensor *op) {
 	       ggml_is_contiguous(op);
 }
 
+// A product with a Q8_0 matrix (see "Products with Q8_0 weight matrices"): while a
+// model loads, the matrices es_load_q8 lets the device take go to es_buft (llama.cpp
+// asks with 512 rows); after, the products of calls of ES_Q8_MIN_ROWS rows or more
+// with a matrix there, the others going to ggml's CPU backend, which reads es_buft
+// as host memory. As for BF16 matrices, the switches count as the model loads
+// only: a model's matrices are the device's or not for its life.
+static bool es_supports_q8_mm(const struct ggml_tensor *op) {
+	const struct ggml_tensor *w = op->src[0], *x = op->src[1];
+	if (es_loading_model && (!es_load_q8 || (es_head_matrix(w) && es_skips_heads()))) {
+		return false;
+	}
+	if (!es_accel_bf16 || w->buffer == NULL || w->buffer->buft != &es_buft || w->view_src != NULL || !es_q8_matrix(w)) {
+		return false;
+	}
+	if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
+		return false;
+	}
+	return x->ne[1] * x->ne[2] * x->ne[3] >= ES_Q8_MIN_ROWS;
+}
+
 // es_fa_fits says whether es_flash_attn takes heads of D key and DV value widths.
 static bool es_fa_fits(int64_t D, int64_t DV) {
 	return D > 0 && DV > 0 && D % 2 == 0 && DV % 16 == 0 && D <= ES_FA_MAXD && DV <= ES_FA_MAXD;
@@ -2204,6 +2346,9 @@ static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor 
 	}
 	if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_BF16) {
 		return es_supports_bf16_mm(op);
+	}
+	if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_Q8_0) {
+		return es_supports_q8_mm(op);
 	}
 	if (!atomic_load(&es_accel_on)) {
 		return false;
@@ -2272,8 +2417,11 @@ static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct 
 		}
 		switch (node->op) {
 		case GGML_OP_MUL_MAT:
-			if (node->src[0]->type == GGML_TYPE_BF16) {
+			if (node->src[0]->type == GGML_TYPE_BF16 || node->src[0]->type == GGML_TYPE_Q8_0) {
 				es_bf16_mul_mat(&ctx->pool, ctx->scratch, &ctx->abuf, &ctx->acap, node);
+				if (node->src[0]->type == GGML_TYPE_Q8_0) {
+					atomic_fetch_add_explicit(&es_accel_q8_computed, 1, memory_order_relaxed);
+				}
 			} else if (ggml_is_contiguous(node->src[1])) {
 				es_weight_mul_mat(&ctx->pool, ctx->scratch, &ctx->weights, node);
 			} else {
@@ -2371,9 +2519,10 @@ static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_pro
 	es_dev_get_memory(dev, &props->memory_free, &props->memory_total);
 	props->caps.async = false;
 	props->caps.host_buffer = false;
-	// only while a panel file loads: a plain file's matrices, mapped, would be
-	// packed on every product
-	props->caps.buffer_from_host_ptr = es_load_panels != NULL;
+	// only while a panel file loads, or a file whose matrices the device takes are
+	// Q8_0 ones: a plain file's BF16 matrices, mapped, would be packed on every
+	// product
+	props->caps.buffer_from_host_ptr = es_load_panels != NULL || es_load_mapped;
 	props->caps.events = false;
 }
 
@@ -2393,7 +2542,7 @@ static void es_dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_pro
 // 26.3 s with the plain kernel (Intel Emerald Rapids, 2 threads).
 static ggml_backend_buffer_type_t es_dev_get_buffer_type(ggml_backend_dev_t dev) {
 	(void)dev;
-	if (es_loading_model && es_accel_bf16_products()) {
+	if (es_loading_model && (es_accel_bf16_products() || es_load_q8)) {
 		return &es_buft;
 	}
 	ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -2547,6 +2696,14 @@ long long es_accel_skipped_heads(void) {
 	return atomic_load(&es_accel_heads_skipped);
 }
 
+long es_accel_q8_mapped(void) {
+	return es_accel_last_q8_mapped;
+}
+
+long long es_accel_q8_products(void) {
+	return atomic_load(&es_accel_q8_computed);
+}
+
 void es_accel_set_packed_budget(size_t bytes) {
 	pthread_mutex_lock(&es_packed_mu);
 	es_packed_budget = bytes;
@@ -2585,7 +2742,7 @@ int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2) {
 int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed) {
 	pthread_once(&es_register_once, es_register);
 	struct ggml_tensor *w = dst->src[0];
-	if (!es_accel_bf16 || !es_bf16_matrix(w) || dst->op != GGML_OP_MUL_MAT) {
+	if (!es_accel_bf16 || !(es_bf16_matrix(w) || (es_q8_matrix(w) && !packed)) || dst->op != GGML_OP_MUL_MAT) {
 		return -1;
 	}
 	void *plain = w->data;
@@ -2625,12 +2782,19 @@ int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed) {
 }
 
 // es_panels_of returns the metadata of path when it holds matrices as panels of
-// ES_PANEL columns (ES_PANELS_KEY, ES_PANEL_WIDTH_KEY), else NULL, and how many.
-static struct gguf_context *es_panels_of(const char *path, size_t *listed) {
+// ES_PANEL columns (ES_PANELS_KEY, ES_PANEL_WIDTH_KEY), else NULL, and how many;
+// also whether it holds Q8_0 tensors and BF16 ones.
+static struct gguf_context *es_panels_of(const char *path, size_t *listed, bool *q8, bool *bf16) {
 	*listed = 0;
+	*q8 = *bf16 = false;
 	struct gguf_context *meta = gguf_init_from_file(path, (struct gguf_init_params){.no_alloc = true, .ctx = NULL});
 	if (meta == NULL) {
 		return NULL; // llama.cpp's load says why
+	}
+	for (int64_t i = 0; i < gguf_get_n_tensors(meta); i++) {
+		enum ggml_type t = gguf_get_tensor_type(meta, i);
+		*q8 = *q8 || t == GGML_TYPE_Q8_0;
+		*bf16 = *bf16 || t == GGML_TYPE_BF16;
 	}
 	int64_t id = gguf_find_key(meta, ES_PANELS_KEY), w = gguf_find_key(meta, ES_PANEL_WIDTH_KEY);
 	if (id >= 0 && gguf_get_kv_type(meta, id) == GGUF_TYPE_ARRAY && gguf_get_arr_type(meta, id) == GGUF_TYPE_STRING &&
@@ -2644,11 +2808,13 @@ static struct gguf_context *es_panels_of(const char *path, size_t *listed) {
 	return NULL;
 }
 
-struct llama_model *es_model_load(const char *path, struct llama_model_params params, long *repacked) {
+struct llama_model *es_model_load(const char *path, struct llama_model_params params, bool q8, long *repacked) {
 	es_bf16_packed_here = 0;
 	es_panels_taken = 0;
+	es_q8_mapped_here = 0;
 	size_t listed;
-	struct gguf_context *meta = es_panels_of(path, &listed);
+	bool has_q8, has_bf16;
+	struct gguf_context *meta = es_panels_of(path, &listed, &has_q8, &has_bf16);
 	if (listed > 0 && (meta == NULL || !es_accel_bf16_products())) {
 		// panels of another width, or no kernel here that reads them
 		if (meta != NULL) {
@@ -2663,10 +2829,15 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 		params.use_mmap = true;
 	}
 	es_load_panels = meta;
+	es_load_q8 = q8 && has_q8 && es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_Q8);
+	// mapped unless BF16 matrices in the file are to be repacked (a panel file's
+	// are mapped anyway)
+	es_load_mapped = es_load_q8 && params.use_mmap && (meta != NULL || !has_bf16 || !es_accel_bf16_products());
 	es_loading_model = true;
 	struct llama_model *model = llama_model_load_from_file(path, params);
 	es_loading_model = false;
 	es_load_panels = NULL;
+	es_load_q8 = es_load_mapped = false;
 	if (meta != NULL) {
 		gguf_free(meta);
 	}
@@ -2677,6 +2848,7 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 		return NULL;
 	}
 	*repacked = es_bf16_packed_here;
+	es_accel_last_q8_mapped = es_q8_mapped_here;
 	return model;
 }
 

@@ -215,16 +215,22 @@ func bf16Float(h uint16) float64 {
 }
 
 // accelBF16MulMat computes y = mul_mat(W, X) for a BF16 weight matrix of n rows of
-// k values and m rows of F32 X (as batches of 3 rows when batched, X being 3-D)
-// with embed-stack's BF16 kernels on threads threads, from random inputs drawn from
-// seed, and returns it, [m][n] flattened, beside its float64 reference: the exact
-// product of the BF16 weights and X rounded to BF16, which is what the kernels are
-// asked to compute. packed stores W first as llama.cpp's loader stores a weight,
-// repacked (see es_accel_test_bf16). rc is es_accel_test_bf16's.
-func accelBF16MulMat(k, n, m, threads int, packed, batched bool, seed uint64) (got []float32, want []float64, rc int) {
+// k values (Q8_0 with q8, quantised from the same draws as ggml quantises) and m
+// rows of F32 X (as batches of 3 rows when batched, X being 3-D) with embed-stack's
+// BF16 kernels on threads threads, from random inputs drawn from seed, and returns
+// it, [m][n] flattened, beside its float64 reference: the exact product of the BF16
+// weights (a Q8_0 block's values d x q rounded to BF16) and X rounded to BF16,
+// which is what the kernels are asked to compute. packed stores W first as
+// llama.cpp's loader stores a weight, repacked (see es_accel_test_bf16). rc is
+// es_accel_test_bf16's.
+func accelBF16MulMat(k, n, m, threads int, packed, batched, q8 bool, seed uint64) (got []float32, want []float64, rc int) {
 	ctx := C.ggml_init(C.struct_ggml_init_params{mem_size: C.size_t(1<<20 + 16*(k*n+k*m+n*m))})
 	defer C.ggml_free(ctx)
-	w := C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_BF16, C.int64_t(k), C.int64_t(n))
+	typ := uint32(C.GGML_TYPE_BF16)
+	if q8 {
+		typ = C.GGML_TYPE_Q8_0
+	}
+	w := C.ggml_new_tensor_2d(ctx, typ, C.int64_t(k), C.int64_t(n))
 	var x *C.struct_ggml_tensor
 	if batched {
 		x = C.ggml_new_tensor_3d(ctx, C.GGML_TYPE_F32, C.int64_t(k), 3, C.int64_t(m/3))
@@ -232,11 +238,32 @@ func accelBF16MulMat(k, n, m, threads int, packed, batched bool, seed uint64) (g
 		x = C.ggml_new_tensor_2d(ctx, C.GGML_TYPE_F32, C.int64_t(k), C.int64_t(m))
 	}
 	y := C.ggml_mul_mat(ctx, w, x)
-	wd := unsafe.Slice((*uint16)(w.data), k*n)
 	xd := unsafe.Slice((*float32)(x.data), k*m)
 	next := unitRand(seed)
-	for i := range wd {
-		wd[i] = bf16(next())
+	wv := make([]float64, k*n) // the weights' values, as the kernels read them
+	if q8 {
+		draws := make([]float32, k*n)
+		for i := range draws {
+			draws[i] = next()
+		}
+		blocks, err := gguf.AppendEncoded(nil, gguf.TypeQ8_0, draws)
+		if err != nil || len(blocks) != int(C.ggml_nbytes(w)) {
+			panic(fmt.Sprintf("quantising to Q8_0: %d bytes, %v", len(blocks), err))
+		}
+		copy(unsafe.Slice((*byte)(w.data), len(blocks)), blocks)
+		values, err := gguf.Decode(gguf.TypeQ8_0, blocks)
+		if err != nil {
+			panic(err)
+		}
+		for i, v := range values {
+			wv[i] = bf16Float(bf16(float32(v))) // d x q is exact in float32
+		}
+	} else {
+		wd := unsafe.Slice((*uint16)(w.data), k*n)
+		for i := range wd {
+			wd[i] = bf16(next())
+			wv[i] = bf16Float(wd[i])
+		}
 	}
 	for i := range xd {
 		xd[i] = next()
@@ -246,7 +273,7 @@ func accelBF16MulMat(k, n, m, threads int, packed, batched bool, seed uint64) (g
 		return nil, nil, rc
 	}
 	got = append([]float32(nil), unsafe.Slice((*float32)(y.data), n*m)...)
-	want = productRef(k, n, m, func(i int) float64 { return bf16Float(wd[i]) }, func(i int) float64 { return bf16Float(bf16(xd[i])) })
+	want = productRef(k, n, m, func(i int) float64 { return wv[i] }, func(i int) float64 { return bf16Float(bf16(xd[i])) })
 	return got, want, 0
 }
 
@@ -270,9 +297,17 @@ func accelSkippedHeads() int64 {
 	return int64(C.es_accel_skipped_heads())
 }
 
+// accelQ8Products counts the products with Q8_0 matrices embed-stack's kernels
+// computed in this process (ES_ACCEL_OP_Q8), and accelQ8Mapped how many Q8_0
+// matrices the last model loaded left mapped from its file in their buffer: for the
+// tests that check those products ran there, from no copy of the weights.
+func accelQ8Products() int64 { return int64(C.es_accel_q8_products()) }
+func accelQ8Mapped() int     { return int(C.es_accel_q8_mapped()) }
+
 const (
 	accelOpBF16 = int(C.ES_ACCEL_OP_BF16)
 	accelOpHead = int(C.ES_ACCEL_OP_HEAD)
+	accelOpQ8   = int(C.ES_ACCEL_OP_Q8)
 	accelOpAll  = int(C.ES_ACCEL_OP_ALL)
 )
 

@@ -14,7 +14,10 @@
 // device then, and stay the device's. ES_ACCEL_OP_ATTN is flash attention over a
 // BF16 KV cache (a decoder's long sequences). ES_ACCEL_OP_HEAD is a decoder's LM
 // head (the graph's "result_output" product), which the device takes and leaves
-// unwritten: the engine reads hidden states, never logits.
+// unwritten: the engine reads hidden states, never logits. ES_ACCEL_OP_Q8 is
+// products with Q8_0 matrices, through the BF16 kernels (AVX512_BF16 CPUs), read as
+// a model loads: the matrices the device then holds, in the file's layout, are its
+// own for the model's life (their products in calls of enough rows).
 enum {
 	ES_ACCEL_OP_KQ = 1,
 	ES_ACCEL_OP_GELU = 2,
@@ -22,7 +25,8 @@ enum {
 	ES_ACCEL_OP_BF16 = 8,
 	ES_ACCEL_OP_ATTN = 16,
 	ES_ACCEL_OP_HEAD = 32,
-	ES_ACCEL_OP_ALL = 63
+	ES_ACCEL_OP_Q8 = 64,
+	ES_ACCEL_OP_ALL = 127
 };
 
 // Kernel sets for es_accel_register: the best this CPU runs, or one forced.
@@ -78,6 +82,13 @@ long long es_accel_computed_ops(void);
 // es_accel_skipped_heads counts the LM heads (ES_ACCEL_OP_HEAD) the device left
 // uncomputed in this process.
 long long es_accel_skipped_heads(void);
+// es_accel_q8_products counts the products with Q8_0 matrices the device computed
+// in this process (ES_ACCEL_OP_Q8).
+long long es_accel_q8_products(void);
+// es_accel_q8_mapped is how many Q8_0 matrices the last model loaded (es_model_load)
+// left mapped from its file in the device's buffer type, for the tests that check
+// the device's Q8_0 products cost no copy of the weights.
+long es_accel_q8_mapped(void);
 
 // es_accel_test_compute computes dst (a MUL_MAT or GELU whose sources are set) with
 // the device's kernels on n_threads threads, the AVX2 ones when avx2 is set; -1
@@ -86,7 +97,8 @@ long long es_accel_skipped_heads(void);
 int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
 
 // es_accel_test_bf16 computes dst = mul_mat(w, x), w a BF16 matrix holding its
-// values and x F32, with the device's BF16 kernels on n_threads threads: with
+// values (or a Q8_0 one, not packed) and x F32, with the device's BF16 kernels on
+// n_threads threads: with
 // packed set from w stored in the device's buffer type as llama.cpp's loader
 // stores a weight (repacked into panels), then read back (-3 when it was not
 // repacked, -2 when it reads back different); else from w as it is, packed per
@@ -99,14 +111,16 @@ int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed);
 void es_keep_freed_mapped(void);
 
 // es_model_load is llama_model_load_from_file, also saying how many of the model's
-// matrices the device took and repacked (or mapped as panels) as it loaded (0: it
-// holds none of them). A file holding matrices as the kernels' panels (a copy
+// matrices the device took as it loaded: BF16 ones repacked or mapped as panels,
+// Q8_0 ones in the file's layout (0: it holds none of them). A file holding matrices as the kernels' panels (a copy
 // package weights converted for them) fails with NULL and *repacked
 // ES_PANELS_UNREADABLE where no kernel here reads them (the device off, a CPU
 // without AVX512_BF16, panels of another width), or ES_PANELS_NOT_TAKEN where one
 // of them went to another backend's buffer.
 enum { ES_PANELS_NOT_TAKEN = -1, ES_PANELS_UNREADABLE = -2 };
-struct llama_model *es_model_load(const char *path, struct llama_model_params params, long *repacked);
+// With q8 set (an embedding model, not a reranker) the device takes the model's
+// Q8_0 matrices too, where ES_ACCEL_OP_Q8 and a CPU with AVX512_BF16 let it.
+struct llama_model *es_model_load(const char *path, struct llama_model_params params, bool q8, long *repacked);
 
 // es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long
 // as the context (NULL, none attached, for one thread).

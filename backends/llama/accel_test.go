@@ -14,6 +14,7 @@ import (
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/gguf"
+	"github.com/embed-stack/embed-stack/internal/reference"
 	"github.com/embed-stack/embed-stack/weights"
 )
 
@@ -234,25 +235,29 @@ func TestAccelBF16MulMat(t *testing.T) {
 			t.Fatalf("accelBF16FMA(%v) reports %v", fma, got)
 		}
 		for i, s := range shapes {
-			for _, threads := range []int{1, 2, 3} {
-				packed := threads != 3
-				got, want, rc := accelBF16MulMat(s.k, s.n, s.m, threads, packed, s.batched, uint64(11+i))
+			// threads 1 and 2 from W repacked at load, 3 packed per product; and
+			// W in Q8_0 (always packed per product, es_q8_pack) on 1 and 3
+			for _, run := range []struct {
+				threads    int
+				packed, q8 bool
+			}{{1, true, false}, {2, true, false}, {3, false, false}, {1, false, true}, {3, false, true}} {
+				got, want, rc := accelBF16MulMat(s.k, s.n, s.m, run.threads, run.packed, s.batched, run.q8, uint64(11+i))
 				if rc != 0 {
-					t.Fatalf("k=%d n=%d m=%d packed=%v: es_accel_test_bf16 = %d; want 0 (-1 refused, -2 read back different, -3 not repacked)", s.k, s.n, s.m, packed, rc)
+					t.Fatalf("k=%d n=%d m=%d packed=%v Q8_0=%v: es_accel_test_bf16 = %d; want 0 (-1 refused, -2 read back different, -3 not repacked)", s.k, s.n, s.m, run.packed, run.q8, rc)
 				}
 				worst := 0.0
 				for j := range want {
 					worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
 				}
 				if !(worst <= 1e-6) { // NaN fails too
-					t.Errorf("k=%d n=%d m=%d batched=%v, FMAs %v, %d threads, packed=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, fma, threads, packed, worst)
+					t.Errorf("k=%d n=%d m=%d batched=%v, FMAs %v, %d threads, packed=%v, Q8_0=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, fma, run.threads, run.packed, run.q8, worst)
 				}
 			}
 		}
 	}
 	accelBF16FMA(-1)
 	setupAccel(backends.CPUAccelAVX2)
-	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, 1); rc != -1 {
+	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, false, 1); rc != -1 {
 		t.Errorf("with the AVX2 kernels forced: es_accel_test_bf16 = %d; want -1 (no BF16 product without AVX-512)", rc)
 	}
 }
@@ -580,5 +585,83 @@ func TestAccelBF16Panels(t *testing.T) {
 	_, err = Open(Config{ModelPath: bad, Threads: 2, CPUAccel: backends.CPUAccelAuto})
 	if err == nil || !strings.Contains(err.Error(), "did not take all of them") {
 		t.Errorf("a file naming the token embedding as panels: %v; want it refused", err)
+	}
+}
+
+// TestAccelQ8Products serves a Q8_0 file (the tiny Qwen3 quantised as llama.cpp's
+// Q8_0 files are) with embed-stack's Q8_0 products and without them. Where the CPU
+// has AVX512_BF16 the kernels must hold the matrices mapped from the file (no
+// copy), compute the products of a call of 64 tokens or more (all seven a layer but
+// the last layer's feed-forward three, whose rows are the call's outputs) and none
+// of a shorter call. The longer calls' vectors must be within cosine 0.9999 of the
+// float64 forward pass over the Q8_0 values and no further from it than ggml's
+// (which rounds the activations to int8 too), the shorter calls' those of ggml's
+// Q8_0 products bit for bit. Elsewhere the kernels must take none of it.
+// TestAccelBF16MulMat holds the products themselves to the exact product.
+func TestAccelQ8Products(t *testing.T) {
+	accelKernels(t)
+	t.Cleanup(func() { accelOnlyOps(accelOpAll) })
+	q8 := filepath.Join(t.TempDir(), "tiny-q8_0.gguf")
+	if err := gguf.QuantizeQ8_0(modelFile(t, tinyModel), q8); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := reference.Load(q8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16
+	open := func(ops int) *Engine {
+		t.Helper()
+		accelOnlyOps(ops)
+		e, err := Open(Config{ModelPath: q8, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	on := open(accelOpAll)
+	mapped := accelQ8Mapped()
+	off := open(accelOpAll &^ accelOpQ8)
+	layers := ref.Config().Layers
+	if !bf16 {
+		if on.accelWeights || mapped != 0 {
+			t.Fatalf("no AVX512_BF16: the kernels hold the Q8_0 weights (%v, %d mapped); want none", on.accelWeights, mapped)
+		}
+	} else if !on.accelWeights || off.accelWeights || mapped != 7*layers {
+		t.Fatalf("the kernels hold the Q8_0 weights: %v with their Q8_0 products (%d matrices mapped), %v without; want true (%d mapped) and false", on.accelWeights, mapped, off.accelWeights, 7*layers)
+	}
+	vocab := on.Info().NVocab
+	for i, n := range []int{1, 17, 63, 64, 130, 500} {
+		seq := randomSeq(uint64(90+i), n, vocab)
+		embed := func(e *Engine) []float32 {
+			t.Helper()
+			v, err := e.Embed(context.Background(), [][]int32{seq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v[0]
+		}
+		before := accelQ8Products()
+		got := embed(on)
+		products := accelQ8Products() - before
+		ggml := embed(off)
+		want, err := ref.LastToken(seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken := bf16 && n >= 64
+		c, cg := cosine(got, want), cosine(ggml, want)
+		t.Logf("%d tokens: %d Q8_0 products in the kernels, cosine %.9f to the float64 reference (ggml's Q8_0 products %.9f)", n, products, c, cg)
+		switch {
+		case taken && products < int64(7*layers-3):
+			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want at least %d (7 a layer but the last one's feed-forward)", n, products, 7*layers-3)
+		case !taken && products != 0:
+			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want none (ggml's below 64 rows)", n, products)
+		case taken && !(c >= 0.9999 && c >= cg-1e-6):
+			t.Errorf("%d tokens: cosine %.9f to the float64 reference, ggml's Q8_0 products %.9f; want >= 0.9999 and no lower than ggml's", n, c, cg)
+		case !taken && !slices.Equal(got, ggml):
+			t.Errorf("%d tokens: vectors differ from ggml's Q8_0 products (max |diff| %g); want the same bits", n, maxAbsDiff(got, ggml))
+		}
 	}
 }

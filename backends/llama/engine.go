@@ -230,7 +230,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("llama: Config.MaxSeqs is %d; at most %d (llama.cpp's LLAMA_MAX_SEQ less one this engine reserves)", sz.maxSeqs, limit)
 	}
 
-	model, repacked, err := loadModel(cfg.ModelPath, shape, dev, sz.gpuLayers)
+	model, repacked, err := loadModel(cfg.ModelPath, shape, dev, sz.gpuLayers, !cfg.Rerank)
 	if err != nil {
 		return nil, err
 	}

@@ -35,9 +35,10 @@ var backendInit = sync.OnceValue(func() error {
 // of each reading them.
 //
 // repacked counts the matrices embed-stack's own kernels took as the model loaded
-// (BF16 weights on an AVX512_BF16 CPU, accel.c): those products run on that device
-// whatever --cpu-accel says later.
-func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers int) (model *C.struct_llama_model, repacked int, err error) {
+// (BF16 weights on an AVX512_BF16 CPU, accel.c; with q8, Q8_0 ones there too): the
+// products with BF16 ones run on that device whatever --cpu-accel says later. q8 is
+// false for a reranker, whose scores stay those of ggml's Q8_0 products.
+func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers int, q8 bool) (model *C.struct_llama_model, repacked int, err error) {
 	mp := C.llama_model_default_params()
 	// One device or none: split mode NONE keeps the model on devices[main_gpu],
 	// and main_gpu -1 on no GPU at all, whatever backends are registered.
@@ -70,7 +71,7 @@ func loadModel(path string, s gguf.Shape, dev C.ggml_backend_dev_t, gpuLayers in
 	defer C.free(unsafe.Pointer(cpath))
 	takeLastError()
 	var n C.long
-	model = C.es_model_load(cpath, mp, &n)
+	model = C.es_model_load(cpath, mp, C.bool(q8), &n)
 	switch {
 	case model == nil && n == C.ES_PANELS_UNREADABLE:
 		return nil, 0, fmt.Errorf("llama: model %s holds BF16 matrices in embed-stack's panel layout (a copy --weights converted for embed-stack's AVX512_BF16 kernels), which no kernel of this worker reads: its CPU kernels are off (--cpu-accel off) or its CPU lacks AVX512_BF16; load the original file", path)
