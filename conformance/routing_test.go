@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -498,11 +499,16 @@ func TestMeasureShortLatency(t *testing.T) {
 }
 
 // TestQueriesBesideDocuments: queries sent while the warm worker embeds a request of
-// long documents (two of 5000 tokens, under --warm-max-tokens, so on the warm
+// long documents (four of 5000 tokens, under --warm-max-tokens, so on the warm
 // worker) are answered before the documents are, each with the vector it gets on
 // an idle server, bit for bit. The batcher sends them beside the documents' batch
 // and the worker runs them between (or by interrupting) the documents' decode calls
-// (docs/routing.md); without that they would wait for both documents.
+// (docs/routing.md); without that they would wait for all the documents.
+//
+// The queries go as soon as /metrics shows the documents' call on the warm worker,
+// not after a fixed sleep: on a fast host the tiny model embeds two such documents
+// in under 300 ms, and a sleep that long once let them finish before the first
+// query was sent, failing the test on its own timing rather than on the server.
 func TestQueriesBesideDocuments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: embeds 10k tokens")
@@ -523,10 +529,24 @@ func TestQueriesBesideDocuments(t *testing.T) {
 	docDone := make(chan answer, 1)
 	docStart := time.Now()
 	go func() {
-		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": []string{doc, doc + " b"}}, nil)
+		docs := []string{doc, doc + " b", doc + " c", doc + " d"}
+		r, err := s.post(ctx(t), "/v1/embeddings", map[string]any{"input": docs}, nil)
 		docDone <- answer{r, err, time.Now()}
 	}()
-	time.Sleep(300 * time.Millisecond) // the documents are being decoded by now
+	warmCalls := regexp.MustCompile(`(?m)^embed_stack_backend_inflight\{[^}]*route="warm"[^}]*\} (\S+)$`)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if m := warmCalls.FindStringSubmatch(string(s.do(t, http.MethodGet, "/metrics", nil, nil).body)); m != nil && m[1] != "0" {
+			break
+		}
+		select {
+		case d := <-docDone:
+			t.Fatalf("the documents were answered (status %d) before /metrics showed them on the warm worker", d.r.status)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics showed no warm call in 30 s after the documents were sent")
+		}
+	}
 	var slowest time.Duration
 	for i, q := range queries {
 		start := time.Now()
