@@ -7,8 +7,9 @@
 #                                     30 MiB): stripped binaries, the ggml sources of
 #                                     the pinned module, the tokenizer
 #   scripts/gpu-check.sh build        there: libggml-cuda.so for CUDA_ARCHITECTURES (90)
-#   scripts/gpu-check.sh check        there: conformance on the GPU, reference agreement,
-#                                     tokens/s, the PyTorch peer; tables into $OUT
+#   scripts/gpu-check.sh check        there: reference agreement, tokens/s, the PyTorch
+#                                     peer, conformance on the GPU (GPU_CHECK_PHASES picks
+#                                     and orders them); $OUT/gpu-check.tar.gz
 #
 # The machine "there" has nvcc, CMake, PyTorch and transformers but no Go and no
 # network; every phase is bounded (timeout) to fit a 10-minute command, and writes
@@ -17,7 +18,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PACK=${GPU_CHECK_DIR:-$ROOT/.cache/gpu-check}
-OUT=${OUT:-$PACK/out}
+OUT=${OUT:-$PACK/out} # gpu-check.tar.gz: every table and log, packed after each phase
+RES=$PACK/results
 ARCH=${CUDA_ARCHITECTURES:-90}
 JOBS=${JOBS:-$(nproc)}
 BIN=$PACK/bin
@@ -57,60 +59,100 @@ prepare() {
 unpack() {
 	for f in "$BIN"/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 	chmod +x "$BIN"/*
-	mkdir -p "$OUT"
+	mkdir -p "$RES" "$OUT"
+}
+
+# save packs everything measured so far into $OUT/gpu-check.tar.gz (the device tool
+# brings back at most 8 files), replacing the last archive, so that a command cut
+# short at its limit still returns the phases it finished.
+save() {
+	tar -czf "$OUT/.gpu-check.tar.gz" -C "$RES" . && mv "$OUT/.gpu-check.tar.gz" "$OUT/gpu-check.tar.gz"
 }
 
 build() {
 	unpack
 	command -v nvcc >/dev/null || { log "no nvcc"; exit 1; }
-	nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.csv"
+	{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -2
+		grep -m1 'model name' /proc/cpuinfo; nproc; } | tee "$RES/gpu.txt"
 	local start=$SECONDS
 	cmake -S "$ROOT/cmake/cuda" -B "$PACK/cuda-build" -G Ninja -DOLLAMA_DIR="$PACK/src" \
 		-DEMBED_STACK_BACKEND_DIR="$LIB" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" 2>&1 | tail -5
-	timeout 540 cmake --build "$PACK/cuda-build" --target ggml-cuda -j "$JOBS" 2>&1 | tail -5
-	ls -l "$LIB" | tee "$OUT/lib.txt"
-	echo "libggml-cuda.so for sm_$ARCH: $((SECONDS - start)) s with $JOBS jobs" | tee "$OUT/build.txt"
-	"$BIN/embed-stack" devices | tee "$OUT/devices.txt"
+	timeout "${GPU_CHECK_BUILD_TIMEOUT:-540}" cmake --build "$PACK/cuda-build" --target ggml-cuda -j "$JOBS" 2>&1 | tail -5
+	ls -l "$LIB" | tee "$RES/lib.txt"
+	echo "libggml-cuda.so for sm_$ARCH: $((SECONDS - start)) s with $JOBS jobs" | tee "$RES/build.txt"
+	"$BIN/embed-stack" devices | tee "$RES/devices.txt"
+	save
 }
 
-check() {
-	unpack
-	"$BIN/embed-stack" devices --json | tee "$OUT/device.json"
-	grep -q '"gpu":true' "$OUT/device.json" || { log "the worker does not see a GPU: run the build phase first"; exit 1; }
+TINY=$ROOT/models/tiny.gguf
+BIG=$PACK/models/qwen3-0.6b-f16.gguf
+HF=$PACK/models/qwen3-0.6b-hf
+
+models() {
 	mkdir -p "$PACK/models" "$ROOT/models"
-	local tiny=$ROOT/models/tiny.gguf big=$PACK/models/qwen3-0.6b-f16.gguf hf=$PACK/models/qwen3-0.6b-hf
-	[ -f "$tiny" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape tiny -out "$tiny"
-	[ -f "$big" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -out "$big" -hf "$hf"
+	[ -f "$TINY" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape tiny -out "$TINY"
+	if [ "${1:-}" = big ] && [ ! -f "$BIG" ]; then
+		local start=$SECONDS
+		"$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -out "$BIG" -hf "$HF"
+		log "0.6B model and its HF snapshot written in $((SECONDS - start)) s"
+	fi
+}
 
-	# 1. The conformance suite, its server on the GPU (auto picks it).
-	log "conformance on the GPU"
-	(cd "$ROOT/conformance" && EMBED_STACK_BIN="$BIN/embed-stack" EMBED_STACK_MODEL="$tiny" EMBED_STACK_REQUIRE_E2E=1 \
-		timeout 300 "$BIN/conformance.test" -test.count=1 -test.timeout=290s 2>&1 | tail -40) | tee "$OUT/conformance.txt" || true
+# Agreement with the float64 reference (tiny model) at 16, 512, 8192 and 32768
+# tokens (GPU_CHECK_PRECISION_LENGTHS; the 32768-token reference alone takes minutes
+# of CPU): the engine's own choice and each kernel, on the GPU.
+phase_precision() {
+	models
+	(cd "$ROOT/backends/llama" && EMBED_STACK_MEASURE_PRECISION=${GPU_CHECK_PRECISION_LENGTHS:-16,512,8192,32768} EMBED_STACK_MEASURE_ATTN=plain,flash,flash-bf16v \
+		timeout "${GPU_CHECK_PRECISION_TIMEOUT:-300}" "$BIN/llama.test" -test.run '^TestMeasurePrecision$' -test.v -test.timeout=590s 2>&1 |
+		grep -E 'cosine|FAIL|ok|panic|device|error') | tee "$RES/precision.txt" || true
+}
 
-	# 2. Agreement with the float64 reference (tiny model) at 16, 512, 8192 and 32768
-	# tokens: the engine's own choice and each kernel, on the GPU.
-	log "reference agreement"
-	(cd "$ROOT/backends/llama" && EMBED_STACK_MEASURE_PRECISION=16,512,8192,32768 EMBED_STACK_MEASURE_ATTN=plain,flash,flash-bf16v \
-		timeout 400 "$BIN/llama.test" -test.run '^TestMeasurePrecision$' -test.v -test.timeout=390s 2>&1 | grep -E 'cosine|FAIL|ok|panic' ) | tee "$OUT/precision.txt" || true
-
-	# 3. tokens/s on the 0.6B shape: embed-stack (engine floor and server).
-	log "throughput"
-	(cd "$ROOT" && timeout 300 "$BIN/embed-stack" bench --model "$big" \
+# tokens/s on the 0.6B shape: embed-stack (engine floor and server).
+phase_bench() {
+	models big
+	(cd "$ROOT" && timeout "${GPU_CHECK_BENCH_TIMEOUT:-240}" "$BIN/embed-stack" bench --model "$BIG" \
 		--only grid/32x512,grid/1x8192,grid/1x32768,seed/short,clients/16 --batches 1,32 --lengths 512,8192,32768 \
 		--max-grid-tokens 0 --clients 16 --client-duration 5s --reps 3 --short-tokens 16 \
-		--json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40) | tee "$OUT/bench.txt" || true
+		--json "$RES/bench.json" --markdown "$RES/bench.md" 2>&1 | tail -40) | tee "$RES/bench.txt" || true
+}
 
-	# 4. The PyTorch peer on the same weights (bf16 for speed, f32 as a second
-	# reference for embed-stack's vectors), against a server on the GPU.
-	log "PyTorch peer"
+# The PyTorch peer on the same weights (bf16 for speed, f32 as a second reference
+# for embed-stack's vectors), against a server on the GPU.
+phase_peer() {
+	models big
 	local addr=127.0.0.1:18080
-	"$BIN/embed-stack" serve --model "$big" --addr "$addr" --token-ids native --warm-max-tokens 8192 > "$OUT/serve.log" 2>&1 &
+	"$BIN/embed-stack" serve --model "$BIG" --addr "$addr" --token-ids native --warm-max-tokens 8192 > "$RES/serve.log" 2>&1 &
 	local pid=$!
 	for _ in $(seq 120); do curl -sf "http://$addr/ready" >/dev/null && break; sleep 1; done
-	timeout 300 python3 "$ROOT/scripts/gpu_peer.py" --hf "$hf" --url "http://$addr/v1" --out "$OUT" 2>&1 | tail -30 || true
-	curl -s "http://$addr/health" > "$OUT/health.json" || true
-	curl -s "http://$addr/metrics" | grep embed_stack_device > "$OUT/device-metrics.txt" || true
-	kill "$pid"; wait "$pid" || true
+	timeout "${GPU_CHECK_PEER_TIMEOUT:-240}" python3 "$ROOT/scripts/gpu_peer.py" --hf "$HF" --url "http://$addr/v1" --out "$RES" 2>&1 | tail -30 || true
+	curl -s "http://$addr/health" > "$RES/health.json" || true
+	curl -s "http://$addr/metrics" | grep embed_stack_device > "$RES/device-metrics.txt" || true
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+# The conformance suite (conformance/), its server on the GPU (auto picks it).
+phase_conformance() {
+	models
+	(cd "$ROOT/conformance" && EMBED_STACK_BIN="$BIN/embed-stack" EMBED_STACK_MODEL="$TINY" EMBED_STACK_REQUIRE_E2E=1 \
+		timeout "${GPU_CHECK_CONFORMANCE_TIMEOUT:-300}" "$BIN/conformance.test" -test.count=1 -test.timeout=590s 2>&1 | tail -60) | tee "$RES/conformance.txt" || true
+}
+
+# check runs the phases named in GPU_CHECK_PHASES (all four by default), in that
+# order: a lent machine's minutes are few, so the caller puts first what it needs most.
+check() {
+	unpack
+	"$BIN/embed-stack" devices --json | tee "$RES/device.json"
+	grep -q '"gpu":true' "$RES/device.json" || { log "the worker does not see a GPU: run the build phase first"; save; exit 1; }
+	local phase start
+	for phase in ${GPU_CHECK_PHASES:-precision bench peer conformance}; do
+		start=$SECONDS
+		log "$phase"
+		"phase_$phase"
+		log "$phase: $((SECONDS - start)) s"
+		save
+	done
 }
 
 case "${1:-}" in

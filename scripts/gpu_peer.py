@@ -66,7 +66,7 @@ def main():
     a = ap.parse_args()
     report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "agreement": [], "speed": []}
 
-    f32 = AutoModel.from_pretrained(a.hf, torch_dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
+    f32 = AutoModel.from_pretrained(a.hf, dtype=torch.float32, attn_implementation="sdpa").cuda().eval()
     vocab = f32.config.vocab_size
     for n in LENGTHS:
         seq = ids(n, n, vocab)
@@ -77,7 +77,7 @@ def main():
     del f32
     torch.cuda.empty_cache()
 
-    bf16 = AutoModel.from_pretrained(a.hf, torch_dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+    bf16 = AutoModel.from_pretrained(a.hf, dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
     for b, n in SHAPES:
         batch = [ids(1000 + i, n, vocab) for i in range(b)]
         last_token(bf16, batch)  # warm-up
