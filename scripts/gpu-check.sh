@@ -71,11 +71,15 @@ save() {
 
 build() {
 	unpack
+	[ -x /usr/local/cuda/bin/nvcc ] && PATH=$PATH:/usr/local/cuda/bin
 	command -v nvcc >/dev/null || { log "no nvcc"; exit 1; }
+	export CUDACXX=${CUDACXX:-$(command -v nvcc)}
 	{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -2
 		grep -m1 'model name' /proc/cpuinfo; nproc; } | tee "$RES/gpu.txt"
 	local start=$SECONDS
-	cmake -S "$ROOT/cmake/cuda" -B "$PACK/cuda-build" -G Ninja -DOLLAMA_DIR="$PACK/src" \
+	local gen=Ninja
+	command -v ninja >/dev/null || gen="Unix Makefiles"
+	cmake -S "$ROOT/cmake/cuda" -B "$PACK/cuda-build" -G "$gen" -DOLLAMA_DIR="$PACK/src" \
 		-DEMBED_STACK_BACKEND_DIR="$LIB" -DCMAKE_CUDA_ARCHITECTURES="$ARCH" 2>&1 | tail -5
 	timeout "${GPU_CHECK_BUILD_TIMEOUT:-540}" cmake --build "$PACK/cuda-build" --target ggml-cuda -j "$JOBS" 2>&1 | tail -5
 	ls -l "$LIB" | tee "$RES/lib.txt"
