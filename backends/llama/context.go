@@ -63,7 +63,7 @@ func (e *Engine) create(k *kctx) error {
 		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}
 	if C.llama_pooling_type(lctx) != cp.pooling_type {
-		C.llama_free(lctx)
+		freeContext(lctx)
 		return fmt.Errorf("llama: the context did not accept pooling_type %d", int(cp.pooling_type))
 	}
 	// An architecture the engine runs as a decoder must keep its prefix in a KV
@@ -73,11 +73,11 @@ func (e *Engine) create(k *kctx) error {
 	// llama.cpp does for an architecture it gives no KV cache or calls an encoder.
 	cached := C.llama_get_memory(lctx) != nil
 	if !e.encoder && !cached {
-		C.llama_free(lctx)
+		freeContext(lctx)
 		return fmt.Errorf("llama: llama.cpp runs this model's architecture as an encoder, without a KV cache, which the engine does not know it for; it cannot be served")
 	}
 	if e.encoder && cached && !bool(C.llama_model_has_encoder(e.model)) {
-		C.llama_free(lctx)
+		freeContext(lctx)
 		return fmt.Errorf("llama: llama.cpp runs this model's architecture as a decoder over a KV cache, but family.Archs lists it as an encoder")
 	}
 	k.lctx = lctx
@@ -132,7 +132,7 @@ func (k *kctx) free() {
 	if k != nil && k.lctx != nil {
 		C.llama_batch_free(k.batch)
 		C.es_threadpool_free(k.lctx, k.pool)
-		C.llama_free(k.lctx)
+		freeContext(k.lctx)
 		k.lctx = nil
 	}
 }

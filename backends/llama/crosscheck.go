@@ -78,7 +78,7 @@ func (e *Engine) pooledWith(ctx context.Context, seq []int32, pooling C.enum_lla
 		if lctx == nil {
 			return nil, fmt.Errorf("llama: creating a pooling context failed: %s", llamaReason("see the debug log"))
 		}
-		defer C.llama_free(lctx)
+		defer freeContext(lctx)
 		var batch C.struct_llama_batch
 		if in != nil {
 			batch = C.llama_batch_init(C.int32_t(nt), C.int32_t(in.hidden), 1)

@@ -88,7 +88,7 @@ func llamaPooled(path string, seqs [][]int32, threads int) ([][]float32, error) 
 	if lctx == nil {
 		return nil, fmt.Errorf("llama: creating a context for %s failed: %s", path, llamaReason("see the debug log"))
 	}
-	defer C.llama_free(lctx)
+	defer freeContext(lctx)
 	width := int(C.llama_model_n_embd(model))
 	batch := C.llama_batch_init(C.int32_t(longest), 0, 1)
 	defer C.llama_batch_free(batch)

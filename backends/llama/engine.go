@@ -216,6 +216,8 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	if dev == nil {
 		device.CPUAccel, device.CPUAccelBF16 = setupAccel(cfg.CPUAccel)
+	} else if err := hookBackendFree(dev); err != nil {
+		return nil, err
 	}
 	shape, err := readShape(cfg.ModelPath)
 	if err != nil {
