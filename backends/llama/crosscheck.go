@@ -73,7 +73,7 @@ func (e *Engine) pooledWith(ctx context.Context, seq []int32, pooling C.enum_lla
 		cp.embeddings = true
 		cp.no_perf = true
 		// The same attention kernel as the engine's context for this length (see Open).
-		setKernel(&cp, e.contextFor(nt).kernel)
+		setKernel(&cp, e.contextFor(nt).kernel, e.info.Device.GPU)
 		lctx := C.llama_init_from_model(e.model, cp)
 		if lctx == nil {
 			return nil, fmt.Errorf("llama: creating a pooling context failed: %s", llamaReason("see the debug log"))

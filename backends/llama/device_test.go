@@ -234,3 +234,25 @@ func TestCPUScheduleUnchanged(t *testing.T) {
 		t.Errorf("CPU engine: short %v, long %v (%d-token calls), shortMax %d, threads %d", e.short.kernel, e.long.kernel, e.long.batchTokens, e.shortMax, e.threads)
 	}
 }
+
+// TestFlashFor: a GPU context asks llama.cpp for flash attention only where the
+// GPU computes it (auto), since a forced one the GPU lacks runs on the CPU, slowly
+// and in f16 (flashFor); the CPU's kinds stay as they were.
+func TestFlashFor(t *testing.T) {
+	for _, tt := range []struct {
+		k    attentionKind
+		gpu  bool
+		want flashMode
+	}{
+		{attnPlain, false, flashOff},
+		{attnPlain, true, flashOff},
+		{attnFlash, false, flashOn},
+		{attnFlash, true, flashAuto},
+		{attnFlashBF16V, false, flashOn},
+		{attnFlashBF16, false, flashOn},
+	} {
+		if got := flashFor(tt.k, tt.gpu); got != tt.want {
+			t.Errorf("flashFor(%v, gpu %v) = %v, want %v", tt.k, tt.gpu, got, tt.want)
+		}
+	}
+}

@@ -46,11 +46,15 @@ var cpuSchedule = schedule{
 	threads:        runtime.NumCPU,
 }
 
-// gpuSchedule is for CUDA and Metal. NOT MEASURED: these are defaults chosen by
-// reasoning, to be replaced by the figures of scripts/gpu-check.sh on a GPU
-// (docs/performance.md says how to run it). The reasoning:
+// gpuSchedule is for CUDA and Metal. Mostly NOT MEASURED: these are defaults chosen
+// by reasoning, to be replaced by the figures of scripts/gpu-check.sh on a GPU
+// (docs/performance.md says how to run it, and gives the first figures, from one
+// H200 run). The reasoning:
 //
-//   - Attention: flash attention over the default f16 KV cache at every length.
+//   - Attention: flash attention over the default f16 KV cache at every length,
+//     where the GPU's backend computes it for the model's heads, else the plain
+//     kernel (flashFor: measured on the H200, where a forced flash attention over
+//     heads CUDA does not take ran on the CPU, 34x slower and at cosine 0.9795).
 //     The CPU's reasons for the plain kernel on long sequences do not carry over:
 //     llama.cpp asks ggml for f32 precision in flash attention (the CPU kernel's
 //     f16 accumulation over an f16 V cache is what cost accuracy there), and on a
