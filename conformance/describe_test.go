@@ -150,8 +150,24 @@ func TestInfo(t *testing.T) {
 	if m.SHA256 == nil || *m.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Errorf("sha256 %v, want %x (within 30 s of start)", m.SHA256, sum)
 	}
-	if info.Device != "cpu" || info.Limits.MaxBodyBytes != 32<<20 || info.Limits.MaxConcurrentRequests <= 0 || info.Limits.RequestTimeoutSeconds <= 0 {
-		t.Errorf("device %q limits %+v", info.Device, info.Limits)
+	// The device is the warm worker's, as /health names it: "cpu", or on a GPU its
+	// backend, with the device's index for CUDA ("cuda:0").
+	var health struct {
+		Device struct {
+			GPU     bool   `json:"gpu"`
+			Backend string `json:"backend"`
+		} `json:"device"`
+	}
+	// Only the two fields: the rest of /health is TestHealthAndReady's.
+	if err := json.Unmarshal(s.do(t, http.MethodGet, "/health", nil, nil).body, &health); err != nil {
+		t.Fatalf("/health: %v", err)
+	}
+	wantDevice := "cpu"
+	if health.Device.GPU {
+		wantDevice = strings.ToLower(health.Device.Backend)
+	}
+	if !(info.Device == wantDevice || strings.HasPrefix(info.Device, wantDevice+":")) || info.Limits.MaxBodyBytes != 32<<20 || info.Limits.MaxConcurrentRequests <= 0 || info.Limits.RequestTimeoutSeconds <= 0 {
+		t.Errorf("device %q (want %s, as /health says) limits %+v", info.Device, wantDevice, info.Limits)
 	}
 
 	out, err := exec.Command(binPath, "--version").Output()
