@@ -129,7 +129,8 @@ phase_peer() {
 	"$BIN/embed-stack" serve --model "$BIG" --addr "$addr" --token-ids native --warm-max-tokens 8192 > "$RES/serve.log" 2>&1 &
 	local pid=$!
 	for _ in $(seq 120); do curl -sf "http://$addr/ready" >/dev/null && break; sleep 1; done
-	timeout "$(bounded "${GPU_CHECK_PEER_TIMEOUT:-240}")" python3 "$ROOT/scripts/gpu_peer.py" --hf "$HF" --url "http://$addr/v1" --out "$RES" 2>&1 | tail -30 || true
+	timeout "$(bounded "${GPU_CHECK_PEER_TIMEOUT:-240}")" python3 "$ROOT/scripts/gpu_peer.py" --hf "$HF" --url "http://$addr/v1" --out "$RES" > "$RES/peer.txt" 2>&1 || true
+	tail -30 "$RES/peer.txt"
 	curl -s "http://$addr/health" > "$RES/health.json" || true
 	curl -s "http://$addr/metrics" | grep embed_stack_device > "$RES/device-metrics.txt" || true
 	kill "$pid" 2>/dev/null || true
