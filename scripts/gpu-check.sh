@@ -117,12 +117,13 @@ phase_precision() {
 		grep -E 'cosine|FAIL|ok|panic|device|error') | tee "$RES/precision.txt" || true
 }
 
-# tokens/s on the 0.6B shape: embed-stack (engine floor and server).
+# tokens/s on the 0.6B shape: embed-stack (engine floor and server). --long-tokens sizes
+# the floor's context for the 32768-token input (the default held 15040 on the H200).
 phase_bench() {
 	models big
 	(cd "$ROOT" && timeout "$(bounded "${GPU_CHECK_BENCH_TIMEOUT:-240}")" "$BIN/embed-stack" bench --model "$BIG" \
 		--only grid/32x512,grid/1x8192,grid/1x32768,seed/short,clients/16 --batches 1,32 --lengths 512,8192,32768 \
-		--max-grid-tokens 0 --clients 16 --client-duration 5s --reps 3 --short-tokens 32 \
+		--max-grid-tokens 0 --clients 16 --client-duration 5s --reps 3 --short-tokens 32 --long-tokens 32768 \
 		--json "$RES/bench.json" --markdown "$RES/bench.md" 2>&1 | tail -40) | tee "$RES/bench.txt" || true
 }
 
