@@ -4,8 +4,10 @@
 # PyTorch peer. Two halves:
 #
 #   scripts/gpu-check.sh prepare      here, with Go: writes .cache/gpu-check/ (about
-#                                     30 MiB): stripped binaries, the ggml sources of
-#                                     the pinned module, the tokenizer
+#                                     45 MiB): stripped binaries, the ggml sources of
+#                                     the pinned module, the tokenizer (gzipped);
+#                                     GPU_CHECK_OLLAMA=1: the CPU phase's pack, with
+#                                     Ollama and without the GPU phases' parts
 #   scripts/gpu-check.sh build        there: libggml-cuda.so for CUDA_ARCHITECTURES (90)
 #   scripts/gpu-check.sh check        there: reference agreement, tokens/s, the PyTorch
 #                                     peer, conformance on the GPU, and the machine's CPU
@@ -42,19 +44,35 @@ prepare() {
 	go build -ldflags "$ld" -o "$BIN/embed-stack" ./cmd/embed-stack
 	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN/genmodel" ./cmd/genmodel
 	go test -c -ldflags "-s -w" -o "$BIN/llama.test" ./backends/llama
-	CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$BIN/conformance.test" ./conformance
+	if [ -n "${GPU_CHECK_OLLAMA:-}" ]; then
+		# The CPU phase's pack: Ollama (stripped; its module as `make bench-peers` builds
+		# it) for the served comparison, in the room of the conformance suite and the
+		# ggml sources, which only the GPU phases use (the carry holds 64 MiB).
+		local v
+		v=$(cd bench/peers/ollama && go list -m -f '{{.Version}}' github.com/ollama/ollama)
+		(cd bench/peers/ollama && go build -ldflags "-s -w -X github.com/ollama/ollama/version.Version=${v#v}" -o "$BIN/ollama" .)
+	else
+		CGO_ENABLED=0 go test -c -ldflags "-s -w" -o "$BIN/conformance.test" ./conformance
+	fi
 	# The ggml tree of the module (sources, headers, CMake files), where cmake/cuda
 	# looks for it: OLLAMA_DIR/ml/backend/ggml/ggml.
+	[ -z "${GPU_CHECK_OLLAMA:-}" ] || { cpu_variants; return; }
 	mkdir -p "$PACK/src/ml/backend/ggml"
 	cp -r "$ollama/ml/backend/ggml/ggml" "$PACK/src/ml/backend/ggml/"
 	chmod -R u+w "$PACK/src"
 	rm -rf "$PACK/src/ml/backend/ggml/ggml/src/"{ggml-vulkan,ggml-hip,ggml-metal,ggml-blas}
 	find "$PACK/src" -name '*.go' -delete
-	# Issue 23's CPU phase: the kernel variants of the AMX and AVX-512 BF16 CPUs such
-	# machines have had, tuned for none, into a folder of their own (phase_cpu).
+	cpu_variants
+}
+
+# cpu_variants ends prepare: issue 23's CPU phase needs the kernel variants of the AMX
+# and AVX-512 BF16 CPUs such machines have had, tuned for none, in a folder of their
+# own (phase_cpu); then everything is packed.
+cpu_variants() {
 	make -s cpu-variants CPU_VARIANTS="sapphirerapids zen4" CPU_TUNE=generic \
 		BACKEND_DIR="$PACK/cpu/lib/embed-stack" CPU_BUILD_DIR="$ROOT/.cache/cpu-build-gpu-check" >/dev/null
 	gzip -9 "$BIN"/*
+	gzip -9c .cache/qwen3/tokenizer.json > "$PACK/tokenizer.json.gz"
 	local size
 	size=$(du -sm "$PACK" | cut -f1)
 	log "prepared $PACK: ${size} MiB (carry limit 64)"
@@ -63,6 +81,10 @@ prepare() {
 
 unpack() {
 	for f in "$BIN"/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+	# the tokenizer travels packed too (11 MiB of JSON; the carry holds 64 MiB)
+	if [ -f "$PACK/tokenizer.json.gz" ] && [ ! -f "$ROOT/.cache/qwen3/tokenizer.json" ]; then
+		mkdir -p "$ROOT/.cache/qwen3" && gunzip -c "$PACK/tokenizer.json.gz" > "$ROOT/.cache/qwen3/tokenizer.json"
+	fi
 	chmod +x "$BIN"/*
 	mkdir -p "$RES" "$OUT"
 }
@@ -100,9 +122,10 @@ HF=$PACK/models/qwen3-0.6b-hf
 models() {
 	mkdir -p "$PACK/models" "$ROOT/models"
 	[ -f "$TINY" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape tiny -out "$TINY"
-	if [ "${1:-}" = big ] && [ ! -f "$BIG" ]; then
-		local start=$SECONDS
-		"$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -out "$BIG" -hf "$HF"
+	if [ "${1:-}" = big ] && { [ ! -f "$BIG" ] || { [ "${2:-}" = hf ] && [ ! -d "$HF" ]; }; }; then
+		local start=$SECONDS hf=()
+		[ "${2:-}" = hf ] && hf=(-hf "$HF")
+		"$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -out "$BIG" "${hf[@]}"
 		log "0.6B model and its HF snapshot written in $((SECONDS - start)) s"
 	fi
 }
@@ -130,7 +153,7 @@ phase_bench() {
 # The PyTorch peer on the same weights (bf16 for speed, f32 as a second reference
 # for embed-stack's vectors), against a server on the GPU.
 phase_peer() {
-	models big
+	models big hf
 	local addr=127.0.0.1:18080
 	"$BIN/embed-stack" serve --model "$BIG" --addr "$addr" --token-ids native --warm-max-tokens 8192 > "$RES/serve.log" 2>&1 &
 	local pid=$!
@@ -143,41 +166,81 @@ phase_peer() {
 	wait "$pid" 2>/dev/null || true
 }
 
-# Issue 23 on the GPU machine's CPU (an Intel Xeon with AMX where one was seen): the
-# engine floor on the CPU alone, with the best kernel variant for it (auto: AMX
-# where the CPU has it) and with the compiled-in kernels, on the F16 file (--weights
-# auto: BF16 on AVX-512 BF16 CPUs) and a Q8_0 one; and PyTorch's matrix products on
-# the same cores as the ceiling. A copy of the binary whose ../lib/embed-stack holds
-# the CPU variants and no CUDA backend keeps the floor off the GPU.
+# Issue 23 on the GPU machine's CPU (an Intel Xeon with AMX where one was seen),
+# with no GPU backend in reach (the copy in $PACK/cpu, whose ../lib/embed-stack holds
+# the CPU variants only). Steps (GPU_CHECK_CPU_STEPS picks and orders them):
+#   test     the BF16 products in every arithmetic the CPU has, AMX tiles included,
+#            against the exact product and ggml's own kernels
+#   ceiling  PyTorch's matrix products (oneDNN) on every core and on two
+#   f16      the engine floor on the F16 file converted to BF16 panels (--weights
+#            bf16, what auto does on these CPUs), with AMX tiles and without
+#            (EMBED_STACK_AMX=off), on every core
+#   ollama   Ollama (bin/ollama, carried in $BIN) served beside embed-stack
+#            (--weights bf16) on the issue's shapes, on every core
+#   f16-2    the floor of f16 on two cores (the dev hosts' size)
+#   q8       the floor on a Q8_0 file with AMX tiles and without
 phase_cpu() {
 	models big
-	local q8=$PACK/models/qwen3-0.6b-q8_0.gguf cpu=$PACK/cpu
-	[ -f "$q8" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -type q8_0 -out "$q8"
+	local q8=$PACK/models/qwen3-0.6b-q8_0.gguf cpu=$PACK/cpu n step
+	n=$(nproc)
 	mkdir -p "$cpu/bin" && cp "$BIN/embed-stack" "$cpu/bin/"
 	"$cpu/bin/embed-stack" devices | tee "$RES/cpu-devices.txt"
-	{ grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; } > "$RES/cpu-flags.txt"
-	timeout "$(bounded 60)" python3 - "$(nproc)" <<'PY' 2>&1 | tee "$RES/cpu-ceiling.txt" || true
-import sys, time, torch
-torch.set_num_threads(int(sys.argv[1]))
-for dt in (torch.float32, torch.bfloat16):
-    a, b = torch.randn(512, 1024, dtype=dt), torch.randn(1024, 3072, dtype=dt)
-    for _ in range(5):
-        a @ b
-    n, t = 50, time.perf_counter()
-    for _ in range(n):
-        a @ b
-    s = (time.perf_counter() - t) / n
-    print(f"torch {torch.__version__} {dt} 512x1024x3072 on {sys.argv[1]} threads: {2 * 512 * 1024 * 3072 / s / 1e9:.0f} GFLOP/s")
-PY
-	local variant model
-	for model in "$BIG" "$q8"; do
-		for variant in auto builtin; do
-			(cd "$ROOT" && timeout "$(bounded "${GPU_CHECK_CPU_TIMEOUT:-120}")" "$cpu/bin/embed-stack" bench --serve=false --model "$model" \
-				--threads "$(nproc)" --cpu-variant "$variant" --weights-cache "$PACK/weights" \
-				--only grid/1x16,grid/8x128,grid/32x128,grid/8x512 --batches 1,8,32 --lengths 16,128,512 --warmup 1 --reps 3 \
-				--markdown "$RES/cpu-$variant-$(basename "$model" .gguf).md" 2>&1 | grep -E '^bench:|floor') | tee -a "$RES/cpu.txt" || true
-		done
+	EMBED_STACK_AMX=off "$cpu/bin/embed-stack" devices | grep -i 'kernels' | tee -a "$RES/cpu-devices.txt" || true
+	{ grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; uname -r; } > "$RES/cpu-flags.txt"
+	local shapes=grid/8x128,grid/32x128,grid/8x512
+	for step in ${GPU_CHECK_CPU_STEPS:-test ceiling f16 ollama f16-2 q8}; do
+		case $step in
+		test)
+			(cd "$ROOT/backends/llama" && timeout "$(bounded 150)" "$BIN/llama.test" -test.run '^(TestAccelBF16MulMat|TestAccelBF16Model)$' -test.v -test.timeout=150s 2>&1 |
+				grep -vE '^=== (RUN|PAUSE|CONT)' | tail -30) | tee "$RES/cpu-test.txt" || true ;;
+		ceiling) cpu_ceiling "$n" ;;
+		f16)
+			cpu_floor "f16-amx-$n" "$n" "$BIG" on "grid/1x16,$shapes"
+			cpu_floor "f16-noamx-$n" "$n" "$BIG" off "grid/1x16,$shapes" ;;
+		ollama)
+			[ -x "$BIN/ollama" ] || continue
+			(cd "$ROOT" && timeout "$(bounded "${GPU_CHECK_OLLAMA_TIMEOUT:-200}")" "$cpu/bin/embed-stack" bench --model "$BIG" --ollama "$BIN/ollama" \
+				--threads "$n" --weights bf16 --weights-cache "$PACK/weights" --only grid/32x128,grid/8x512 --batches 8,32 --lengths 128,512 --reps 3 \
+				--json "$RES/cpu-ollama.json" --markdown "$RES/cpu-ollama.md" 2>&1 | tail -30) | tee "$RES/cpu-ollama.txt" || true ;;
+		f16-2)
+			cpu_floor f16-amx-2 2 "$BIG" on grid/8x128
+			cpu_floor f16-noamx-2 2 "$BIG" off grid/8x128 ;;
+		q8)
+			[ -f "$q8" ] || "$BIN/genmodel" -tokenizer "$ROOT/.cache/qwen3/tokenizer.json" -shape 0.6b -type q8_0 -out "$q8"
+			cpu_floor "q8-amx-$n" "$n" "$q8" on "grid/1x16,$shapes" file
+			cpu_floor "q8-noamx-$n" "$n" "$q8" off "grid/1x16,$shapes" file ;;
+		esac
+		save
 	done
+}
+
+# cpu_ceiling THREADS: PyTorch's f32 and BF16 products of 512x1024x3072 on THREADS
+# and on two threads.
+cpu_ceiling() {
+	timeout "$(bounded 60)" python3 - "$1" <<'PY' 2>&1 | tee "$RES/cpu-ceiling.txt" || true
+import sys, time, torch
+for threads in (int(sys.argv[1]), 2):
+    torch.set_num_threads(threads)
+    for dt in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(512, 1024, dtype=dt), torch.randn(1024, 3072, dtype=dt)
+        for _ in range(5):
+            a @ b
+        reps, t = 50, time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        s = (time.perf_counter() - t) / reps
+        print(f"torch {torch.__version__} {dt} 512x1024x3072 on {threads} threads: {2 * 512 * 1024 * 3072 / s / 1e9:.0f} GFLOP/s")
+PY
+}
+
+# cpu_floor NAME THREADS MODEL AMX SHAPES [WEIGHTS]: the engine floor (bench
+# --serve=false) with EMBED_STACK_AMX=AMX and --weights WEIGHTS (bf16 by default).
+cpu_floor() {
+	local name=$1 threads=$2 model=$3 amx=$4 only=$5 weights=${6:-bf16}
+	(cd "$ROOT" && EMBED_STACK_AMX=$amx timeout "$(bounded "${GPU_CHECK_CPU_TIMEOUT:-100}")" "$cpu/bin/embed-stack" bench --serve=false --model "$model" \
+		--threads "$threads" --weights "$weights" --weights-cache "$PACK/weights" --only "$only" --batches 1,8,32 --lengths 16,128,512 --warmup 1 --reps 3 \
+		--markdown "$RES/cpu-$name.md" 2>&1 | grep -E '^bench:|floor' | sed "s/^/$name: /") | tee -a "$RES/cpu.txt" || true
+	save
 }
 
 # The conformance suite (conformance/), its server on the GPU (auto picks it).

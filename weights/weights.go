@@ -209,8 +209,9 @@ func keepType(r Result) Result {
 // (Auto's rule), and why or why not: only on the CPU, where the kernels that take
 // the weight products multiply BF16 faster than ggml multiplies F16. Those are
 // embed-stack's own where they take BF16 products (dev.CPUAccelBF16: every BF16
-// matrix, whichever ggml variant runs the rest): AVX512_BF16's dot products on
-// AMD's cores, float32 FMAs over the widened values on Intel's, whose dot products
+// matrix, whichever ggml variant runs the rest): AMX tiles where the CPU has them
+// (Intel's from Sapphire Rapids on), else AVX512_BF16's dot products on AMD's
+// cores, float32 FMAs over the widened values on Intel's, whose dot products
 // do half the arithmetic of their FMAs (on an Emerald Rapids the 0.6B shape's
 // batches ran 1.2 to 1.4 times the F16 file's speed that way, against 0.95 to 0.98
 // with the dot products). Else ggml's variant's, which multiply BF16 with dot
@@ -221,6 +222,8 @@ func PaysOff(dev *backends.Device) (why string, ok bool) {
 	switch {
 	case dev.GPU:
 		return "the model runs on a GPU (" + dev.Name + ")", false
+	case dev.CPUAccelBF16 && strings.Contains(dev.CPUAccel, "AMX"):
+		return fmt.Sprintf("%s multiply BF16 in AMX tiles", dev.CPUAccel), true
 	case dev.CPUAccelBF16 && dev.CPUVendor == cpuvariant.VendorIntel:
 		return fmt.Sprintf("%s multiply BF16 in float32 FMAs, faster than ggml's F16 products on Intel's cores", dev.CPUAccel), true
 	case dev.CPUAccelBF16:

@@ -100,6 +100,11 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 	if why, ok := PaysOff(intel); !ok || why != "embed-stack kernels (AVX-512, BF16) multiply BF16 in float32 FMAs, faster than ggml's F16 products on Intel's cores" {
 		t.Errorf("Emerald Rapids with embed-stack's BF16 products: %t (%s), want true", ok, why)
 	}
+	// Where the kernels multiply in AMX tiles (Sapphire Rapids and later), they say so.
+	intel.CPUAccel = "embed-stack kernels (AVX-512, BF16, AMX)"
+	if why, ok := PaysOff(intel); !ok || why != "embed-stack kernels (AVX-512, BF16, AMX) multiply BF16 in AMX tiles" {
+		t.Errorf("embed-stack's BF16 products in AMX tiles: %t (%s), want true", ok, why)
+	}
 	intel.CPUAccel, intel.CPUAccelBF16 = "", false
 	if why, ok := PaysOff(intel); ok || !strings.Contains(why, "which Intel's cores run at half the arithmetic of their float32 FMAs") {
 		t.Errorf("Emerald Rapids, --cpu-accel off: %t (%s), want false", ok, why)

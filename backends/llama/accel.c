@@ -48,7 +48,11 @@
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define ES_ACCEL_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
 #endif
 
 enum { ES_ISA_NONE = 0, ES_ISA_AVX2 = 1, ES_ISA_AVX512 = 2 };
@@ -1043,6 +1047,7 @@ struct es_bmm {
 	struct es_scratch *scratch;
 	int64_t panels_per_task;
 	int64_t rows_per_task;
+	bool amx; // the panels' products in AMX tiles (es_amx_panel)
 };
 
 #if ES_ACCEL_X86
@@ -1177,12 +1182,193 @@ static void es_bf16_convert_task(void *arg, int task, int thread) {
 	}
 }
 
+// ---------------------------------------------------------------------------
+// Products with BF16 weight matrices, through AMX tiles
+//
+// Intel's CPUs from Sapphire Rapids on multiply BF16 in AMX tiles: one TDPBF16PS
+// takes a tile of 16 rows by 32 BF16 values of A and one of 32 values by 16
+// columns of B, two K values interleaved per column (the panels' layout, so a
+// panel's 16 pair rows of 16 columns are a tile at a stride of 128 bytes), and
+// adds the 16 x 16 products into float32, 16 times the arithmetic of a vector FMA
+// per instruction. es_amx_panel computes a panel's 32 columns for every row of A
+// in blocks of 32 rows: four C tiles (0..3), two of A (4, 5), two of B (6, 7),
+// four loads for four products per 32 K values. The products of BF16 values are
+// exact in float32 and summed in float32, as the dot products' are.
+//
+// The tiles' configuration belongs to the thread: a task saves the one it finds
+// (ggml's own AMX kernels, in the sapphirerapids variant, configure their tiles
+// once per thread and never again) and restores it when done. Linux hands a process
+// the tiles' 8 KiB of state only when asked (arch_prctl ARCH_REQ_XCOMP_PERM), which
+// es_amx_detect does once.
+
+// The fewest rows (tokens) of a product taken in tiles (es_bf16_amx 1): a tile of
+// A holds 16.
+#define ES_AMX_MIN_ROWS 16
+
+// es_bf16_amx: 0 no tiles, 1 tiles for products of ES_AMX_MIN_ROWS rows or more
+// (the default where es_amx_usable), 2 tiles for every product (tests: every edge
+// of the blocks). es_accel_set_bf16_amx forces it; EMBED_STACK_AMX=off turns the
+// default off.
+static atomic_int es_bf16_amx;
+static int es_bf16_amx_forced = -1;
+// Whether this CPU has AMX-TILE and AMX-BF16, the OS enables their state (XCR0
+// bits 17 and 18) and granted it to this process.
+static bool es_amx_usable;
+
+#if ES_ACCEL_X86
+#define ES_ARCH_REQ_XCOMP_PERM 0x1023
+#define ES_XFEATURE_XTILEDATA 18
+
+static bool es_amx_detect(void) {
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) {
+		return false; // AMX-BF16 (bit 22), AMX-TILE (bit 24)
+	}
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) {
+		return false; // OSXSAVE: XGETBV
+	}
+	unsigned lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	if ((lo & (3u << 17)) != (3u << 17)) {
+		return false; // XTILECFG, XTILEDATA
+	}
+#if defined(__linux__)
+	return syscall(SYS_arch_prctl, ES_ARCH_REQ_XCOMP_PERM, ES_XFEATURE_XTILEDATA) == 0;
+#else
+	return false;
+#endif
+}
+
+// The layout LDTILECFG reads (palette 1): bytes per row and rows of each tile.
+struct es_amx_cfg {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+_Static_assert(sizeof(struct es_amx_cfg) == 64, "a tile configuration is 64 bytes");
+
+#define ES_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f")))
+
+// es_amx_configure sets the tiles for a block of r0 + r1 rows of A (r0 <= 16, r1 <=
+// 16; r1 0: tiles 2, 3 and 5 unused).
+ES_AMX_TARGET static void es_amx_configure(int r0, int r1) {
+	struct es_amx_cfg cfg __attribute__((aligned(64)));
+	memset(&cfg, 0, sizeof cfg);
+	cfg.palette = 1;
+	static const int c_rows_of[8] = {0, 0, 1, 1, 0, 1, -1, -1}; // 0: r0, 1: r1, -1: 16 (B)
+	for (int t = 0; t < 8; t++) {
+		int rows = c_rows_of[t] < 0 ? 16 : c_rows_of[t] == 0 ? r0 : r1;
+		cfg.rows[t] = (uint8_t)rows;
+		cfg.colsb[t] = rows > 0 ? 64 : 0;
+	}
+	_tile_loadconfig(&cfg);
+}
+
+ES_AMX_TARGET static void es_amx_save(struct es_amx_cfg *saved) {
+	_tile_storeconfig(saved);
+}
+
+ES_AMX_TARGET static void es_amx_restore(const struct es_amx_cfg *saved) {
+	if (saved->palette != 0) {
+		_tile_loadconfig(saved);
+	} else {
+		_tile_release();
+	}
+}
+
+// es_amx_out writes the rows x cols (cols <= 16) floats of a C tile stored in c
+// (16 a row) to d's rows, d_row bytes apart.
+static void es_amx_out(const float *c, int rows, int cols, char *d, size_t d_row) {
+	for (int r = 0; r < rows; r++) {
+		memcpy(d + (size_t)r * d_row, c + r * 16, (size_t)cols * sizeof(float));
+	}
+}
+
+// es_amx_panel computes the panel b's width columns (n0..) for the M rows of A (a,
+// K2 pairs a row; K2 a multiple of 16) into d's rows (d_row bytes apart). *cfg is
+// the configuration loaded on this thread (r0 * 32 + r1, -1 none of these).
+ES_AMX_TARGET static void es_amx_panel(const uint32_t *a, int64_t M, int64_t K2, const uint16_t *b, char *d,
+                                       size_t d_row, int64_t n0, int64_t width, int *cfg) {
+	float c[256] __attribute__((aligned(64)));
+	const size_t lda = (size_t)K2 * sizeof(uint32_t);
+	for (int64_t m = 0; m < M; m += 32) {
+		int r0 = M - m >= 16 ? 16 : (int)(M - m);
+		int r1 = M - m - r0 >= 16 ? 16 : (int)(M - m - r0);
+		if (*cfg != r0 * 32 + r1) {
+			es_amx_configure(r0, r1);
+			*cfg = r0 * 32 + r1;
+		}
+		const uint32_t *a0 = a + m * K2, *a1 = a0 + 16 * K2;
+		_tile_zero(0);
+		_tile_zero(1);
+		if (r1 > 0) {
+			_tile_zero(2);
+			_tile_zero(3);
+			for (int64_t kp = 0; kp < K2; kp += 16) {
+				_tile_loadd(6, b + kp * 64, 128);
+				_tile_loadd(7, b + kp * 64 + 32, 128);
+				_tile_loadd(4, a0 + kp, lda);
+				_tile_loadd(5, a1 + kp, lda);
+				_tile_dpbf16ps(0, 4, 6);
+				_tile_dpbf16ps(1, 4, 7);
+				_tile_dpbf16ps(2, 5, 6);
+				_tile_dpbf16ps(3, 5, 7);
+			}
+		} else {
+			for (int64_t kp = 0; kp < K2; kp += 16) {
+				_tile_loadd(6, b + kp * 64, 128);
+				_tile_loadd(7, b + kp * 64 + 32, 128);
+				_tile_loadd(4, a0 + kp, lda);
+				_tile_dpbf16ps(0, 4, 6);
+				_tile_dpbf16ps(1, 4, 7);
+			}
+		}
+		char *d0 = d + (size_t)m * d_row + (size_t)n0 * sizeof(float);
+		char *d1 = d0 + 16 * d_row;
+		int w1 = width > 16 ? (int)width - 16 : 0;
+		if (width >= 16) {
+			_tile_stored(0, d0, d_row);
+		} else {
+			_tile_stored(0, c, 64);
+			es_amx_out(c, r0, (int)width, d0, d_row);
+		}
+		if (w1 == 16) {
+			_tile_stored(1, d0 + 64, d_row);
+		} else if (w1 > 0) {
+			_tile_stored(1, c, 64);
+			es_amx_out(c, r0, w1, d0 + 64, d_row);
+		}
+		if (r1 > 0) {
+			if (width >= 16) {
+				_tile_stored(2, d1, d_row);
+			} else {
+				_tile_stored(2, c, 64);
+				es_amx_out(c, r1, (int)width, d1, d_row);
+			}
+			if (w1 == 16) {
+				_tile_stored(3, d1 + 64, d_row);
+			} else if (w1 > 0) {
+				_tile_stored(3, c, 64);
+				es_amx_out(c, r1, w1, d1 + 64, d_row);
+			}
+		}
+	}
+}
+#endif
+
 static void es_bf16_task(void *arg, int task, int thread) {
 	const struct es_bmm *mm = arg;
 	int64_t n_panels = (mm->N + ES_PANEL - 1) / ES_PANEL;
 	int64_t p0 = task * mm->panels_per_task;
 	int64_t p1 = p0 + mm->panels_per_task < n_panels ? p0 + mm->panels_per_task : n_panels;
 	int64_t K2 = mm->K / 2;
+#if ES_ACCEL_X86
+	struct es_amx_cfg saved __attribute__((aligned(64)));
+	int cfg = -1;
+	if (mm->amx) {
+		es_amx_save(&saved);
+	}
+#endif
 	for (int64_t p = p0; p < p1; p++) {
 		int64_t n0 = p * ES_PANEL;
 		int64_t width = mm->N - n0 < ES_PANEL ? mm->N - n0 : ES_PANEL;
@@ -1203,6 +1389,12 @@ static void es_bf16_task(void *arg, int task, int thread) {
 			}
 			b = buf;
 		}
+#if ES_ACCEL_X86
+		if (mm->amx) {
+			es_amx_panel(mm->a, mm->M, K2, b, mm->d, mm->d_row, n0, width, &cfg);
+			continue;
+		}
+#endif
 		// the column masks of a narrower last panel (__mmask16's bits; a plain
 		// integer here, as this loop is compiled for every architecture)
 		uint16_t m0 = width >= 16 ? 0xffff : (uint16_t)((1u << width) - 1);
@@ -1228,6 +1420,11 @@ static void es_bf16_task(void *arg, int task, int thread) {
 #endif
 		}
 	}
+#if ES_ACCEL_X86
+	if (mm->amx) {
+		es_amx_restore(&saved);
+	}
+#endif
 }
 
 // es_bf16_mul_mat computes dst = w x for a BF16 or Q8_0 matrix w: x converted to
@@ -1253,7 +1450,10 @@ static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, ui
 	}
 	// x's BF16 pairs, and with es_bf16_fma after them its widened blocks (whole
 	// blocks of ES_BF16_MR rows, 4 bytes a value as the pairs'), 64-byte aligned
-	bool fma = atomic_load_explicit(&es_bf16_fma, memory_order_relaxed);
+	// AMX tiles take K in blocks of 32 values; without them, es_bf16_fma's choice
+	int amx = atomic_load_explicit(&es_bf16_amx, memory_order_relaxed);
+	mm.amx = amx != 0 && mm.K % 32 == 0 && (amx == 2 || mm.M >= ES_AMX_MIN_ROWS);
+	bool fma = !mm.amx && atomic_load_explicit(&es_bf16_fma, memory_order_relaxed);
 	size_t pairs = (size_t)(mm.M * (mm.K / 2)), at = (pairs + 15) / 16 * 16;
 	size_t need = fma ? at + (size_t)((mm.M + ES_BF16_MR - 1) / ES_BF16_MR * ES_BF16_MR * mm.K) : pairs;
 	if (*acap < need) {
@@ -2496,6 +2696,9 @@ static const char *es_dev_get_name(ggml_backend_dev_t dev) {
 static const char *es_dev_get_description(ggml_backend_dev_t dev) {
 	(void)dev;
 	if (es_accel_isa == ES_ISA_AVX512) {
+		if (es_accel_bf16 && atomic_load(&es_bf16_amx) != 0) {
+			return "embed-stack kernels (AVX-512, BF16, AMX)";
+		}
 		return es_accel_bf16 ? "embed-stack kernels (AVX-512, BF16)" : "embed-stack kernels (AVX-512)";
 	}
 	return "embed-stack kernels (AVX2)";
@@ -2623,12 +2826,17 @@ static void es_register(void) {
 	if (es_accel_isa == ES_ISA_NONE) {
 		return;
 	}
+#if ES_ACCEL_X86
+	es_amx_usable = es_detected_isa == ES_ISA_AVX512 && es_amx_detect();
+#endif
 	es_reg.iface = es_reg_i;
 	es_dev.iface = es_device_i;
 	es_buft.device = &es_dev;
 	ggml_backend_register(&es_reg);
 	es_registered = true;
 }
+
+static int es_amx_mode(int mode);
 
 const char *es_accel_register(int isa) {
 	pthread_once(&es_register_once, es_register);
@@ -2642,8 +2850,32 @@ const char *es_accel_register(int isa) {
 #if ES_ACCEL_X86
 	es_accel_bf16 = es_accel_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
 	atomic_store(&es_bf16_fma, es_bf16_fma_forced >= 0 ? es_bf16_fma_forced : __builtin_cpu_is("intel") != 0);
+	atomic_store(&es_bf16_amx, es_amx_mode(es_bf16_amx_forced));
 #endif
 	return es_dev_get_description(&es_dev);
+}
+
+// es_amx_mode is es_bf16_amx for a request (es_accel_set_bf16_amx's mode): none
+// without the AVX-512 BF16 kernels or usable tiles.
+static int es_amx_mode(int mode) {
+	if (!es_accel_bf16 || !es_amx_usable) {
+		return 0;
+	}
+	if (mode < 0) {
+		const char *env = getenv("EMBED_STACK_AMX");
+		return env != NULL && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0) ? 0 : 1;
+	}
+	return mode > 2 ? 2 : mode;
+}
+
+int es_accel_bf16_amx(void) {
+	return atomic_load(&es_bf16_amx);
+}
+
+void es_accel_set_bf16_amx(int mode) {
+	pthread_once(&es_register_once, es_register);
+	es_bf16_amx_forced = mode < 0 ? -1 : mode;
+	atomic_store(&es_bf16_amx, es_amx_mode(es_bf16_amx_forced));
 }
 
 bool es_accel_bf16_fma(void) {

@@ -291,6 +291,15 @@ func accelBF16FMA(mode int) bool {
 	return bool(C.es_accel_bf16_fma())
 }
 
+// accelBF16AMX forces the use of AMX tiles in embed-stack's products with BF16
+// weights: 0 none, 1 for products of 16 rows or more, 2 for every product, -1 the
+// default; it reports the use now in force (0 where the CPU or the OS lacks AMX).
+// For tests and measurements.
+func accelBF16AMX(mode int) int {
+	C.es_accel_set_bf16_amx(C.int(mode))
+	return int(C.es_accel_bf16_amx())
+}
+
 // accelSkippedHeads counts the LM heads embed-stack's kernels left uncomputed in
 // this process (ES_ACCEL_OP_HEAD), for the test that checks they did.
 func accelSkippedHeads() int64 {

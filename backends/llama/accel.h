@@ -61,6 +61,16 @@ bool es_accel_bf16_fma(void);
 // or the CPU's choice (-1, the default). For tests and measurements.
 void es_accel_set_bf16_fma(int fma);
 
+// es_accel_bf16_amx says how the device's products with BF16 weights use AMX tiles
+// (Intel's CPUs from Sapphire Rapids on, with the tiles' state granted to the
+// process): 0 not at all, 1 for products of 16 rows or more (the default; the
+// environment's EMBED_STACK_AMX=off turns it off), 2 for every product.
+int es_accel_bf16_amx(void);
+
+// es_accel_set_bf16_amx forces that use: 0, 1 or 2 as above where the CPU allows,
+// -1 the default. For tests and measurements.
+void es_accel_set_bf16_amx(int mode);
+
 // es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)
 // with the device's kernel on n_threads threads; -1 when the device would not take
 // it. For tests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -211,6 +212,15 @@ func bf16Kernels(t *testing.T) {
 	}
 }
 
+// bf16Label is the kernels' description on a CPU with AVX512_BF16: AMX named where
+// the CPU has AMX-TILE and AMX-BF16 and EMBED_STACK_AMX does not turn them off.
+func bf16Label() string {
+	if amx := os.Getenv("EMBED_STACK_AMX"); cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && amx != "off" && amx != "0" {
+		return "embed-stack kernels (AVX-512, BF16, AMX)"
+	}
+	return "embed-stack kernels (AVX-512, BF16)"
+}
+
 // TestAccelBF16MulMat holds the product with a BF16 weight matrix to the exact
 // product of the same BF16 values (X rounded to BF16 as the kernels round it), over
 // every edge of the kernels' tiles: row counts not a multiple of the 32-column
@@ -226,13 +236,30 @@ func TestAccelBF16MulMat(t *testing.T) {
 	shapes := []struct {
 		k, n, m int
 		batched bool
-	}{{1024, 3072, 128, false}, {3072, 1024, 33, false}, {64, 40, 1, false}, {32, 16, 13, false}, {1024, 1000, 12, false}, {96, 70, 25, false}, {128, 64, 30, true}}
-	t.Cleanup(func() { accelBF16FMA(-1) })
+	}{{1024, 3072, 128, false}, {3072, 1024, 33, false}, {64, 40, 1, false}, {32, 16, 13, false}, {1024, 1000, 12, false}, {96, 70, 25, false}, {64, 50, 20, false}, {128, 64, 30, true}}
+	t.Cleanup(func() { accelBF16FMA(-1); accelBF16AMX(-1) })
 	// Both arithmetics on any CPU with AVX512_BF16: the BF16 dot products (AMD's
-	// choice) and float32 FMAs (Intel's).
-	for _, fma := range []bool{false, true} {
+	// choice) and float32 FMAs (Intel's); and AMX tiles for every product where the
+	// CPU has them (Intel's from Sapphire Rapids on), none where it does not.
+	amx := cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16
+	if got := accelBF16AMX(2); got != 2*boolInt(amx) {
+		t.Fatalf("accelBF16AMX(2) reports %d on a CPU with AMX-BF16 %v; want %d", got, amx, 2*boolInt(amx))
+	}
+	type arithmetic struct {
+		fma bool
+		amx int
+	}
+	arithmetics := []arithmetic{{false, 0}, {true, 0}}
+	if amx {
+		arithmetics = append(arithmetics, arithmetic{false, 2})
+	}
+	for _, ar := range arithmetics {
+		fma := ar.fma
 		if got := accelBF16FMA(boolInt(fma)); got != fma {
 			t.Fatalf("accelBF16FMA(%v) reports %v", fma, got)
+		}
+		if got := accelBF16AMX(ar.amx); got != ar.amx {
+			t.Fatalf("accelBF16AMX(%d) reports %d", ar.amx, got)
 		}
 		for i, s := range shapes {
 			// threads 1 and 2 from W repacked at load, 3 packed per product; and
@@ -250,12 +277,13 @@ func TestAccelBF16MulMat(t *testing.T) {
 					worst = max(worst, math.Abs(float64(got[j])-want[j])/float64(s.k))
 				}
 				if !(worst <= 1e-6) { // NaN fails too
-					t.Errorf("k=%d n=%d m=%d batched=%v, FMAs %v, %d threads, packed=%v, Q8_0=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, fma, run.threads, run.packed, run.q8, worst)
+					t.Errorf("k=%d n=%d m=%d batched=%v, FMAs %v, AMX %d, %d threads, packed=%v, Q8_0=%v: error %.3g per unit of k; want <= 1e-6", s.k, s.n, s.m, s.batched, fma, ar.amx, run.threads, run.packed, run.q8, worst)
 				}
 			}
 		}
 	}
 	accelBF16FMA(-1)
+	accelBF16AMX(-1)
 	setupAccel(backends.CPUAccelAVX2)
 	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, false, 1); rc != -1 {
 		t.Errorf("with the AVX2 kernels forced: es_accel_test_bf16 = %d; want -1 (no BF16 product without AVX-512)", rc)
@@ -455,8 +483,8 @@ func TestAccelBF16Model(t *testing.T) {
 		if !on.accelWeights || off.accelWeights {
 			t.Fatalf("%s: kernels hold the weights: %v with BF16 products, %v without; want true and false", m.rel, on.accelWeights, off.accelWeights)
 		}
-		if d := on.Info().Device.CPUAccel; d != "embed-stack kernels (AVX-512, BF16)" {
-			t.Errorf("%s: Device.CPUAccel = %q; want embed-stack kernels (AVX-512, BF16)", m.rel, d)
+		if d, want := on.Info().Device.CPUAccel, bf16Label(); d != want {
+			t.Errorf("%s: Device.CPUAccel = %q; want %s", m.rel, d, want)
 		}
 		vocab := int32(on.Info().NVocab)
 		var seqs [][]int32

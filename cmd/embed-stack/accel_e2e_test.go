@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -12,8 +13,12 @@ import (
 )
 
 // avx512Label is what /health says of embed-stack's AVX-512 kernels on this CPU:
-// with AVX512_BF16 they multiply BF16 weights too.
+// with AVX512_BF16 they multiply BF16 weights too, in AMX tiles where the CPU has
+// them (and EMBED_STACK_AMX does not turn them off).
 func avx512Label() string {
+	if cpu.X86.HasAVX512BF16 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && os.Getenv("EMBED_STACK_AMX") != "off" && os.Getenv("EMBED_STACK_AMX") != "0" {
+		return "embed-stack kernels (AVX-512, BF16, AMX)"
+	}
 	if cpu.X86.HasAVX512BF16 {
 		return "embed-stack kernels (AVX-512, BF16)"
 	}

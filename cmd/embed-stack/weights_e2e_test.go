@@ -262,6 +262,8 @@ func TestServeWeightsAuto(t *testing.T) {
 	want := "weights: --weights auto loads F16 files as they are"
 	intel := cpuvariant.ReadHost().Vendor == cpuvariant.VendorIntel
 	switch {
+	case dev.CPUAccelBF16 && strings.Contains(dev.CPUAccel, "AMX"):
+		want = "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: embed-stack kernels (AVX-512, BF16, AMX) multiply BF16 in AMX tiles"
 	case intel && dev.CPUAccelBF16:
 		want = "weights: --weights auto converts F16 matrices to BF16 at load, the layers' matrices in those kernels' panels, which every worker maps: embed-stack kernels (AVX-512, BF16) multiply BF16 in float32 FMAs"
 	case intel && slices.Contains(dev.CPUFeatures, cpuvariant.BF16):
