@@ -1201,14 +1201,14 @@ static void es_bf16_convert_task(void *arg, int task, int thread) {
 // the tiles' 8 KiB of state only when asked (arch_prctl ARCH_REQ_XCOMP_PERM), which
 // es_amx_detect does once.
 
-// The fewest rows (tokens) of a product taken in tiles (es_bf16_amx 1): a tile of
-// A holds 16.
-#define ES_AMX_MIN_ROWS 16
-
-// es_bf16_amx: 0 no tiles, 1 tiles for products of ES_AMX_MIN_ROWS rows or more
-// (the default where es_amx_usable), 2 tiles for every product (tests: every edge
-// of the blocks). es_accel_set_bf16_amx forces it; EMBED_STACK_AMX=off turns the
-// default off.
+// Every product of a matrix whose K is a multiple of 32 goes to the tiles, however
+// few its rows: a token's vector must not depend on the tokens it shares a call with
+// (the conformance suite holds a text's vector bit for bit alone, packed and beside
+// other requests), and the tiles sum a row's products in another order than the
+// FMAs do.
+//
+// es_bf16_amx: 0 no tiles, 1 tiles (the default where es_amx_usable).
+// es_accel_set_bf16_amx forces it; EMBED_STACK_AMX=off turns the default off.
 static atomic_int es_bf16_amx;
 static int es_bf16_amx_forced = -1;
 // Whether this CPU has AMX-TILE and AMX-BF16, the OS enables their state (XCR0
@@ -1452,7 +1452,7 @@ static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, ui
 	// blocks of ES_BF16_MR rows, 4 bytes a value as the pairs'), 64-byte aligned
 	// AMX tiles take K in blocks of 32 values; without them, es_bf16_fma's choice
 	int amx = atomic_load_explicit(&es_bf16_amx, memory_order_relaxed);
-	mm.amx = amx != 0 && mm.K % 32 == 0 && (amx == 2 || mm.M >= ES_AMX_MIN_ROWS);
+	mm.amx = amx != 0 && mm.K % 32 == 0;
 	bool fma = !mm.amx && atomic_load_explicit(&es_bf16_fma, memory_order_relaxed);
 	size_t pairs = (size_t)(mm.M * (mm.K / 2)), at = (pairs + 15) / 16 * 16;
 	size_t need = fma ? at + (size_t)((mm.M + ES_BF16_MR - 1) / ES_BF16_MR * ES_BF16_MR * mm.K) : pairs;
@@ -2865,7 +2865,7 @@ static int es_amx_mode(int mode) {
 		const char *env = getenv("EMBED_STACK_AMX");
 		return env != NULL && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0) ? 0 : 1;
 	}
-	return mode > 2 ? 2 : mode;
+	return mode != 0;
 }
 
 int es_accel_bf16_amx(void) {

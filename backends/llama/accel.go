@@ -292,8 +292,8 @@ func accelBF16FMA(mode int) bool {
 }
 
 // accelBF16AMX forces the use of AMX tiles in embed-stack's products with BF16
-// weights: 0 none, 1 for products of 16 rows or more, 2 for every product, -1 the
-// default; it reports the use now in force (0 where the CPU or the OS lacks AMX).
+// weights: 0 none, 1 every product, -1 the default; it reports the use now in force
+// (0 where the CPU or the OS lacks AMX).
 // For tests and measurements.
 func accelBF16AMX(mode int) int {
 	C.es_accel_set_bf16_amx(C.int(mode))

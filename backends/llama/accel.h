@@ -61,14 +61,14 @@ bool es_accel_bf16_fma(void);
 // or the CPU's choice (-1, the default). For tests and measurements.
 void es_accel_set_bf16_fma(int fma);
 
-// es_accel_bf16_amx says how the device's products with BF16 weights use AMX tiles
-// (Intel's CPUs from Sapphire Rapids on, with the tiles' state granted to the
-// process): 0 not at all, 1 for products of 16 rows or more (the default; the
-// environment's EMBED_STACK_AMX=off turns it off), 2 for every product.
+// es_accel_bf16_amx says whether the device's products with BF16 weights (and the
+// Q8_0 ones it takes) run in AMX tiles (1) or not (0): by default where the CPU has
+// AMX-TILE and AMX-BF16 (Intel's from Sapphire Rapids on) and the OS granted the
+// process their state, unless the environment's EMBED_STACK_AMX is off or 0.
 int es_accel_bf16_amx(void);
 
-// es_accel_set_bf16_amx forces that use: 0, 1 or 2 as above where the CPU allows,
-// -1 the default. For tests and measurements.
+// es_accel_set_bf16_amx forces that use: 0 or 1 where the CPU allows, -1 the
+// default. For tests and measurements.
 void es_accel_set_bf16_amx(int mode);
 
 // es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/internal/e2e"
 	"github.com/embed-stack/embed-stack/internal/reference"
+	"github.com/embed-stack/embed-stack/internal/testenv"
 	"github.com/embed-stack/embed-stack/routing"
 )
 
@@ -16,7 +16,7 @@ import (
 // with AVX512_BF16 they multiply BF16 weights too, in AMX tiles where the CPU has
 // them (and EMBED_STACK_AMX does not turn them off).
 func avx512Label() string {
-	if cpu.X86.HasAVX512BF16 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && os.Getenv("EMBED_STACK_AMX") != "off" && os.Getenv("EMBED_STACK_AMX") != "0" {
+	if cpu.X86.HasAVX512BF16 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && testenv.Get("EMBED_STACK_AMX") != "off" && testenv.Get("EMBED_STACK_AMX") != "0" {
 		return "embed-stack kernels (AVX-512, BF16, AMX)"
 	}
 	if cpu.X86.HasAVX512BF16 {

@@ -18,6 +18,7 @@ var vars = []Var{
 	{"EMBED_STACK_DIST", "make test-dist", "the release archive make dist wrote; unset, TestDistArchive skips", "deploy"},
 	{"EMBED_STACK_LINK_TEST", "you", `"1": link the binary for an AMX CPU and compile every CPU kernel variant even without EMBED_STACK_REQUIRE_E2E (compiles llama.cpp once more)`, "deploy"},
 	{"EMBED_STACK_CPU_VARIANT_DIR", "you", "the folder of CPU kernel variant libraries the variant tests load (default lib/embed-stack, from make cpu-variant-test)", "cmd/embed-stack"},
+	{"EMBED_STACK_AMX", "you", "off or 0 keeps embed-stack's BF16 products out of AMX tiles (the product's own switch, docs/configuration.md); the tests that check what /health and `devices` say of the kernels read it, as the description names AMX only where the tiles are on", "backends/llama, cmd/embed-stack"},
 	{"EMBED_STACK_TEST_CPU_VARIANT", "you", "a CPU kernel variant the engine tests load before any engine opens (e.g. haswell); unset, they run on the compiled-in kernels", "backends/llama"},
 	{"EMBED_STACK_TEST_BACKEND_DIR", "you", "the folder holding that variant's library (e.g. lib/embed-stack)", "backends/llama"},
 	{"EMBED_STACK_SOAK", "you", "how long the soak test runs, a Go duration (default 60s)", "conformance"},
