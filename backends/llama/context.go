@@ -35,11 +35,11 @@ func (e *Engine) create(k *kctx) error {
 	if k.lctx != nil {
 		return nil
 	}
-	// Room for the padding token (see decodeCall): one more KV cell, one more sequence, and
-	// decode calls of at least two tokens.
+	// Room for the padding token (see decodeCall): one more sequence, decode calls of
+	// at least two tokens, and one more KV cell where a round can need it (kvCells).
 	callTokens := max(k.batchTokens, 2)
 	cp := C.llama_context_default_params()
-	cp.n_ctx = C.uint32_t(k.ctxTokens + 1)
+	cp.n_ctx = C.uint32_t(kvCells(k.ctxTokens, k.batchTokens))
 	cp.n_batch = C.uint32_t(callTokens)
 	cp.n_ubatch = C.uint32_t(callTokens)
 	cp.n_seq_max = C.uint32_t(k.maxSeqs + 1)
@@ -100,6 +100,21 @@ func (e *Engine) create(k *kctx) error {
 	}
 	k.batch = C.llama_batch_init(C.int32_t(callTokens), C.int32_t(embd), 1)
 	return nil
+}
+
+// kvCells is the KV cells a context of ctxTokens tokens asks llama.cpp for, its
+// decode calls of batchTokens: ctxTokens, and one more for the padding token only
+// where a round can fill every cell and then make a call of one token (a round of
+// ctxTokens tokens whose last call holds one: ctxTokens ≡ 1 mod batchTokens, or
+// calls of one token each); every other round leaves the padding token a free cell.
+// llama.cpp rounds n_ctx up to a multiple of 256 cells, so an unneeded cell cost 256
+// of them: 28 MiB in each of a 0.6B Qwen3 worker's two contexts, the margin by which
+// the warm worker missed its memory goal (docs/performance.md).
+func kvCells(ctxTokens, batchTokens int) int {
+	if batchTokens <= 1 || ctxTokens%batchTokens == 1 {
+		return ctxTokens + 1
+	}
+	return ctxTokens
 }
 
 // setKernel sets the attention kernel and V cache type of context parameters; gpu

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -672,5 +673,27 @@ func TestWarmUp(t *testing.T) {
 		if d := maxAbsDiff(cold[i], warm[i]); d != 0 {
 			t.Errorf("sequence %d differs by %.3g after WarmUp", i, d)
 		}
+	}
+}
+
+// TestFullContextLoneCall embeds a sequence that fills its context and ends in a
+// decode call of one token (256 tokens in calls of 255), the one round whose padding
+// token (see decodeCall) needs a KV cell beyond the context's (kvCells): it must
+// succeed, with the vector a context of twice the cells gives bit for bit. And
+// kvCells asks for that cell there only: llama.cpp rounds n_ctx up to 256 cells.
+func TestFullContextLoneCall(t *testing.T) {
+	for _, c := range []struct{ ctx, batch, want int }{
+		{8192, 256, 8192}, {512, 512, 512}, {256, 255, 257}, {513, 256, 514}, {100, 1, 101}, {1024, 100, 1024},
+	} {
+		if got := kvCells(c.ctx, c.batch); got != c.want {
+			t.Errorf("kvCells(%d, %d) = %d; want %d", c.ctx, c.batch, got, c.want)
+		}
+	}
+	full := openTiny(t, Config{ContextTokens: 256, BatchTokens: 255, MaxSeqs: 1, attention: attnPlain})
+	roomy := openTiny(t, Config{ContextTokens: 512, BatchTokens: 255, MaxSeqs: 1, attention: attnPlain})
+	seq := randomSeq(7, 256, full.Info().NVocab)
+	got, want := embedOne(t, full, seq), embedOne(t, roomy, seq)
+	if !slices.Equal(got, want) {
+		t.Errorf("256 tokens in a 256-token context: max |Δ| %g to a 512-token context's vector; want the same bits", maxAbsDiff(got, want))
 	}
 }

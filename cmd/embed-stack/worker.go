@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -69,6 +70,10 @@ func (c *workerCommand) Run(ctx context.Context) error {
 		if err != nil {
 			return nil, backends.EngineInfo{}, explainDeviceError(err)
 		}
+		// Loading parsed the GGUF's vocabulary and merges in Go (tens of MB, garbage
+		// now): hand those pages back before the contexts' KV caches are touched, so
+		// that they do not sit in the worker's peak beside them (serve does the same).
+		debug.FreeOSMemory()
 		d := e.Info().Device
 		logger.Info("device", "device", d.Name, "description", d.Description, "backend", d.Backend,
 			"gpu_layers", d.GPULayers, "memory_total_mib", d.MemoryTotal>>20, "memory_free_mib", d.MemoryFree>>20, "note", d.Note,
