@@ -939,14 +939,21 @@ static void es_bf16_unpack(char *w, size_t w_row, const uint16_t *src, int64_t K
 // taking integer dot products along K, one output at a time: on the 0.6B shape it
 // reached 103 to 113 tokens/s on 8 x 128 on an Emerald Rapids host, where the same
 // file converted to BF16 panels (--weights bf16) reached 168, at 1.9 times the file's
-// size. This device takes those products where a call has enough rows
-// (ES_Q8_MIN_ROWS), and each task converts its panels from the file's blocks as it
-// goes (es_q8_pack), into scratch, for the BF16 kernels: d x q, exact in float32,
-// rounded to BF16 as package gguf converts it, so the vectors are those of the
-// converted copy, bit for bit, with no copy on disk or in memory. The matrices stay
-// in the file's layout, mapped from it (es_load_mapped), so ggml's CPU backend can
-// still take the products of fewer rows, where converting a panel would cost more
-// than the int8 products save.
+// size. This device takes every product of an embedding model's Q8_0 matrices,
+// and each task converts its panels from the file's blocks as it goes (es_q8_pack),
+// into scratch, for the BF16 kernels: d x q, exact in float32, rounded to BF16 as
+// package gguf converts it, so the vectors are those of the converted copy, bit for
+// bit, with no copy on disk or in memory. The matrices stay in the file's layout,
+// mapped from it (es_load_mapped).
+//
+// Every product, however few its rows: until 2026-12-04 calls under 64 rows stayed
+// with ggml's int8 products, which read half the bytes and convert nothing, but sum
+// in another order and round the activations to int8: a text's vector then
+// depended on the size of the call it was decoded in (alone, or packed with
+// others), and on its own in a short call fell below cosine 0.9999 to the float64
+// forward pass over the file's values. A token's vector must not depend on its
+// company (the exact cache returns what a fresh request computes), so the few-row
+// calls pay the panels' conversion: docs/performance.md has what it costs.
 
 // ggml's block_q8_0 (ggml-common.h, not installed): 32 int8 values and their F16
 // scale.
@@ -955,10 +962,6 @@ struct es_q8_block {
 	int8_t qs[32];
 };
 _Static_assert(sizeof(struct es_q8_block) == 34, "a Q8_0 block is 34 bytes");
-
-// The fewest rows (tokens) of a product the device takes with a Q8_0 matrix: a
-// panel converted costs about as much as 16 rows of its products.
-#define ES_Q8_MIN_ROWS 64
 
 // Whether the model es_model_load is loading lets the device take its Q8_0 matrices
 // (not a reranker's, whose scores the tests hold to ggml's; and the switches on),
@@ -2481,9 +2484,8 @@ static bool es_supports_bf16_mm(const struct ggml_tensor *op) {
 
 // A product with a Q8_0 matrix (see "Products with Q8_0 weight matrices"): while a
 // model loads, the matrices es_load_q8 lets the device take go to es_buft (llama.cpp
-// asks with 512 rows); after, the products of calls of ES_Q8_MIN_ROWS rows or more
-// with a matrix there, the others going to ggml's CPU backend, which reads es_buft
-// as host memory. As for BF16 matrices, the switches count as the model loads
+// asks with 512 rows); after, every product with a matrix there, whatever its rows
+// (a vector must not depend on the call's size). As for BF16 matrices, the switches count as the model loads
 // only: a model's matrices are the device's or not for its life.
 static bool es_supports_q8_mm(const struct ggml_tensor *op) {
 	const struct ggml_tensor *w = op->src[0], *x = op->src[1];
@@ -2493,10 +2495,8 @@ static bool es_supports_q8_mm(const struct ggml_tensor *op) {
 	if (!es_accel_bf16 || w->buffer == NULL || w->buffer->buft != &es_buft || w->view_src != NULL || !es_q8_matrix(w)) {
 		return false;
 	}
-	if (x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
-		return false;
-	}
-	return x->ne[1] * x->ne[2] * x->ne[3] >= ES_Q8_MIN_ROWS;
+	return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 &&
+	       ggml_is_contiguous(op);
 }
 
 // es_fa_fits says whether es_flash_attn takes heads of D key and DV value widths.

@@ -619,13 +619,14 @@ func TestAccelBF16Panels(t *testing.T) {
 // TestAccelQ8Products serves a Q8_0 file (the tiny Qwen3 quantised as llama.cpp's
 // Q8_0 files are) with embed-stack's Q8_0 products and without them. Where the CPU
 // has AVX512_BF16 the kernels must hold the matrices mapped from the file (no
-// copy), compute the products of a call of 64 tokens or more (all seven a layer but
-// the last layer's feed-forward three, whose rows are the call's outputs) and none
-// of a shorter call. The longer calls' vectors must be within cosine 0.9999 of the
-// float64 forward pass over the Q8_0 values and no further from it than ggml's
-// (which rounds the activations to int8 too), the shorter calls' those of ggml's
-// Q8_0 products bit for bit. Elsewhere the kernels must take none of it.
-// TestAccelBF16MulMat holds the products themselves to the exact product.
+// copy) and compute every product of every call, however few its rows (all seven a
+// layer; the last layer's feed-forward three have the call's outputs as rows): the
+// vectors must be within cosine 0.9999 of the float64 forward pass over the Q8_0
+// values and no further from it than ggml's (which rounds the activations to int8
+// too), and bit-identical when the same sequences are packed into one call, the
+// short ones with the long (a vector must not depend on its company). Elsewhere the
+// kernels must take none of it. TestAccelBF16MulMat holds the products themselves
+// to the exact product.
 func TestAccelQ8Products(t *testing.T) {
 	accelKernels(t)
 	t.Cleanup(func() { accelOnlyOps(accelOpAll) })
@@ -660,8 +661,12 @@ func TestAccelQ8Products(t *testing.T) {
 		t.Fatalf("the kernels hold the Q8_0 weights: %v with their Q8_0 products (%d matrices mapped), %v without; want true (%d mapped) and false", on.accelWeights, mapped, off.accelWeights, 7*layers)
 	}
 	vocab := on.Info().NVocab
-	for i, n := range []int{1, 17, 63, 64, 130, 500} {
+	lengths := []int{1, 17, 63, 64, 130, 500}
+	seqs := make([][]int32, len(lengths))
+	alone := make([][]float32, len(lengths))
+	for i, n := range lengths {
 		seq := randomSeq(uint64(90+i), n, vocab)
+		seqs[i] = seq
 		embed := func(e *Engine) []float32 {
 			t.Helper()
 			v, err := e.Embed(context.Background(), [][]int32{seq})
@@ -672,24 +677,40 @@ func TestAccelQ8Products(t *testing.T) {
 		}
 		before := accelQ8Products()
 		got := embed(on)
+		alone[i] = got
 		products := accelQ8Products() - before
 		ggml := embed(off)
 		want, err := ref.LastToken(seq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		taken := bf16 && n >= 64
 		c, cg := cosine(got, want), cosine(ggml, want)
 		t.Logf("%d tokens: %d Q8_0 products in the kernels, cosine %.9f to the float64 reference (ggml's Q8_0 products %.9f)", n, products, c, cg)
 		switch {
-		case taken && products < int64(7*layers-3):
-			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want at least %d (7 a layer but the last one's feed-forward)", n, products, 7*layers-3)
-		case !taken && products != 0:
-			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want none (ggml's below 64 rows)", n, products)
-		case taken && !(c >= 0.9999 && c >= cg-1e-6):
+		case bf16 && products < int64(7*layers):
+			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want at least %d (7 a layer)", n, products, 7*layers)
+		case !bf16 && products != 0:
+			t.Errorf("%d tokens: the kernels computed %d Q8_0 products; want none (no AVX512_BF16)", n, products)
+		case bf16 && !(c >= 0.9999 && c >= cg-1e-6):
 			t.Errorf("%d tokens: cosine %.9f to the float64 reference, ggml's Q8_0 products %.9f; want >= 0.9999 and no lower than ggml's", n, c, cg)
-		case !taken && !slices.Equal(got, ggml):
+		case !bf16 && !slices.Equal(got, ggml):
 			t.Errorf("%d tokens: vectors differ from ggml's Q8_0 products (max |diff| %g); want the same bits", n, maxAbsDiff(got, ggml))
+		}
+	}
+	// The same sequences in one call of 775 rows: each vector as it was alone.
+	accelOnlyOps(accelOpAll)
+	packed, err := Open(Config{ModelPath: q8, Threads: 2, CPUAccel: backends.CPUAccelAuto, ContextTokens: 2048, BatchTokens: 2048, MaxSeqs: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer packed.Close()
+	got, err := packed.Embed(context.Background(), seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range lengths {
+		if !slices.Equal(got[i], alone[i]) {
+			t.Errorf("%d tokens packed with the others: max |diff| %g to the vector alone; want the same bits", n, maxAbsDiff(got[i], alone[i]))
 		}
 	}
 }
