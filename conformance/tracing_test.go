@@ -498,12 +498,28 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 		}
 		t.Logf("trace %s:\n%s", tid, tr.render(req))
 		// The stages account for the request: decode, routing and encode cover the
-		// server span; the routing stages cover routing.embed. (About 98% on a quiet
+		// server span; the routing stages cover routing.embed. (88 to 98% on a quiet
 		// machine, the rest being middleware and goroutine hand-offs; the bar leaves
-		// room for a busy one, and a missing stage still fails it by far.)
+		// room for a busy one, and a missing stage still fails it by far: without
+		// routing.embed about 30% would be covered.) The request takes a few
+		// milliseconds, so one descheduled thread on a loaded host can leave 2 ms of
+		// it uncovered (a CI run on a Zen 5 host saw 30%, the gap after
+		// server.encode): the best of up to five requests counts, as a missing
+		// stage leaves every one of them uncovered.
 		for _, name := range []string{"POST /v1/embeddings", "routing.embed"} {
-			if c := tr.coverage(tr.one(t, name)); c < 0.90 {
-				t.Errorf("the stages under %s cover %.1f%% of it, want ≥ 90%%", name, 100*c)
+			best := tr.coverage(tr.one(t, name))
+			for try := 1; best < 0.80 && try < 5; try++ {
+				tp, tid, _ := traceparentFor(100 + try)
+				if status, _ := embedReq(t, s, map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 32}, tp); status != 200 {
+					t.Fatalf("status %d", status)
+				}
+				again := newSpanTree(rcv.waitFor(t, tid, "POST /v1/embeddings", "worker.embed", "llama.decode"))
+				c := again.coverage(again.one(t, name))
+				t.Logf("%s: coverage %.1f%%, then %.1f%% in trace %s", name, 100*best, 100*c, tid)
+				best = max(best, c)
+			}
+			if best < 0.80 {
+				t.Errorf("the stages under %s cover %.1f%% of it at best, want ≥ 80%%", name, 100*best)
 			}
 		}
 	})
