@@ -37,17 +37,17 @@ func TestSessionSizes(t *testing.T) {
 // the model's prompts, so a serve applying its own (E5's "passage: ", nomic's
 // "search_document: ") would embed the prompt twice and fail the vector check on
 // its token count. With --quick's serve flags, given ones and --cpu-variant alike.
-// bench's --weights (default file) and --weights-cache follow, so that the served
+// bench's --weights (default auto) and --weights-cache follow, so that the served
 // model computes with the floor's weights, each unless a --serve-arg gives its own.
 func TestSessionServeTakesTextsAsSent(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		want []string
 	}{
-		{nil, []string{"--prompts=none", "--weights=file"}},
-		{[]string{"--quick"}, []string{"--prompts=none", "--weights=file", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
-		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--weights=file", "--decode-tokens=2048", "--cpu-variant=haswell"}},
-		{[]string{"--serve-arg=--weights=auto"}, []string{"--prompts=none", "--weights=auto"}},
+		{nil, []string{"--prompts=none", "--weights=auto"}},
+		{[]string{"--quick"}, []string{"--prompts=none", "--weights=auto", "--warm-max-tokens=512", "--max-input-tokens=2048"}},
+		{[]string{"--serve-arg=--decode-tokens=2048", "--cpu-variant", "haswell"}, []string{"--prompts=none", "--weights=auto", "--decode-tokens=2048", "--cpu-variant=haswell"}},
+		{[]string{"--serve-arg=--weights=file"}, []string{"--prompts=none", "--weights=file"}},
 		{[]string{"--weights", "BF16", "--weights-cache", "/tmp/w"}, []string{"--prompts=none", "--weights=bf16", "--weights-cache=/tmp/w"}},
 		{[]string{"--weights=auto", "--weights-cache=/tmp/w", "--serve-arg=--weights-cache=/tmp/x"}, []string{"--prompts=none", "--weights=auto", "--weights-cache=/tmp/x"}},
 	} {
@@ -75,12 +75,12 @@ func TestSessionServeTakesTextsAsSent(t *testing.T) {
 	}
 }
 
-// TestFlagsWeights: bench's --weights takes serve's modes, file by default (the
-// figures of earlier runs were made on the file's weights), and refuses another.
+// TestFlagsWeights: bench's --weights takes serve's modes, auto by default (what
+// serve runs unless told otherwise, so the figures are a user's), and refuses another.
 func TestFlagsWeights(t *testing.T) {
 	var f Flags
-	if err := f.Parse(NewFlagSet(&f), []string{"--model", "m.gguf", "--corpus", "c.txt"}); err != nil || f.Weights != "file" {
-		t.Errorf("default: %q, %v; want file", f.Weights, err)
+	if err := f.Parse(NewFlagSet(&f), []string{"--model", "m.gguf", "--corpus", "c.txt"}); err != nil || f.Weights != "auto" {
+		t.Errorf("default: %q, %v; want auto", f.Weights, err)
 	}
 	f = Flags{}
 	err := f.Parse(NewFlagSet(&f), []string{"--model", "m.gguf", "--corpus", "c.txt", "--weights", "fp8"})

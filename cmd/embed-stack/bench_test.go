@@ -40,10 +40,16 @@ func TestBenchSmoke(t *testing.T) {
 	if ours.ColdStartMS <= 0 || ours.Idle == nil || len(ours.Idle.Procs) != 2 || ours.After == nil || len(ours.After.Procs) != 2 {
 		t.Errorf("embed-stack: cold start %v ms, idle %+v, after %+v; want serve and its warm worker, before and after", ours.ColdStartMS, ours.Idle, ours.After)
 	}
-	// --weights file, the default: the floor and the served model on the file's
-	// F16 weights, as the figures of earlier runs were made.
-	if rep.Host.Weights != "F16" || rep.Host.WeightsConvertedFrom != "" || !strings.Contains(ours.About, "--weights=file") {
-		t.Errorf("floor weights %q converted from %q, embed-stack started as %q; want the file's F16 weights and --weights=file", rep.Host.Weights, rep.Host.WeightsConvertedFrom, ours.About)
+	// --weights auto, the default: the floor and the served model on serve's
+	// default weights, converted to BF16 where `devices` says auto converts.
+	bin, _ := e2e.Paths(t)
+	_, devices, _ := runBin(t, bin, "devices")
+	weights, from := "F16", ""
+	if strings.Contains(devices, "weights: --weights auto converts F16 matrices to BF16") {
+		weights, from = "BF16", "F16"
+	}
+	if rep.Host.Weights != weights || rep.Host.WeightsConvertedFrom != from || !strings.Contains(ours.About, "--weights=auto") {
+		t.Errorf("floor weights %q converted from %q, embed-stack started as %q; want %s from %q and --weights=auto", rep.Host.Weights, rep.Host.WeightsConvertedFrom, ours.About, weights, from)
 	}
 	if ours.Memory == nil || ours.Memory.Peak.RSS < ours.Idle.RSS {
 		t.Errorf("memory: %+v, want a peak at least the idle RSS", ours.Memory)
