@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -625,7 +626,8 @@ func TestAccelBF16Panels(t *testing.T) {
 // values and no further from it than ggml's (which rounds the activations to int8
 // too), and bit-identical when the same sequences are packed into one call, the
 // short ones with the long (a vector must not depend on its company). Elsewhere the
-// kernels must take none of it. TestAccelBF16MulMat holds the products themselves
+// kernels must take none of it, and ggml's products must hold the same packing to
+// the same bits (within 1e-5 on ARM, as TestPackingInvariance). TestAccelBF16MulMat holds the products themselves
 // to the exact product.
 func TestAccelQ8Products(t *testing.T) {
 	accelKernels(t)
@@ -708,9 +710,16 @@ func TestAccelQ8Products(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ggml's Q8_0 products (no AVX512_BF16) are the same bits too on x86 (measured
+	// on Zen 5 with the kernels' Q8_0 products off); on ARM ggml switches kernels
+	// at 8 rows, as TestPackingInvariance allows.
+	tol := 0.0
+	if !bf16 && runtime.GOARCH != "amd64" {
+		tol = 1e-5
+	}
 	for i, n := range lengths {
-		if !slices.Equal(got[i], alone[i]) {
-			t.Errorf("%d tokens packed with the others: max |diff| %g to the vector alone; want the same bits", n, maxAbsDiff(got[i], alone[i]))
+		if d := maxAbsDiff(got[i], alone[i]); d > tol || tol == 0 && !slices.Equal(got[i], alone[i]) {
+			t.Errorf("%d tokens packed with the others: max |diff| %g to the vector alone; want at most %g", n, d, tol)
 		}
 	}
 }
