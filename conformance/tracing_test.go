@@ -435,8 +435,9 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 		if status, _ := embedReq(t, s, map[string]any{"input": "warm-up"}, ""); status != 200 {
 			t.Fatalf("warm-up: status %d", status)
 		}
+		short := map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 32}
 		tp, tid, caller := traceparentFor(1)
-		if status, _ := embedReq(t, s, map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 32}, tp); status != 200 {
+		if status, _ := embedReq(t, s, short, tp); status != 200 {
 			t.Fatalf("status %d", status)
 		}
 		tr := newSpanTree(rcv.waitFor(t, tid, "POST /v1/embeddings", "worker.embed", "llama.decode"))
@@ -501,16 +502,16 @@ func TestTracesSpanServeAndWorkers(t *testing.T) {
 		// server span; the routing stages cover routing.embed. (88 to 98% on a quiet
 		// machine, the rest being middleware and goroutine hand-offs; the bar leaves
 		// room for a busy one, and a missing stage still fails it by far: without
-		// routing.embed about 30% would be covered.) The request takes a few
-		// milliseconds, so one descheduled thread on a loaded host can leave 2 ms of
-		// it uncovered (a CI run on a Zen 5 host saw 30%, the gap after
-		// server.encode): the best of up to five requests counts, as a missing
-		// stage leaves every one of them uncovered.
+		// routing.embed only decode and encode, microseconds, would be covered.) The
+		// request takes a few milliseconds, so one descheduled thread on a loaded
+		// host can leave 2 ms of it uncovered (a CI run on a Zen 5 host saw 30%, the
+		// gap after server.encode): the best of up to five requests counts, as a
+		// missing stage leaves every one of them uncovered.
 		for _, name := range []string{"POST /v1/embeddings", "routing.embed"} {
 			best := tr.coverage(tr.one(t, name))
 			for try := 1; best < 0.80 && try < 5; try++ {
 				tp, tid, _ := traceparentFor(100 + try)
-				if status, _ := embedReq(t, s, map[string]any{"input": []string{"The quick brown fox", "jumps over the lazy dog"}, "dimensions": 32}, tp); status != 200 {
+				if status, _ := embedReq(t, s, short, tp); status != 200 {
 					t.Fatalf("status %d", status)
 				}
 				again := newSpanTree(rcv.waitFor(t, tid, "POST /v1/embeddings", "worker.embed", "llama.decode"))

@@ -2485,8 +2485,9 @@ static bool es_supports_bf16_mm(const struct ggml_tensor *op) {
 // A product with a Q8_0 matrix (see "Products with Q8_0 weight matrices"): while a
 // model loads, the matrices es_load_q8 lets the device take go to es_buft (llama.cpp
 // asks with 512 rows); after, every product with a matrix there, whatever its rows
-// (a vector must not depend on the call's size). As for BF16 matrices, the switches count as the model loads
-// only: a model's matrices are the device's or not for its life.
+// (a vector must not depend on the call's size). As for BF16 matrices, the switches
+// count as the model loads only: a model's matrices are the device's or not for its
+// life.
 static bool es_supports_q8_mm(const struct ggml_tensor *op) {
 	const struct ggml_tensor *w = op->src[0], *x = op->src[1];
 	if (es_loading_model && (!es_load_q8 || (es_head_matrix(w) && es_skips_heads()))) {

@@ -627,8 +627,8 @@ func TestAccelBF16Panels(t *testing.T) {
 // too), and bit-identical when the same sequences are packed into one call, the
 // short ones with the long (a vector must not depend on its company). Elsewhere the
 // kernels must take none of it, and ggml's products must hold the same packing to
-// the same bits (within 1e-5 on ARM, as TestPackingInvariance). TestAccelBF16MulMat holds the products themselves
-// to the exact product.
+// the same bits (within 1e-5 on ARM, as TestPackingInvariance). TestAccelBF16MulMat
+// holds the products themselves to the exact product.
 func TestAccelQ8Products(t *testing.T) {
 	accelKernels(t)
 	t.Cleanup(func() { accelOnlyOps(accelOpAll) })

@@ -142,10 +142,11 @@ func TestServeWeightsBF16(t *testing.T) {
 // of BF16 converted from F16), and where ggml takes the Q8_0 file's products no
 // further from it than the file's (ggml's Q8_0 products round the activations to
 // int8 as well: 0.99988 to 0.99995 here, where the BF16 copy gave 0.99998 to
-// 0.99999); where embed-stack's kernels take them, the same BF16 products, the two
-// differ only in the copy's token embeddings, rounded to BF16 (cosine ≥ 0.9999
-// between them). /info says which weights each model computes with. The Q8_0 file itself, served as it is, goes through
-// embed-stack's kernels where they multiply BF16 (/health's cpu_accel_bf16), every
+// 0.99999); where embed-stack's kernels take them, the same BF16 products, the copy
+// also rounds its token embeddings to BF16, so the two are held to each other at
+// cosine ≥ 0.9999 instead. /info says which weights each model computes with. The
+// Q8_0 file itself, served as it is, goes through embed-stack's kernels where they
+// multiply BF16 (/health's cpu_accel_bf16), every
 // product of every call, however few its rows. Its vectors must then differ from
 // those of a server with --cpu-accel off (ggml's Q8_0 products), each be within
 // cosine 0.9999 of the reference, on average no further from it (0.99994 to 0.99999
