@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -105,6 +106,9 @@ struct es_pool {
 	_Atomic(void *) arg;
 	atomic_bool quit;
 	atomic_int sleeping; // workers waiting on wake
+	// linger: the workers spin ES_LINGER_NS after a job before they sleep, for a
+	// pool that computes a forward alone (es_init_context).
+	bool linger;
 };
 
 // es_pool_claim runs tasks of job g until none is left or the job is no longer g.
@@ -134,6 +138,21 @@ struct es_worker_arg {
 #define ES_WORKER_SPIN 256
 #define ES_CALLER_SPIN 20000
 
+// A lingering pool's workers (es_init_context) spin this long after a job. There
+// ggml's CPU operations between two of the device's run on the caller alone, so no
+// other pool needs the cores, and a worker that slept there was woken a couple of
+// hundred times a forward: after an idle spell each wake of a halted virtual CPU
+// cost this VM about 0.2 ms, and one short query took 84 to 96 ms instead of 38
+// (docs/performance.md). A millisecond bridges the caller's operations of a short
+// call; a long call's take longer, where a wake is cheap beside them.
+#define ES_LINGER_NS 1000000
+
+static int64_t es_now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *es_worker(void *a) {
 	struct es_worker_arg *wa = a;
 	struct es_pool *p = wa->pool;
@@ -142,8 +161,10 @@ static void *es_worker(void *a) {
 	unsigned seen = atomic_load(&p->gen);
 	for (;;) {
 		int spins = 0;
+		int64_t since = p->linger ? es_now_ns() : 0;
 		while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && !atomic_load(&p->quit)) {
-			if (++spins < ES_WORKER_SPIN) {
+			if (++spins < ES_WORKER_SPIN ||
+			    (p->linger && (spins % 64 != 0 || es_now_ns() - since < ES_LINGER_NS))) {
 #if ES_ACCEL_X86
 				_mm_pause();
 #endif
@@ -1541,6 +1562,9 @@ struct es_fa {
 	int64_t kv_blocks;
 	uint8_t *blocks;  // [mask head][q tile][kv block]: ES_FA_*; NULL without a mask
 	struct es_scratch *scratch;
+	// exact: a query's output does not depend on where its cells lie in the cache
+	// (es_fa_tile_fma's two passes), for a context that packs sequences.
+	bool exact;
 };
 
 #if ES_ACCEL_X86
@@ -1643,13 +1667,9 @@ ES_FA_TARGET static void es_fa_bases(const struct es_fa *fa, int64_t h, int64_t 
 	}
 }
 
-// es_fa_rescale scales a block's w rows of scores s[cell][query] (and adds the
-// mask mt, where some cell is hidden), folds their maximum into the running one m,
-// and writes the factor alpha by which the output and the running sum l shrink (l
-// already shrunk): the first half of a block's online softmax.
-ES_FA_TARGET static void es_fa_rescale(float *s, const float *mt, int w, __m512 scale, __m512 m[2], __m512 l[2],
-                                       float *alpha) {
-	__m512 bmax[2] = {m[0], m[1]};
+// es_fa_scale_mask scales a block's w rows of scores s[cell][query] and adds the
+// mask mt (where some cell is hidden).
+ES_FA_TARGET static void es_fa_scale_mask(float *s, const float *mt, int w, __m512 scale) {
 	for (int j = 0; j < w; j++) {
 		for (int c = 0; c < 2; c++) {
 			__m512 x = _mm512_mul_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), scale);
@@ -1657,9 +1677,28 @@ ES_FA_TARGET static void es_fa_rescale(float *s, const float *mt, int w, __m512 
 				x = _mm512_add_ps(x, _mm512_load_ps(mt + j * ES_FA_Q + c * 16));
 			}
 			_mm512_store_ps(s + j * ES_FA_Q + c * 16, x);
-			bmax[c] = _mm512_max_ps(bmax[c], x);
 		}
 	}
+}
+
+// es_fa_block_max folds the largest of a block's w rows of scores into m, per query.
+ES_FA_TARGET static void es_fa_block_max(const float *s, int w, __m512 m[2]) {
+	for (int j = 0; j < w; j++) {
+		for (int c = 0; c < 2; c++) {
+			m[c] = _mm512_max_ps(m[c], _mm512_load_ps(s + j * ES_FA_Q + c * 16));
+		}
+	}
+}
+
+// es_fa_rescale scales a block's w rows of scores s[cell][query] (and adds the
+// mask mt, where some cell is hidden), folds their maximum into the running one m,
+// and writes the factor alpha by which the output and the running sum l shrink (l
+// already shrunk): the first half of a block's online softmax.
+ES_FA_TARGET static void es_fa_rescale(float *s, const float *mt, int w, __m512 scale, __m512 m[2], __m512 l[2],
+                                       float *alpha) {
+	__m512 bmax[2] = {m[0], m[1]};
+	es_fa_scale_mask(s, mt, w, scale);
+	es_fa_block_max(s, w, bmax);
 	for (int c = 0; c < 2; c++) {
 		__m512 a = es_exp512(_mm512_sub_ps(m[c], bmax[c]));
 		m[c] = bmax[c];
@@ -1922,8 +1961,17 @@ ES_FA_FMA_PV(4)
 ES_FA_FMA_PV(1)
 #undef ES_FA_FMA_PV
 
+// es_fa_tile_fma computes a tile in float32 FMAs. With exact set it takes two
+// passes: the first finds each query's largest score over every block it sees,
+// and the second adds up the probabilities against that maximum, cell by cell in
+// the cache's order, never rescaling. The online softmax's running maximum (one
+// pass) depends on which of a query's cells share a block, that is on where its
+// sequence starts in the cache, and so did the output's roundings: packed with
+// others, a sequence's vector moved by up to 3e-3 from itself alone. In two passes
+// a query's every probability is the same whatever its offset, the hidden cells
+// add exact zeros, and its output is the same bits; the scores cost twice.
 ES_FA_TARGET static void es_fa_tile_fma(const struct es_fa *fa, int64_t h, int64_t i3, int64_t i0, int64_t nq,
-                                        float *buf) {
+                                        float *buf, bool exact) {
 	const int64_t D = fa->D, DV = fa->DV;
 	const struct ggml_tensor *q = fa->q, *k = fa->k, *v = fa->v, *mask = fa->mask;
 	const char *kbase, *vbase, *mbase;
@@ -1954,6 +2002,28 @@ ES_FA_TARGET static void es_fa_tile_fma(const struct es_fa *fa, int64_t h, int64
 	__m512 l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
 	const __m512 scale = _mm512_set1_ps(fa->scale);
 
+	if (exact) {
+		// the first pass: each query's maximum
+		for (int64_t j0 = 0; j0 < fa->n_kv; j0 += ES_FA_KV) {
+			const int w = (int)(fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV);
+			int kind = es_fa_block(blocks, mbase, mask, i0, nq, j0, w, mt);
+			if (kind == ES_FA_HIDDEN) {
+				continue;
+			}
+			for (int j = 0; j < w; j++) {
+				es_fa_widen(kf + j * ES_FA_MAXD, (const uint16_t *)(kbase + (j0 + j) * k->nb[1]), D);
+			}
+			for (int j = 0; j < w; j += 8) {
+				es_fa_fma_scores(w - j < 8 ? w - j : 8, kf + j * ES_FA_MAXD, D, qf, s + j * ES_FA_Q);
+			}
+			es_fa_scale_mask(s, kind == ES_FA_MIXED ? mt : NULL, w, scale);
+			es_fa_block_max(s, w, m);
+		}
+		for (int i = 0; i < ES_FA_Q; i++) {
+			alpha[i] = 1.0f;
+		}
+	}
+
 	for (int64_t j0 = 0; j0 < fa->n_kv; j0 += ES_FA_KV) {
 		const int w = (int)(fa->n_kv - j0 < ES_FA_KV ? fa->n_kv - j0 : ES_FA_KV);
 		int kind = es_fa_block(blocks, mbase, mask, i0, nq, j0, w, mt);
@@ -1968,8 +2038,13 @@ ES_FA_TARGET static void es_fa_tile_fma(const struct es_fa *fa, int64_t h, int64
 		for (int j = 0; j < w; j += 8) {
 			es_fa_fma_scores(w - j < 8 ? w - j : 8, kf + j * ES_FA_MAXD, D, qf, s + j * ES_FA_Q);
 		}
-		// online softmax, lanes over queries, as in es_fa_tile
-		es_fa_rescale(s, any_hidden ? mt : NULL, w, scale, m, l, alpha);
+		if (exact) {
+			// the maximum is final: nothing to rescale (alpha stays 1)
+			es_fa_scale_mask(s, any_hidden ? mt : NULL, w, scale);
+		} else {
+			// online softmax, lanes over queries, as in es_fa_tile
+			es_fa_rescale(s, any_hidden ? mt : NULL, w, scale, m, l, alpha);
+		}
 		for (int j = 0; j < w; j++) {
 			for (int c = 0; c < 2; c++) {
 				__m512 p = es_exp512(_mm512_sub_ps(_mm512_load_ps(s + j * ES_FA_Q + c * 16), m[c]));
@@ -2055,8 +2130,8 @@ static void es_fa_task(void *arg, int task, int thread) {
 	float *buf = es_scratch_get(&fa->scratch[thread], es_fa_scratch_floats(fa->D, fa->DV));
 	fa->scratch[thread].packed_b = NULL;
 #if ES_ACCEL_X86
-	if (atomic_load_explicit(&es_bf16_fma, memory_order_relaxed)) {
-		es_fa_tile_fma(fa, h, i3, i0, nq, buf);
+	if (fa->exact || atomic_load_explicit(&es_bf16_fma, memory_order_relaxed)) {
+		es_fa_tile_fma(fa, h, i3, i0, nq, buf, fa->exact);
 	} else {
 		es_fa_tile(fa, h, i3, i0, nq, buf);
 	}
@@ -2071,7 +2146,7 @@ static void es_fa_task(void *arg, int task, int thread) {
 // es_flash_attn computes dst = FLASH_ATTN_EXT(q, k, v, mask) (es_supports_flash_attn
 // says which), a task per tile of 32 queries of one head.
 static void es_flash_attn(struct es_pool *pool, struct es_scratch *scratch, uint8_t **blocks, size_t *bcap,
-                          struct ggml_tensor *dst) {
+                          struct ggml_tensor *dst, bool exact) {
 	const struct ggml_tensor *q = dst->src[0];
 	float scale;
 	memcpy(&scale, (const float *)dst->op_params + 0, sizeof(float));
@@ -2089,6 +2164,7 @@ static void es_flash_attn(struct es_pool *pool, struct es_scratch *scratch, uint
 		.n_head = q->ne[2],
 		.n_head_kv = dst->src[1]->ne[2],
 		.scratch = scratch,
+		.exact = exact,
 	};
 	fa.q_tiles = (fa.n_q + ES_FA_Q - 1) / ES_FA_Q;
 	fa.kv_blocks = (fa.n_kv + ES_FA_KV - 1) / ES_FA_KV;
@@ -2579,6 +2655,8 @@ static bool es_dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor 
 // once, each with its own workers and packing buffers.
 struct es_backend_ctx {
 	struct es_pool pool;
+	int pinned; // the pool's threads, es_init_context's; 0: llama.cpp's count
+	bool exact_attention; // es_init_context's (struct es_fa)
 	struct es_scratch scratch[ES_MAX_THREADS];
 	struct es_weights weights;
 	uint32_t *abuf; // the F32 operand of a BF16 product, converted
@@ -2633,7 +2711,7 @@ static enum ggml_status es_backend_graph_compute(ggml_backend_t backend, struct 
 			es_gelu_op(&ctx->pool, node);
 			break;
 		case GGML_OP_FLASH_ATTN_EXT:
-			es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, node);
+			es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, node, ctx->exact_attention);
 			break;
 		case GGML_OP_NONE:
 		case GGML_OP_RESHAPE:
@@ -2665,12 +2743,23 @@ static ggml_guid_t es_backend_guid(void) {
 
 static ggml_backend_dev_t es_device(void);
 
+// The device's threads for the backends es_init_context's llama_init_from_model
+// creates on this thread (0 outside it).
+static _Thread_local int es_init_threads;
+static _Thread_local bool es_init_exact;
+
 static ggml_backend_t es_dev_init_backend(ggml_backend_dev_t dev, const char *params) {
 	(void)params;
 	struct es_backend_ctx *ctx = calloc(1, sizeof *ctx);
 	pthread_mutex_init(&ctx->pool.mu, NULL);
 	pthread_cond_init(&ctx->pool.wake, NULL);
 	ctx->pool.n_threads = 1;
+	ctx->exact_attention = es_init_exact;
+	if (es_init_threads > 0) {
+		ctx->pinned = es_init_threads < ES_MAX_THREADS ? es_init_threads : ES_MAX_THREADS;
+		ctx->pool.linger = true;
+		es_pool_start(&ctx->pool, ctx->pinned);
+	}
 	ggml_backend_t backend = calloc(1, sizeof *backend);
 	backend->guid = es_backend_guid();
 	backend->iface = es_backend_i;
@@ -2681,6 +2770,9 @@ static ggml_backend_t es_dev_init_backend(ggml_backend_dev_t dev, const char *pa
 
 static void es_set_n_threads(ggml_backend_t backend, int n_threads) {
 	struct es_backend_ctx *ctx = backend->context;
+	if (ctx->pinned > 0) {
+		return;
+	}
 	if (n_threads > ES_MAX_THREADS) {
 		n_threads = ES_MAX_THREADS;
 	}
@@ -2900,7 +2992,7 @@ bool es_accel_bf16_attention(int64_t key_length, int64_t value_length) {
 	       es_fa_fits(key_length, value_length);
 }
 
-int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads) {
+int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads, bool exact) {
 	pthread_once(&es_register_once, es_register);
 	if (dst->op != GGML_OP_FLASH_ATTN_EXT || !es_supports_flash_attn(dst)) {
 		return -1;
@@ -2908,7 +3000,7 @@ int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads) {
 	ggml_backend_t backend = es_dev_init_backend(&es_dev, NULL);
 	es_set_n_threads(backend, n_threads);
 	struct es_backend_ctx *ctx = backend->context;
-	es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, dst);
+	es_flash_attn(&ctx->pool, ctx->scratch, &ctx->fa_blocks, &ctx->fa_bcap, dst, exact);
 	es_backend_free(backend);
 	return 0;
 }
@@ -3118,6 +3210,16 @@ static void *es_cpu_proc(const char *name) {
 		return NULL;
 	}
 	return ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), name);
+}
+
+struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
+                                     bool exact_attention) {
+	es_init_threads = kernel_threads;
+	es_init_exact = exact_attention;
+	struct llama_context *ctx = llama_init_from_model(model, params);
+	es_init_threads = 0;
+	es_init_exact = false;
+	return ctx;
 }
 
 void *es_threadpool_attach(struct llama_context *ctx, int n_threads) {

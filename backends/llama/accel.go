@@ -329,7 +329,12 @@ const (
 // it, after everything else.
 type accelAttention struct {
 	Dim, Cells, QTokens, Heads, KVHeads, Hidden int
-	Noise                                       uint64
+	// Noise draws the hidden cells' K and V from this seed instead; the visible
+	// cells' are drawn in order whatever Hidden is, so the same visible cells can
+	// be placed behind more hidden ones.
+	Noise uint64
+	// Exact computes the kernel's exact form (es_init_context).
+	Exact bool
 	// Timed, when set, makes accelFlashAttn time Runs more runs of embed-stack's
 	// kernel instead of computing the others, and write their mean.
 	Timed *struct {
@@ -368,14 +373,16 @@ func accelFlashAttn(a accelAttention, threads int, seed uint64) (got, ggml []flo
 	for i := range qd {
 		qd[i] = 2 * next()
 	}
-	for i := range kd {
-		kd[i], vd[i] = bf16(2*next()), bf16(next())
-	}
+	hidden := unitRand(seed + 1<<32)
 	if a.Noise != 0 {
-		noise := unitRand(a.Noise)
-		for i := range a.Hidden * a.KVHeads * a.Dim {
-			kd[i], vd[i] = bf16(2*noise()), bf16(noise())
+		hidden = unitRand(a.Noise)
+	}
+	for i := range kd {
+		draw := next
+		if i < a.Hidden*a.KVHeads*a.Dim {
+			draw = hidden
 		}
+		kd[i], vd[i] = bf16(2*draw()), bf16(draw())
 	}
 	first := a.Cells - a.QTokens
 	seen := func(t, j int) bool { return j >= a.Hidden && j <= first+t }
@@ -387,13 +394,13 @@ func accelFlashAttn(a accelAttention, threads int, seed uint64) (got, ggml []flo
 			}
 		}
 	}
-	if C.es_accel_test_flash_attn(out, C.int(threads)) != 0 {
+	if C.es_accel_test_flash_attn(out, C.int(threads), C.bool(a.Exact)) != 0 {
 		return nil, nil, nil, false
 	}
 	if a.Timed != nil {
 		start := time.Now()
 		for range a.Timed.Runs {
-			C.es_accel_test_flash_attn(out, C.int(threads))
+			C.es_accel_test_flash_attn(out, C.int(threads), C.bool(a.Exact))
 		}
 		a.Timed.Seconds = time.Since(start).Seconds() / float64(a.Timed.Runs)
 		return nil, nil, nil, true

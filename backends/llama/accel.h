@@ -72,9 +72,10 @@ int es_accel_bf16_amx(void);
 void es_accel_set_bf16_amx(int mode);
 
 // es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)
-// with the device's kernel on n_threads threads; -1 when the device would not take
-// it. For tests.
-int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads);
+// with the device's kernel on n_threads threads, in its exact form (the one a
+// context packing sequences uses; es_init_context) where exact is set; -1 when
+// the device would not take it. For tests.
+int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads, bool exact);
 
 // es_accel_set_enabled makes the device take operations (true, the default) or none.
 // Contexts created after the change follow it.
@@ -131,6 +132,17 @@ enum { ES_PANELS_NOT_TAKEN = -1, ES_PANELS_UNREADABLE = -2 };
 // With q8 set (an embedding model, not a reranker) the device takes the model's
 // Q8_0 matrices too, where ES_ACCEL_OP_Q8 and a CPU with AVX512_BF16 let it.
 struct llama_model *es_model_load(const char *path, struct llama_model_params params, bool q8, long *repacked);
+
+// es_init_context is llama_init_from_model, where embed-stack's device, if the
+// context has it, keeps kernel_threads threads (its workers lingering between
+// jobs) whatever llama.cpp's n_threads says; kernel_threads 0 leaves them to
+// n_threads. A context whose forward the device computes but for ggml's light
+// operations between its own runs those on one thread (n_threads 1) and the
+// device's on kernel_threads: one pool that need not hand the cores over. With
+// exact_attention the device's flash attention gives a query the same bits
+// wherever its sequence lies in the KV cache (a context that packs sequences).
+struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
+                                      bool exact_attention);
 
 // es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long
 // as the context (NULL, none attached, for one thread).

@@ -45,6 +45,13 @@ func (e *Engine) create(k *kctx) error {
 	cp.n_seq_max = C.uint32_t(k.maxSeqs + 1)
 	cp.n_threads = C.int32_t(e.threads)
 	cp.n_threads_batch = C.int32_t(e.threads)
+	kernelThreads := 0
+	if e.kernelsAlone(k.kernel) {
+		// ggml's operations on the caller alone, the kernels' on e.threads
+		// threads (es_init_context).
+		cp.n_threads, cp.n_threads_batch = 1, 1
+		kernelThreads = e.threads
+	}
 	// The engine pools itself (decode.go), from the outputs it reads.
 	cp.pooling_type = C.LLAMA_POOLING_TYPE_NONE
 	if e.graphPooling {
@@ -58,7 +65,10 @@ func (e *Engine) create(k *kctx) error {
 	setKernel(&cp, k.kernel, e.info.Device.GPU)
 	cp.abort_callback = C.es_abort_callback()
 	cp.abort_callback_data = unsafe.Pointer(e.abort)
-	lctx := C.llama_init_from_model(e.model, cp)
+	// The short context packs sequences: embed-stack's flash attention there must
+	// not depend on where a sequence's cells lie (es_init_context).
+	exact := k == e.short && k.kernel == attnFlashBF16
+	lctx := C.es_init_context(e.model, cp, C.int(kernelThreads), C.bool(exact))
 	if lctx == nil {
 		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}
@@ -89,7 +99,7 @@ func (e *Engine) create(k *kctx) error {
 	// the kernels nothing and stays one graph, which ran 0.9x as fast with the pool
 	// on 1 x 16; with its BF16 weights held by the kernels it is split as an
 	// encoder's is, and so is a long context whose attention the kernels compute.
-	if e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights || k.kernel == attnFlashBF16 {
+	if kernelThreads == 0 && (e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights || k.kernel == attnFlashBF16) {
 		k.pool = C.es_threadpool_attach(lctx, C.int(e.threads))
 	}
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
@@ -100,6 +110,21 @@ func (e *Engine) create(k *kctx) error {
 	}
 	k.batch = C.llama_batch_init(C.int32_t(callTokens), C.int32_t(embd), 1)
 	return nil
+}
+
+// kernelsAlone says whether a decoder's context of kernel k leaves ggml's CPU
+// backend only light operations: embed-stack's kernels hold the weights
+// (accelWeights) and compute the attention (attnFlashBF16). Its forward is then
+// a couple of hundred graphs alternating between the two, and with a pool of
+// threads each the cores changed hands at every one: the sleeping side's threads
+// were woken each time, which after an idle spell cost a short query 84 to 96 ms
+// instead of 38 (0.6B BF16, 2 threads, Zen 5 VM; docs/performance.md). Such a
+// context runs ggml's operations on the caller alone, normalisations, rotations
+// and sums a few hundred microseconds each, while the kernels' workers wait for
+// their next job awake (es_init_context): 32 to 35 ms back to back, 38 to 43 after
+// idle spells, batches as fast as before.
+func (e *Engine) kernelsAlone(k attentionKind) bool {
+	return e.accelWeights && k == attnFlashBF16 && !e.encoder && !e.info.Device.GPU && e.threads > 1
 }
 
 // kvCells is the KV cells a context of ctxTokens tokens asks llama.cpp for, its

@@ -180,7 +180,9 @@ type Engine struct {
 //     of a repeated token (the K cache's bf16 rounding).
 //
 // So sequences of up to FlashMaxTokens tokens are packed into rounds of a flash-
-// attention context over a bf16 V cache, and longer ones are decoded each alone,
+// attention context over a bf16 V cache (a bf16 K cache too, and embed-stack's
+// flash attention in its exact form, where the kernels hold the model's matrices:
+// heldShort), and longer ones are decoded each alone,
 // from KV cell 0, in a context of their own: embed-stack's flash attention where
 // the CPU runs it (cpuLong), else the plain kernel in decode calls that keep the
 // attention scores within AttentionBytes. Either way a sequence's vector is a
@@ -244,6 +246,9 @@ func Open(cfg Config) (*Engine, error) {
 	}()
 	if dev != nil {
 		device.GPULayers = min(sz.gpuLayers, int(C.llama_model_n_layer(model))+1)
+	}
+	if cfg.attention == attnHybrid {
+		sz = heldShort(sz, repacked > 0, device.GPU, shape)
 	}
 	hidden := int(C.llama_model_n_embd(model))
 	var head scoreHead

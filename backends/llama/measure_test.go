@@ -409,3 +409,58 @@ func TestMeasureFlashAttention(t *testing.T) {
 		t.Logf("%d queries over %d cells, %d threads, FMAs %v: %.2f ms, %.0f GFLOP/s", n, cells, threads, fma, a.Timed.Seconds*1e3, flops/a.Timed.Seconds/1e9)
 	}
 }
+
+// TestMeasureIdle prints how long one short sequence takes after idle pauses: for
+// each pause in EMBED_STACK_MEASURE_IDLE (milliseconds, comma-separated) it embeds
+// EMBED_STACK_MEASURE_LEN tokens (default 17) eight times, sleeping the pause
+// before each, over EMBED_STACK_MEASURE_RUNS rounds (default 3) that interleave the
+// pauses. A query arriving after a quiet spell is what a search box sends.
+func TestMeasureIdle(t *testing.T) {
+	spec := testenv.Get("EMBED_STACK_MEASURE_IDLE")
+	if spec == "" {
+		t.Skip("set EMBED_STACK_MEASURE_IDLE to measure (see the doc comment)")
+	}
+	var pauses []time.Duration
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			t.Fatalf("EMBED_STACK_MEASURE_IDLE: %q is not a number of milliseconds", f)
+		}
+		pauses = append(pauses, time.Duration(n)*time.Millisecond)
+	}
+	rel := testenv.Get("EMBED_STACK_BENCH_MODEL")
+	if rel == "" {
+		rel = tinyModel
+	}
+	e, err := Open(Config{ModelPath: modelFile(t, rel), Threads: testenv.Int(t, "EMBED_STACK_BENCH_THREADS", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	length := max(1, testenv.Int(t, "EMBED_STACK_MEASURE_LEN", 17))
+	seq := randomSeq(7, length, e.Info().NVocab)
+	embed := func() time.Duration {
+		st := time.Now()
+		if _, err := e.Embed(context.Background(), [][]int32{seq}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(st)
+	}
+	for range 3 {
+		embed()
+	}
+	runs := max(1, testenv.Int(t, "EMBED_STACK_MEASURE_RUNS", 3))
+	for r := range runs {
+		for _, p := range pauses {
+			var ms []string
+			var sum time.Duration
+			for range 8 {
+				time.Sleep(p)
+				d := embed()
+				sum += d
+				ms = append(ms, strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64))
+			}
+			t.Logf("round %d, pause %v: mean %.1f ms; %s", r+1, p, float64(sum.Microseconds())/8000, strings.Join(ms, " "))
+		}
+	}
+}

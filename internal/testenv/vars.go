@@ -53,6 +53,8 @@ var vars = []Var{
 	{"EMBED_STACK_MEASURE_MIX", "you", "the mixed workload, NxLEN terms joined by +", "backends/llama"},
 	{"EMBED_STACK_MEASURE_BUCKETS", "you", "context buckets (default 256,1024,8192)", "backends/llama"},
 	{"EMBED_STACK_MEASURE_WARMUP", "you", "input lengths whose first and second decode are timed", "backends/llama"},
+	{"EMBED_STACK_MEASURE_IDLE", "you", "pauses in milliseconds before each short sequence TestMeasureIdle times", "backends/llama"},
+	{"EMBED_STACK_MEASURE_LEN", "you", "that sequence's tokens (default 17)", "backends/llama"},
 	{"EMBED_STACK_MEASURE_PRECISION", "you", "input lengths whose cosine to the reference is measured per kernel", "backends/llama"},
 	{"EMBED_STACK_MEASURE_SPAWN", "you", "token counts whose ephemeral worker is timed from spawn to exit", "backends"},
 	{"EMBED_STACK_MEASURE_MODEL", "you", "another GGUF for TestEmbedMeasure", "cmd/embed-stack"},
