@@ -103,7 +103,11 @@ func TestSIGHUPDrains(t *testing.T) {
 // logLine.
 func drainsOnSignal(t *testing.T, sig syscall.Signal, logLine string) {
 	s, workers := launchOwn(t, "--shutdown-grace", "60s")
-	text := variedText(t, 800)
+	// 4000 tokens: still in flight when the worker has used 5 ticks, however fast
+	// the engine. 800 took the tiny model 40 to 140 ms of wall time on two threads,
+	// and once embed-stack's kernels computed its forward as one pool (2026-12-04) the
+	// whole request used 2 to 4 ticks.
+	text := variedText(t, 4000)
 	type answer struct {
 		r   httpResult
 		err error
