@@ -87,10 +87,24 @@ static atomic_llong es_accel_q8_computed;
 
 typedef void (*es_task_fn)(void *arg, int task, int thread);
 
+// What a job runs: its function, argument and tasks.
+struct es_job {
+	_Atomic(es_task_fn) fn;
+	_Atomic(void *) arg;
+	atomic_int n_tasks;
+};
+
 // A job is published by bumping gen; its tasks are claimed from next, whose high
 // 32 bits name the job, so a worker that wakes late (after its job was done, or
-// while the next one runs) claims nothing it did not read fn and arg for. The
-// caller waits for done == n_tasks, not for the workers: one the kernel has not
+// while the next one runs) claims nothing. Job g's fn, arg and n_tasks sit in
+// jobs[g & 1], written before g is published and not again until job g + 2, which
+// comes after next has named g + 1: so whenever a claim of job g succeeds, what
+// the worker read from jobs[g & 1] is job g's. With the three in one place, a
+// worker that read gen g while the caller was already writing job g + 1's could
+// pair g + 1's task count with g's spent next and claim a task past g's end, then
+// run it on an argument whose frame was gone (a SIGSEGV in es_fa_tile, one bench
+// run in three on 2026-12-04) and count it in the next job's done. The caller
+// waits for done == n_tasks, not for the workers: one the kernel has not
 // scheduled yet costs nothing (on a loaded host waiting for it cost more than
 // the job).
 struct es_pool {
@@ -101,14 +115,12 @@ struct es_pool {
 	atomic_uint gen;
 	atomic_uint_fast64_t next; // gen << 32 | next task index
 	atomic_int done;           // tasks finished in the current job
-	atomic_int n_tasks;
-	_Atomic(es_task_fn) fn;
-	_Atomic(void *) arg;
+	struct es_job jobs[2];     // job g's in jobs[g & 1]
 	atomic_bool quit;
 	atomic_int sleeping; // workers waiting on wake
-	// linger: the workers spin ES_LINGER_NS after a job before they sleep, for a
-	// pool that computes a forward alone (es_init_context).
-	bool linger;
+	// linger: the workers spin ES_LINGER_NS after a job before they sleep, while
+	// the pool computes a forward alone (es_kernels_alone).
+	atomic_bool linger;
 };
 
 // es_pool_claim runs tasks of job g until none is left or the job is no longer g.
@@ -138,7 +150,7 @@ struct es_worker_arg {
 #define ES_WORKER_SPIN 256
 #define ES_CALLER_SPIN 20000
 
-// A lingering pool's workers (es_init_context) spin this long after a job. There
+// A lingering pool's workers (es_kernels_alone) spin this long after a job. There
 // ggml's CPU operations between two of the device's run on the caller alone, so no
 // other pool needs the cores, and a worker that slept there was woken a couple of
 // hundred times a forward: after an idle spell each wake of a halted virtual CPU
@@ -161,10 +173,10 @@ static void *es_worker(void *a) {
 	unsigned seen = atomic_load(&p->gen);
 	for (;;) {
 		int spins = 0;
-		int64_t since = p->linger ? es_now_ns() : 0;
+		bool linger = atomic_load_explicit(&p->linger, memory_order_relaxed);
+		int64_t since = linger ? es_now_ns() : 0;
 		while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && !atomic_load(&p->quit)) {
-			if (++spins < ES_WORKER_SPIN ||
-			    (p->linger && (spins % 64 != 0 || es_now_ns() - since < ES_LINGER_NS))) {
+			if (++spins < ES_WORKER_SPIN || (linger && (spins % 64 != 0 || es_now_ns() - since < ES_LINGER_NS))) {
 #if ES_ACCEL_X86
 				_mm_pause();
 #endif
@@ -182,9 +194,10 @@ static void *es_worker(void *a) {
 			return NULL;
 		}
 		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
-		es_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
-		void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
-		int n = atomic_load_explicit(&p->n_tasks, memory_order_acquire);
+		struct es_job *job = &p->jobs[seen & 1];
+		es_task_fn fn = atomic_load_explicit(&job->fn, memory_order_acquire);
+		void *arg = atomic_load_explicit(&job->arg, memory_order_acquire);
+		int n = atomic_load_explicit(&job->n_tasks, memory_order_acquire);
 		es_pool_claim(p, seen, fn, arg, n, index);
 	}
 }
@@ -239,9 +252,10 @@ static void es_pool_run(struct es_pool *p, int n_tasks, es_task_fn fn, void *arg
 		return;
 	}
 	unsigned g = atomic_load(&p->gen) + 1;
-	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-	atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+	struct es_job *job = &p->jobs[g & 1];
+	atomic_store_explicit(&job->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&job->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&job->n_tasks, n_tasks, memory_order_relaxed);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
 	atomic_store_explicit(&p->next, (uint_fast64_t)g << 32, memory_order_release);
 	atomic_store_explicit(&p->gen, g, memory_order_release);
@@ -2747,6 +2761,7 @@ static ggml_backend_dev_t es_device(void);
 // creates on this thread (0 outside it).
 static _Thread_local int es_init_threads;
 static _Thread_local bool es_init_exact;
+static _Thread_local struct es_backend_ctx *es_init_made;
 
 static ggml_backend_t es_dev_init_backend(ggml_backend_dev_t dev, const char *params) {
 	(void)params;
@@ -2757,8 +2772,8 @@ static ggml_backend_t es_dev_init_backend(ggml_backend_dev_t dev, const char *pa
 	ctx->exact_attention = es_init_exact;
 	if (es_init_threads > 0) {
 		ctx->pinned = es_init_threads < ES_MAX_THREADS ? es_init_threads : ES_MAX_THREADS;
-		ctx->pool.linger = true;
 		es_pool_start(&ctx->pool, ctx->pinned);
+		es_init_made = ctx;
 	}
 	ggml_backend_t backend = calloc(1, sizeof *backend);
 	backend->guid = es_backend_guid();
@@ -2992,6 +3007,46 @@ bool es_accel_bf16_attention(int64_t key_length, int64_t value_length) {
 	       es_fa_fits(key_length, value_length);
 }
 
+// The jobs of es_accel_test_pool: each task checks that it belongs to the job
+// running (es_probe_current) and lies within it.
+struct es_probe {
+	int id, n;
+};
+static atomic_int es_probe_current;
+static atomic_long es_probe_bad;
+
+static void es_probe_task(void *arg, int task, int thread) {
+	(void)thread;
+	const struct es_probe *pr = arg;
+	if (atomic_load_explicit(&es_probe_current, memory_order_relaxed) != pr->id || task >= pr->n) {
+		atomic_fetch_add(&es_probe_bad, 1);
+	}
+}
+
+long es_accel_test_pool(int n_threads, int jobs, bool linger) {
+	struct es_pool p;
+	memset(&p, 0, sizeof p);
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.wake, NULL);
+	atomic_store(&p.linger, linger);
+	es_pool_start(&p, n_threads);
+	struct es_probe *probes = calloc((size_t)jobs, sizeof *probes);
+	atomic_store(&es_probe_bad, 0);
+	for (int j = 0; j < jobs; j++) {
+		// task counts that alternate between few and many, as a forward's do
+		probes[j].id = j + 1;
+		probes[j].n = j % 2 == 0 ? 2 : 2 + j % 61;
+		atomic_store(&es_probe_current, j + 1);
+		es_pool_run(&p, probes[j].n, es_probe_task, &probes[j]);
+		atomic_store(&es_probe_current, 0);
+	}
+	es_pool_stop(&p);
+	pthread_mutex_destroy(&p.mu);
+	pthread_cond_destroy(&p.wake);
+	free(probes);
+	return atomic_load(&es_probe_bad);
+}
+
 int es_accel_test_flash_attn(struct ggml_tensor *dst, int n_threads, bool exact) {
 	pthread_once(&es_register_once, es_register);
 	if (dst->op != GGML_OP_FLASH_ATTN_EXT || !es_supports_flash_attn(dst)) {
@@ -3213,13 +3268,21 @@ static void *es_cpu_proc(const char *name) {
 }
 
 struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
-                                     bool exact_attention) {
+                                     bool exact_attention, void **kernels) {
 	es_init_threads = kernel_threads;
 	es_init_exact = exact_attention;
+	es_init_made = NULL;
 	struct llama_context *ctx = llama_init_from_model(model, params);
+	*kernels = ctx != NULL ? es_init_made : NULL;
 	es_init_threads = 0;
 	es_init_exact = false;
+	es_init_made = NULL;
 	return ctx;
+}
+
+void es_kernels_alone(void *kernels, bool alone) {
+	struct es_backend_ctx *ctx = kernels;
+	atomic_store(&ctx->pool.linger, alone);
 }
 
 void *es_threadpool_attach(struct llama_context *ctx, int n_threads) {

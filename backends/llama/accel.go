@@ -348,6 +348,12 @@ func (a accelAttention) String() string {
 	return fmt.Sprintf("%d queries x %d heads (%d KV heads) of %d over %d cells, %d hidden", a.QTokens, a.Heads, a.KVHeads, a.Dim, a.Cells, a.Hidden)
 }
 
+// accelPoolStray runs jobs small jobs on the kernels' thread pool of threads
+// threads and returns the tasks that ran outside their job (es_accel_test_pool).
+func accelPoolStray(threads, jobs int, linger bool) int64 {
+	return int64(C.es_accel_test_pool(C.int(threads), C.int(jobs), C.bool(linger)))
+}
+
 // accelFlashAttn computes a with embed-stack's kernel on threads threads (got) and
 // with ggml's CPU kernel (ggml), from random inputs drawn from seed, beside the
 // float64 reference of what both are asked: softmax(Q.K / sqrt(Dim)) V over the

@@ -71,6 +71,11 @@ int es_accel_bf16_amx(void);
 // default. For tests and measurements.
 void es_accel_set_bf16_amx(int mode);
 
+// es_accel_test_pool runs jobs small jobs on a pool of n_threads threads (its
+// workers lingering where linger is set) and returns how many tasks ran outside
+// the job that was running. For tests.
+long es_accel_test_pool(int n_threads, int jobs, bool linger);
+
 // es_accel_test_flash_attn computes dst (a FLASH_ATTN_EXT whose sources are set)
 // with the device's kernel on n_threads threads, in its exact form (the one a
 // context packing sequences uses; es_init_context) where exact is set; -1 when
@@ -134,15 +139,18 @@ enum { ES_PANELS_NOT_TAKEN = -1, ES_PANELS_UNREADABLE = -2 };
 struct llama_model *es_model_load(const char *path, struct llama_model_params params, bool q8, long *repacked);
 
 // es_init_context is llama_init_from_model, where embed-stack's device, if the
-// context has it, keeps kernel_threads threads (its workers lingering between
-// jobs) whatever llama.cpp's n_threads says; kernel_threads 0 leaves them to
-// n_threads. A context whose forward the device computes but for ggml's light
-// operations between its own runs those on one thread (n_threads 1) and the
-// device's on kernel_threads: one pool that need not hand the cores over. With
-// exact_attention the device's flash attention gives a query the same bits
-// wherever its sequence lies in the KV cache (a context that packs sequences).
+// context has it and kernel_threads is positive, keeps kernel_threads threads
+// whatever llama.cpp's n_threads says, and *kernels is its backend for
+// es_kernels_alone (else NULL). With exact_attention the device's flash attention
+// gives a query the same bits wherever its sequence lies in the KV cache (a
+// context that packs sequences).
 struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
-                                      bool exact_attention);
+                                      bool exact_attention, void **kernels);
+
+// es_kernels_alone says whether the device's workers compute the next calls alone,
+// ggml's operations between theirs on the caller only (n_threads 1): they then wait
+// for their next job awake for a millisecond instead of a few microseconds.
+void es_kernels_alone(void *kernels, bool alone);
 
 // es_threadpool_attach gives ctx a pool of n_threads CPU threads that lives as long
 // as the context (NULL, none attached, for one thread).

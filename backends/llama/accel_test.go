@@ -473,6 +473,75 @@ func TestAccelSkipsLMHead(t *testing.T) {
 	}
 }
 
+// TestAccelPoolJobs runs a million small jobs through the kernels' thread pool, task
+// counts alternating between few and many as a forward's operations do, with its
+// workers sleeping between jobs and lingering: no task may run outside the job
+// being run. Until job g's task count had a place of its own, a worker that read
+// gen g while the caller wrote job g + 1's could claim a task past g's end on
+// g + 1's count and run it after its caller had returned: a SIGSEGV in es_fa_tile
+// one bench run in three. With that bug back this test failed two runs in three
+// (1 to 7 stray tasks in a million jobs); it takes about 12 s.
+func TestAccelPoolJobs(t *testing.T) {
+	jobs := 1_000_000
+	if testing.Short() {
+		jobs = 100_000
+	}
+	for _, linger := range []bool{false, true} {
+		for _, threads := range []int{2, 3} {
+			if stray := accelPoolStray(threads, jobs, linger); stray != 0 {
+				t.Errorf("%d threads, lingering %v: %d tasks of %d jobs ran outside their job; want none", threads, linger, stray, jobs)
+			}
+		}
+	}
+}
+
+// TestOnePoolShortCalls: where the kernels hold a decoder's matrices and compute
+// its attention (a Q8_0 file on a CPU with AVX512_BF16), a query's call runs as one
+// pool and a batch's calls as two (setPools), switching back and forth within one
+// context, and a text's vector is the same bits either way.
+func TestOnePoolShortCalls(t *testing.T) {
+	bf16Kernels(t)
+	q8 := filepath.Join(t.TempDir(), "tiny-q8_0.gguf")
+	if err := gguf.QuantizeQ8_0(modelFile(t, tinyModel), q8); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(Config{ModelPath: q8, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.short.kernel != attnFlashBF16 || !e.kernelsAlone(e.short.kernel) {
+		t.Fatalf("short context: kernel %v, kernels alone %v; want the kernels' flash attention (heldShort) and one pool for short calls", e.short.kernel, e.kernelsAlone(e.short.kernel))
+	}
+	vocab := e.Info().NVocab
+	query := randomSeq(71, 17, vocab)
+	batch := [][]int32{query}
+	for i := range 7 {
+		batch = append(batch, randomSeq(uint64(80+i), 100, vocab))
+	}
+	first := embedOne(t, e, query)
+	if e.short.kernels == nil || !e.short.alone {
+		t.Fatalf("after a 17-token call: kernels %v, one pool %v; want one pool", e.short.kernels != nil, e.short.alone)
+	}
+	got, err := e.Embed(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.short.alone {
+		t.Errorf("after a call of %d tokens: one pool; want two (more than %d tokens)", 17+7*100, onePoolTokens)
+	}
+	again := embedOne(t, e, query)
+	if !e.short.alone {
+		t.Errorf("after the 17-token call again: two pools; want one")
+	}
+	if d := maxAbsDiff(got[0], first); d != 0 {
+		t.Errorf("the query in a batch of two pools: max |diff| %.3g to it alone in one pool; want the same bits", d)
+	}
+	if d := maxAbsDiff(again, first); d != 0 {
+		t.Errorf("the query alone again: max |diff| %.3g; want the same bits", d)
+	}
+}
+
 // TestAccelBF16Model serves models converted to BF16 at load (weights.Load, as
 // serve's --weights bf16 does) with embed-stack's BF16 products and without them
 // (the same process, the kernels' other operations on in both): with them the

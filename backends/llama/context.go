@@ -28,6 +28,10 @@ type kctx struct {
 	lctx  *C.struct_llama_context
 	batch C.struct_llama_batch
 	pool  unsafe.Pointer // the CPU threads attached to lctx (es_threadpool_attach), or nil
+	// kernels is embed-stack's device in lctx where its calls may run as one pool
+	// (kernelsAlone), else nil; alone says whether the last call did (setPools).
+	kernels unsafe.Pointer
+	alone   bool
 }
 
 // create makes k's llama.cpp context if it has none yet.
@@ -47,9 +51,8 @@ func (e *Engine) create(k *kctx) error {
 	cp.n_threads_batch = C.int32_t(e.threads)
 	kernelThreads := 0
 	if e.kernelsAlone(k.kernel) {
-		// ggml's operations on the caller alone, the kernels' on e.threads
-		// threads (es_init_context).
-		cp.n_threads, cp.n_threads_batch = 1, 1
+		// the kernels on e.threads threads in every call, whatever setPools gives
+		// ggml's operations (es_init_context)
 		kernelThreads = e.threads
 	}
 	// The engine pools itself (decode.go), from the outputs it reads.
@@ -68,7 +71,8 @@ func (e *Engine) create(k *kctx) error {
 	// The short context packs sequences: embed-stack's flash attention there must
 	// not depend on where a sequence's cells lie (es_init_context).
 	exact := k == e.short && k.kernel == attnFlashBF16
-	lctx := C.es_init_context(e.model, cp, C.int(kernelThreads), C.bool(exact))
+	var kernels unsafe.Pointer
+	lctx := C.es_init_context(e.model, cp, C.int(kernelThreads), C.bool(exact), &kernels)
 	if lctx == nil {
 		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}
@@ -99,9 +103,10 @@ func (e *Engine) create(k *kctx) error {
 	// the kernels nothing and stays one graph, which ran 0.9x as fast with the pool
 	// on 1 x 16; with its BF16 weights held by the kernels it is split as an
 	// encoder's is, and so is a long context whose attention the kernels compute.
-	if kernelThreads == 0 && (e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights || k.kernel == attnFlashBF16) {
+	if e.info.Device.CPUAccel != "" && e.encoder || e.accelWeights || k.kernel == attnFlashBF16 {
 		k.pool = C.es_threadpool_attach(lctx, C.int(e.threads))
 	}
+	k.kernels, k.alone = kernels, false
 	// Each token belongs to exactly one sequence, hence n_seq_max 1 per token.
 	// A cross-encoder with token types is fed input embeddings (tokenInput).
 	embd := 0
@@ -114,17 +119,45 @@ func (e *Engine) create(k *kctx) error {
 
 // kernelsAlone says whether a decoder's context of kernel k leaves ggml's CPU
 // backend only light operations: embed-stack's kernels hold the weights
-// (accelWeights) and compute the attention (attnFlashBF16). Its forward is then
-// a couple of hundred graphs alternating between the two, and with a pool of
-// threads each the cores changed hands at every one: the sleeping side's threads
-// were woken each time, which after an idle spell cost a short query 84 to 96 ms
-// instead of 38 (0.6B BF16, 2 threads, Zen 5 VM; docs/performance.md). Such a
-// context runs ggml's operations on the caller alone, normalisations, rotations
-// and sums a few hundred microseconds each, while the kernels' workers wait for
-// their next job awake (es_init_context): 32 to 35 ms back to back, 38 to 43 after
-// idle spells, batches as fast as before.
+// (accelWeights) and compute the attention (attnFlashBF16). Its forward is then a
+// couple of hundred graphs alternating between the two, and with a pool of threads
+// each the cores change hands at every one: the sleeping side's threads are woken
+// each time, which after an idle spell cost a 17-token query 89 to 99 ms instead
+// of 38 (0.6B BF16, 2 threads, Zen 5 VM; docs/performance.md). So such a context's
+// short calls run as one pool (setPools).
 func (e *Engine) kernelsAlone(k attentionKind) bool {
 	return e.accelWeights && k == attnFlashBF16 && !e.encoder && !e.info.Device.GPU && e.threads > 1
+}
+
+// onePoolTokens is the longest call of a kernelsAlone context that runs as one
+// pool: ggml's operations (norms, rope, sums, a few microseconds each at this
+// size) on the caller alone, and the kernels' workers waiting for their next job
+// awake (es_kernels_alone). The query then took 33 to 42 ms whatever came before
+// it. On two threads every call measured as fast that way, up to 32 x 128 and
+// 8 x 512; but ggml's share of a call grows with its tokens and does not shrink
+// with threads, so on a host of many threads (or AMX tiles) a long call on one
+// thread for those operations could lose more than the hand-offs cost it, and
+// calls longer than a query keep both pools.
+const onePoolTokens = 64
+
+// setPools makes k's next call of tokens tokens run as one pool or as two
+// (onePoolTokens), where k can (kernels).
+func (e *Engine) setPools(k *kctx, tokens int) {
+	alone := tokens <= onePoolTokens
+	if k.kernels == nil || alone == k.alone {
+		return
+	}
+	threads := C.int32_t(e.threads)
+	if alone {
+		threads = 1
+		C.llama_detach_threadpool(k.lctx)
+	} else if k.pool != nil {
+		tp := C.ggml_threadpool_t(k.pool)
+		C.llama_attach_threadpool(k.lctx, tp, tp)
+	}
+	C.llama_set_n_threads(k.lctx, threads, threads)
+	C.es_kernels_alone(k.kernels, C.bool(alone))
+	k.alone = alone
 }
 
 // kvCells is the KV cells a context of ctxTokens tokens asks llama.cpp for, its

@@ -198,6 +198,7 @@ func (e *Engine) decodeCall(ctx context.Context, k *kctx, seqs [][]int32, idx []
 		}
 		C.es_batch_mark_output(&k.batch, other)
 	}
+	e.setPools(k, int(k.batch.n_tokens))
 	if e.beforeDecode != nil {
 		e.beforeDecode()
 	}

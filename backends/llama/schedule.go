@@ -106,10 +106,12 @@ func cpuLong(s schedule, device backends.Device, shape gguf.Shape) schedule {
 // copies, panels or Q8_0 products) and compute that attention: their forward is
 // split between the kernels and ggml anyway, and ggml's kernel over an f16 K
 // cache was the heaviest of its operations left. Measured on the 0.6B shape, BF16
-// copy, 2 threads, Zen 5 (docs/performance.md): 8 x 128 in 1.21 to 1.35 s against
-// 1.71 to 1.87 s, 32 x 128 in 4.84 to 5.39 s against 6.83 to 7.01 s, 1 x 16 no
-// slower. The context then runs as one pool (kernelsAlone). A GPU, an encoder, a
-// measurement's single kernel and the hosts without the kernel keep theirs.
+// copy, 2 threads, Zen 5 (docs/performance.md), with its exact form (a packed
+// sequence's vector must not depend on its place): 8 x 128 in 1.17 to 1.23 s
+// against 1.71 to 1.84 s, 32 x 128 in 4.72 to 4.80 s against 6.87 to 7.28 s, 1 x 16
+// no slower. Its short calls then run as one pool (kernelsAlone). A GPU, an
+// encoder, a measurement's single kernel and the hosts without the kernel keep
+// theirs.
 func heldShort(z sizes, held, gpu bool, shape gguf.Shape) sizes {
 	if held && !gpu && !z.encoder && z.short.kernel == attnFlashBF16V && accelFlashBF16(shape) {
 		z.short.kernel = attnFlashBF16
