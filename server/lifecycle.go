@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type Lifecycle struct {
 	// Cause names what ended Serve's context, for the "shutting down" line
 	// (the signal's name); nil or "" logs none.
 	Cause func(ctx context.Context) string
+	// IdleRelease, when positive, returns the Go heap's free memory to the OS
+	// once per idle spell, after no work request has been in flight for
+	// IdleRelease to twice that (idle.go); 0 leaves it to the Go runtime.
+	IdleRelease time.Duration
 
 	srv      *http.Server
 	serveErr chan error // the HTTP server's end
@@ -61,6 +66,11 @@ func (l *Lifecycle) Serve(ctx context.Context, ln net.Listener) error {
 	defer l.abandonStart()
 	go func() { l.warmErr <- l.Start(warmCtx) }()
 	go func() { l.serveErr <- l.srv.Serve(ln) }()
+	if l.IdleRelease > 0 {
+		idleCtx, stopIdle := context.WithCancel(ctx)
+		defer stopIdle()
+		go l.API.releaseWhenIdle(idleCtx, l.IdleRelease, debug.FreeOSMemory)
+	}
 	runErr := l.wait(ctx)
 	return l.shutdown(ctx, runErr)
 }

@@ -52,6 +52,9 @@ type limiter struct {
 	slots    chan struct{}
 	rejected atomic.Int64
 	timedOut atomic.Int64
+	// finished counts the admitted requests that have ended; with slots it tells
+	// an idle spell (idle.go).
+	finished atomic.Int64
 }
 
 func newLimiter(n int) *limiter {
@@ -72,7 +75,10 @@ func (s *Server) admit() gin.HandlerFunc {
 			writeError(c, &overloadError{limit: cap(l.slots), retryAfter: overloadRetryAfter})
 			return
 		}
-		defer func() { <-l.slots }()
+		defer func() {
+			l.finished.Add(1)
+			<-l.slots
+		}()
 		orig := c.Request
 		ctx, cancel := context.WithTimeout(orig.Context(), timeout)
 		defer cancel()
