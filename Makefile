@@ -79,7 +79,7 @@ TOKENIZER    := .cache/qwen3/tokenizer.json
 MODEL        ?= Qwen/Qwen3-Embedding-0.6B-GGUF:f16
 ADDR         ?= 127.0.0.1:8080
 
-.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test bf16-rate cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale soak-cache vet clean fuzz vulncheck conformance-worker conformance-mlx
+.PHONY: all build portable dist test-dist cuda cpu-variants cpu-variant-test bf16-rate cgo-env deps tokenizer encoders test-tokenizers models bench-model bench bench-peers bench-st bench-minilm bench-encoder run test unit test-go test-pure test-node test-openapi test-python test-cohere test-integrations test-scale soak-cache vet clean fuzz vulncheck conformance-worker conformance-mlx
 all: build
 
 # The version and commit `embed-stack --version`, /info and the build_info metric report
@@ -188,6 +188,9 @@ BERT_TINY   := $(MODELS_DIR)/bert-tiny.gguf
 XLMR_TINY   := $(MODELS_DIR)/xlmr-tiny.gguf
 MINILM_F32  := $(MODELS_DIR)/minilm-f32.gguf
 MINILM_F16  := $(MODELS_DIR)/minilm-f16.gguf
+# BERT-large's shape (bge-large-en-v1.5, mxbai-embed-large-v1, e5-large-v2), random
+# weights and MiniLM's vocabulary: the encoder benchmark's model (bench-encoder).
+BERT_LARGE  := $(MODELS_DIR)/bert-large-f16.gguf
 # Every other encoder architecture embed-stack serves, random weights at the tiny
 # shape: WordPiece (MiniLM's) for the BERT-vocabulary families, XLM-R's Unigram for
 # the others.
@@ -229,6 +232,9 @@ $(MINILM_F32): $(ENCODERS)
 
 $(MINILM_F16): $(ENCODERS)
 	$(GO) run ./cmd/genmodel -convert .cache/minilm -type f16 -name all-MiniLM-L6-v2 -out $@
+
+$(BERT_LARGE): $(ENCODERS)
+	$(GO) run ./cmd/genmodel -arch bert -shape large -type f16 -tokenizer .cache/minilm/tokenizer.json -out $@
 
 models: $(TINY_MODEL) $(TINY_RERANKER) $(ENCODER_MODELS)
 bench-model: $(BENCH_MODEL)
@@ -276,6 +282,16 @@ bench-minilm: build $(MINILM_BENCH_MODEL) bench-peers bench-st
 	@mkdir -p .cache/bench
 	bin/embed-stack bench --model $(MINILM_BENCH_MODEL) --ollama bin/ollama --sentence-transformers .cache/minilm \
 		--st-python $(ST_VENV)/bin/python --json .cache/bench/minilm.json --markdown .cache/bench/minilm.md $(MINILM_PLAN) $(BENCH_FLAGS)
+
+# The encoder benchmark of docs/performance.md: a BERT-large-shaped model (335M
+# parameters, the F16 file, BF16 at load where the kernels multiply it) through the
+# floor, embed-stack and Ollama on a short query and batches of 128 and 256 tokens;
+# a few minutes on 2 idle cores. The report lands in .cache/bench/bert-large.*.
+ENCODER_PLAN ?= --only grid/1x16,grid/8x128,grid/32x128,grid/8x256 --batches 1,8,32 --lengths 16,128,256 --reps 3
+bench-encoder: build $(BERT_LARGE) bench-peers
+	@mkdir -p .cache/bench
+	bin/embed-stack bench --model $(BERT_LARGE) --ollama bin/ollama \
+		--json .cache/bench/bert-large.json --markdown .cache/bench/bert-large.md $(ENCODER_PLAN) $(BENCH_FLAGS)
 
 # The generated models are prerequisites (built when missing); any other MODEL is a
 # file or a Hub reference that serve resolves itself.

@@ -40,6 +40,7 @@ type Flags struct {
 	serve                           bool
 	serveArgs, peerSpecs            []string
 	minCosine                       float64
+	idleSettle                      time.Duration
 	inFlightTokens                  string
 	plan                            Plan
 	batches, lengths, jobs          string
@@ -71,6 +72,7 @@ func NewFlagSet(f *Flags) *flagconfig.Set {
 	s.String(&f.stPython, "st-python", "PATH", ".cache/venv-st/bin/python", "the Python that runs it, with torch and sentence-transformers (`make bench-st`)")
 	s.List(&f.peerSpecs, "peer", "NAME=URL[,model=NAME][,pid=PID]", "another OpenAI-compatible server (repeatable); its vectors are checked before it is timed")
 	s.Float(&f.minCosine, "min-cosine", "X", DefaultMinCosine, "cosine each target's vectors must reach against the floor's before it is timed")
+	s.Duration(&f.idleSettle, "idle-settle", "DURATION", 5*time.Second, "time the servers are left idle after the vector checks before their idle memory is read (serve hands its heap's free pages back after 2 to 4 idle seconds)")
 	s.Int(&f.warmContext, "warm-context", "TOKENS", 8192, "the warm worker's context, for the memory goal (serve's --warm-max-tokens)")
 	s.String(&f.CPUVariant, "cpu-variant", "BUILD", "", "build of ggml's CPU kernels for the floor and the embed-stack serve the harness starts (serve's --cpu-variant: auto, builtin or a variant such as haswell; default auto)")
 	s.String(&f.Weights, "weights", "MODE", weights.Auto, "weights the floor and the embed-stack serve the harness starts compute with: auto (serve's default, what a user runs: since 2026-12-04; runs before it used file), file or bf16 (serve's --weights, docs/performance.md); the report's host line names the floor's, and --serve-arg=--weights=MODE changes the served model's alone")
@@ -116,7 +118,7 @@ var quickDefaults = map[string]string{
 	"batches": "1,8", "lengths": "16,128", "clients": "1,4", "client-duration": "1s",
 	"warmup": "0", "reps": "1", "in-flight-idle": "3", "in-flight-window": "2s", "in-flight-tokens": "400",
 	"short-tokens": "64", "medium-tokens": "256", "long-tokens": "1024", "over-limit-tokens": "2049",
-	"warm-context": "512",
+	"warm-context": "512", "idle-settle": "0s",
 	// One thread: ggml's threads spin at their barriers, and on a shared CI machine
 	// a descheduled partner makes every decode call wait out a time slice.
 	"threads": "1",
@@ -246,7 +248,7 @@ func findRepoRoot() (string, error) {
 // was before the session existed.
 func (f *Flags) Session(args []string, stderr io.Writer) (*Session, error) {
 	s := &Session{Model: f.Model, Corpus: f.corpus, Plan: f.plan, URL: f.url, PID: f.pid,
-		CacheMiB: f.cacheMiB, MinCosine: f.minCosine, Goals: GoalSpec{WarmContext: f.warmContext},
+		CacheMiB: f.cacheMiB, MinCosine: f.minCosine, IdleSettle: f.idleSettle, Goals: GoalSpec{WarmContext: f.warmContext},
 		Command: "embed-stack bench " + strings.Join(args, " "), Log: stderr}
 	for _, spec := range f.peerSpecs {
 		p, err := ParsePeer(spec)

@@ -72,6 +72,11 @@ type Runner struct {
 	RequestTimeout time.Duration
 	// SampleEvery is the memory sampling interval (0: 200ms).
 	SampleEvery time.Duration
+	// IdleSettle is how long the contenders are left alone after the vector checks
+	// before their idle memory is read (0: at once). Idle means idle for a while:
+	// serve hands the free pages of its heap back 2 to 4 s after its last request
+	// (server.Lifecycle.IdleRelease), and read at once it still held the checks'.
+	IdleSettle time.Duration
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
 	// CPUKernels names the CPU kernels the floor runs, and Weights the weights it
@@ -142,7 +147,16 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 
-	// Memory: idle figures now, then a sampler per local contender.
+	// Memory: idle figures once the contenders have been left alone for
+	// IdleSettle, then a sampler per local contender.
+	if r.IdleSettle > 0 {
+		r.logf("leaving the servers idle for %s before reading their memory", r.IdleSettle)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(r.IdleSettle):
+		}
+	}
 	trees := make([]*Tree, len(r.Contenders))
 	for i, c := range r.Contenders {
 		if c.PID <= 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -319,5 +320,33 @@ flags		: avx512f
 	}
 	if got := (Host{}).cpuLabel(); got != "–" {
 		t.Errorf("empty host label = %q, want –", got)
+	}
+}
+
+// TestRunnerIdleSettle: the idle memory is read only after the contenders have been
+// left alone for IdleSettle (serve hands its idle heap back after a few seconds),
+// and at once without it.
+func TestRunnerIdleSettle(t *testing.T) {
+	for _, settle := range []time.Duration{0, 400 * time.Millisecond} {
+		var log bytes.Buffer
+		r := &Runner{Contenders: []*Contender{{Name: "ours", Role: RoleOurs, PID: os.Getpid(),
+			Target: newTestServer(t, &fakeServer{vec: rightVec})}},
+			Checks: byteInputs("check one"), IdleSettle: settle, Log: &log, RequestTimeout: time.Minute}
+		start := time.Now()
+		rep, err := r.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if c := rep.Contenders[0]; c.Idle == nil || len(c.Idle.Procs) == 0 {
+			t.Errorf("settle %s: no idle snapshot (%s)", settle, c.MemoryError)
+		}
+		said := strings.Contains(log.String(), "leaving the servers idle for "+settle.String())
+		if settle > 0 && (took < settle || !said) {
+			t.Errorf("settle %s: the run took %s, logged the wait: %v; want at least the settle", settle, took, said)
+		}
+		if settle == 0 && (said || took >= 400*time.Millisecond) {
+			t.Errorf("no settle: the run took %s, logged a wait: %v", took, said)
+		}
 	}
 }

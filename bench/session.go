@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/embed-stack/embed-stack/bench/peers"
 	"github.com/embed-stack/embed-stack/family"
@@ -63,7 +64,10 @@ type Session struct {
 	// MinCosine is the vector check's threshold (0: DefaultMinCosine); Goals
 	// configures the report's goals.
 	MinCosine float64
-	Goals     GoalSpec
+	// IdleSettle is how long the servers are left idle after the vector checks
+	// before their idle memory is read (Runner.IdleSettle).
+	IdleSettle time.Duration
+	Goals      GoalSpec
 	// Command is the command line, for the report.
 	Command string
 	// Log receives the progress lines.
@@ -262,7 +266,7 @@ func (s *Session) Run(ctx context.Context) (*Report, error) {
 		contenders = append([]*Contender{{Name: "floor", Role: RoleFloor, Target: &Floor{Engine: eng}, About: about}}, contenders...)
 	}
 
-	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, Model: &model, Log: s.Log, CPUKernels: s.CPUKernels, Weights: s.Weights}
+	r := &Runner{Contenders: contenders, Shapes: shapes, Checks: checks, MinCosine: s.MinCosine, IdleSettle: s.IdleSettle, Model: &model, Log: s.Log, CPUKernels: s.CPUKernels, Weights: s.Weights}
 	rep, err := r.Run(ctx)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,10 @@ var bertShapes = map[string]bertShape{
 	"tiny": {name: "tiny", hidden: 64, layers: 2, heads: 4, ffn: 128, context: 512, tokenTypes: 2, layerNormEps: 1e-12, pooling: poolingMean},
 	// minilm is all-MiniLM-L6-v2's shape.
 	"minilm": {name: "minilm", hidden: 384, layers: 6, heads: 12, ffn: 1536, context: 512, tokenTypes: 2, layerNormEps: 1e-12, pooling: poolingMean},
+	// large is BERT-large's shape (335M parameters), that of bge-large-en-v1.5,
+	// mxbai-embed-large-v1 and e5-large-v2: what the encoders' speed is measured on
+	// where a 6-layer MiniLM is too small to say much (docs/performance.md).
+	"large": {name: "large", hidden: 1024, layers: 24, heads: 16, ffn: 4096, context: 512, tokenTypes: 2, layerNormEps: 1e-12, pooling: poolingMean},
 }
 
 // encoderVocab is the tokenizer metadata of an encoder GGUF, as llama.cpp's converter

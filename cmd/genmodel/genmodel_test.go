@@ -320,6 +320,36 @@ func TestShapes(t *testing.T) {
 	}
 }
 
+// TestBertShapes pins the encoder shapes and BERT-large's parameter count
+// (bert-large-uncased's 335M: 334,092,288 with its 30522-token vocabulary, the
+// pooler left out as llama.cpp's converter leaves it) without writing the file.
+func TestBertShapes(t *testing.T) {
+	want := map[string][5]uint32{ // hidden, layers, heads, ffn, context
+		"tiny": {64, 2, 4, 128, 512}, "minilm": {384, 6, 12, 1536, 512}, "large": {1024, 24, 16, 4096, 512},
+	}
+	if len(bertShapes) != len(want) {
+		t.Errorf("%d encoder shapes, want %d", len(bertShapes), len(want))
+	}
+	for name, w := range want {
+		s, ok := bertShapes[name]
+		if got := [5]uint32{s.hidden, s.layers, s.heads, s.ffn, s.context}; !ok || s.name != name || got != w {
+			t.Errorf("bertShapes[%q] = %+v, want hidden, layers, heads, ffn, context %v", name, s, w)
+		}
+	}
+	var params uint64
+	ts := bertTensors(bertShapes["large"], 30522)
+	for _, bt := range ts {
+		n := uint64(1)
+		for _, d := range bt.dims {
+			n *= d
+		}
+		params += n
+	}
+	if params != 334_092_288 || len(ts) != 389 {
+		t.Errorf("large: %d parameters in %d tensors, want 334092288 in 389", params, len(ts))
+	}
+}
+
 func TestRunFlags(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "m.gguf")
 	tests := []struct {

@@ -54,12 +54,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		name      = fs.String("name", "", "general.name (default \"qwen3-<shape>-random-seed<seed>\", or qwen3-reranker-... with -task rerank)")
 		task      = fs.String("task", "embed", "embed (a Qwen3-Embedding-like model) or rerank (a Qwen3-Reranker laid out as llama.cpp converts it: pooling type rank and a two-row cls.output.weight head; with -arch bert or neo-bert a cross-encoder as llama.cpp converts BertForSequenceClassification or NeoBERTForSequenceClassification: pooling type rank, the pooler (dense layer) as cls.weight and cls.bias, a one-output cls.output.weight and cls.output.bias; with -arch jina-bert-v2 one as llama.cpp loads jina-reranker-v1: pooling type rank, the one-output classifier as cls.weight and cls.bias)")
 		hfDir     = fs.String("hf", "", "also write the same weights as a Hugging Face snapshot (config.json, model.safetensors) into this `folder`; f16 and f32 only")
-		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or an encoder ("+strings.Join(encoderArchs, ", ")+"; -shape tiny or minilm, the vocabulary from -tokenizer or -vocab-gguf, mean pooling but neo-bert's CLS)")
+		arch      = fs.String("arch", "qwen3", "architecture: qwen3, or an encoder ("+strings.Join(encoderArchs, ", ")+"; -shape tiny, minilm or large, the vocabulary from -tokenizer or -vocab-gguf, mean pooling but neo-bert's CLS)")
 		vocabGGUF = fs.String("vocab-gguf", "", "with an encoder -arch: copy the tokenizer metadata of this GGUF instead of reading -tokenizer (e.g. .cache/xlmr/ggml-vocab-nomic-bert-moe.gguf, XLM-R's Unigram vocabulary)")
 		convert   = fs.String("convert", "", "convert the real sentence-transformers BertModel checkpoint in this `folder` (config.json, model.safetensors, tokenizer.json, 1_Pooling/config.json) instead of drawing random weights; -type f32 or f16")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-arch qwen3|bert] [-shape tiny|0.6b|minilm] [-type f16|f32|bf16|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-vocab-gguf PATH] [-convert DIR] [-name NAME] [-hf DIR]")
+		fmt.Fprintln(stderr, "usage: genmodel -out PATH [-arch qwen3|bert] [-shape tiny|0.6b|minilm|large] [-type f16|f32|bf16|q8_0] [-task embed|rerank] [-seed N] [-tokenizer PATH] [-vocab-gguf PATH] [-convert DIR] [-name NAME] [-hf DIR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -208,7 +208,7 @@ func runBert(r bertRun, stdout io.Writer) error {
 	} else {
 		s, ok := bertShapes[r.shape]
 		if !ok {
-			return fmt.Errorf("-shape %q is unknown for bert; use tiny or minilm", r.shape)
+			return fmt.Errorf("-shape %q is unknown for bert; use tiny, minilm or large", r.shape)
 		}
 		if r.arch == "neo-bert" {
 			s.pooling = poolingCLS // NeoBERT's
