@@ -123,13 +123,14 @@ type Device struct {
 	// cores, which package weights weighs too.
 	CPUVendor string `json:"cpu_vendor,omitempty"`
 	// CPUAccel names embed-stack's own CPU kernels when they compute part of
-	// the model ("embed-stack kernels (AVX-512)"; "(AVX-512, BF16)" where they
-	// multiply BF16 weights too); empty when off (--cpu-accel),
+	// the model ("embed-stack kernels (AVX-512, BF16)", "(AVX2, BF16)", with
+	// ", AMX" where they multiply in AMX tiles); empty when off (--cpu-accel),
 	// on a GPU, or on a CPU without AVX-512F or AVX2 with FMA.
 	CPUAccel string `json:"cpu_accel,omitempty"`
-	// CPUAccelBF16 says those kernels multiply BF16 weight matrices with
-	// AVX512_BF16 (repacked at load), whatever CPUVariant: then converting F16
-	// weights to BF16 pays (package weights) even under an AVX2 variant.
+	// CPUAccelBF16 says those kernels multiply BF16 weight matrices (repacked at
+	// load): with AVX512_BF16 or AVX-512's FMAs, or with AVX2's FMAs on a CPU
+	// without AVX-512 ("(AVX2, BF16)"), whatever CPUVariant: then converting F16
+	// weights to BF16 pays (package weights).
 	CPUAccelBF16 bool `json:"cpu_accel_bf16,omitempty"`
 	// Warning says the worker computes more slowly than its CPU allows: the best
 	// CPU variant's library was missing or did not load.

@@ -109,6 +109,19 @@ func TestPaysOffOnRecordedHosts(t *testing.T) {
 	if why, ok := PaysOff(intel); ok || !strings.Contains(why, "which Intel's cores run at half the arithmetic of their float32 FMAs") {
 		t.Errorf("Emerald Rapids, --cpu-accel off: %t (%s), want false", ok, why)
 	}
+	// Without AVX512_BF16 embed-stack's kernels still multiply BF16: in AVX-512's
+	// FMAs on Intel's Skylake-SP to Ice Lake, faster than ggml's F16 there; in AVX2's
+	// on a CPU without AVX-512, no faster, so the F16 file stays.
+	skx := kernelsOn(t, "skylakex-avx512.cpuinfo", "", portable)
+	skx.CPUAccel, skx.CPUAccelBF16 = "embed-stack kernels (AVX-512, BF16)", true
+	if why, ok := PaysOff(skx); !ok || !strings.Contains(why, "in float32 FMAs, faster than ggml's F16 products") {
+		t.Errorf("Skylake-SP with embed-stack's BF16 products: %t (%s), want true", ok, why)
+	}
+	zen3 := kernelsOn(t, "zen3-avx2.cpuinfo", "", portable)
+	zen3.CPUAccel, zen3.CPUAccelBF16 = "embed-stack kernels (AVX2, BF16)", true
+	if why, ok := PaysOff(zen3); ok || why != "embed-stack kernels (AVX2, BF16) multiply BF16 in 256-bit float32 FMAs, no faster than ggml's F16 products there (0.77 to 0.91 times on the 0.6B shape), and F16 keeps 3 more bits" {
+		t.Errorf("Zen 3 with embed-stack's AVX2 BF16 products: %t (%s), want false", ok, why)
+	}
 	esk.CPUAccelBF16, esk.GPU, esk.Name = true, true, "CUDA0"
 	if _, ok := PaysOff(esk); ok {
 		t.Errorf("on a GPU with CPUAccelBF16 set: pays off")

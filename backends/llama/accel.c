@@ -773,8 +773,20 @@ static void es_weight_mul_mat(struct es_pool *pool, struct es_scratch *scratch, 
 // host memory) is in the file's layout and packed per product.
 static int es_bf16_packed_mark;
 
-// Whether this CPU has AVX512_BF16 and the device uses its AVX-512 kernels.
+// Whether the device multiplies BF16 weight matrices: with its AVX-512 kernels
+// (AVX512_BF16's dot products, or float32 FMAs over the panels widened, es_bf16_fma),
+// or with its AVX2 ones (the FMAs in 256-bit vectors, es_bf16_fma256_rows).
 static bool es_accel_bf16;
+
+// Whether this CPU has AVX512_BF16 and the device uses its AVX-512 kernels: the
+// operations written with its instructions (the dot products, the flash attention,
+// the Q8_0 panels' conversion, AMX tiles) need it. The products of BF16 weights do
+// not: on an AVX-512 CPU without it (Skylake-SP to Ice Lake, Zen 3's successors
+// aside) they run in es_bf16_fma_tile's FMAs, on AVX2 in es_bf16_fma256_rows', the
+// activations rounded by es_bf16_convert256. es_accel_set_bf16_dot(0) makes a CPU
+// that has it run as one that has not, for tests and measurements.
+static bool es_bf16_dot;
+static int es_bf16_dot_forced = -1;
 
 // Whether the BF16 operations (products with BF16 weights, flash attention over a
 // BF16 cache) compute in float32 FMAs over values widened from BF16
@@ -1085,7 +1097,8 @@ struct es_bmm {
 	struct es_scratch *scratch;
 	int64_t panels_per_task;
 	int64_t rows_per_task;
-	bool amx; // the panels' products in AMX tiles (es_amx_panel)
+	bool amx;  // the panels' products in AMX tiles (es_amx_panel)
+	bool avx2; // in AVX2's FMAs (es_bf16_fma256_rows), the device's AVX2 kernels being in use
 };
 
 #if ES_ACCEL_X86
@@ -1191,6 +1204,112 @@ es_bf16_convert(uint32_t *dst, const float *x, int64_t n) {
 		_mm512_mask_storeu_epi32(dst + i / 2, (__mmask16)((1u << ((n - i) / 2)) - 1), (__m512i)v);
 	}
 }
+
+// Products with BF16 weight matrices on AVX2
+//
+// A CPU without AVX-512 (every AMD before Zen 4, Intel's client cores since Alder
+// Lake, older Xeons) multiplies the same panels in 256-bit FMAs: es_bf16_fma_tile's
+// arithmetic, the panel in two halves of 16 columns, ES_BF16_MR256 rows at a time
+// (4 rows by 2 vectors of accumulators and the 4 vectors of a half's K pair widened
+// fill 12 of AVX2's 16 registers). Each output is the same sum in the same order as
+// es_bf16_fma_tile's (per K pair the even value's product, then the odd one's), so
+// the vectors are those of the AVX-512 kernels' FMA form bit for bit.
+#define ES_BF16_MR256 4
+
+// es_bf16_round writes the BF16 bits of 8 floats in the upper halves of their lanes:
+// rounded to nearest even, input denormals read as zero and NaN kept quiet, as
+// VCVTNE2PS2BF16 rounds them (es_bf16_convert).
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256i es_bf16_round(__m256 x) {
+	__m256i u = _mm256_castps_si256(x);
+	const __m256i exp = _mm256_set1_epi32(0x7F800000), sign = _mm256_set1_epi32((int)0x80000000u);
+	__m256i denormal = _mm256_cmpeq_epi32(_mm256_and_si256(u, exp), _mm256_setzero_si256());
+	u = _mm256_blendv_epi8(u, _mm256_and_si256(u, sign), denormal);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+	r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+	return _mm256_and_si256(r, _mm256_set1_epi32((int)0xFFFF0000u));
+}
+
+// es_bf16_convert256 is es_bf16_convert in AVX2: n floats (n even) as n/2 pairs.
+__attribute__((target("avx2,fma"))) static void es_bf16_convert256(uint32_t *dst, const float *x, int64_t n) {
+	// the upper halves of lanes 2i and 2i + 1 into one 32-bit pair: bytes 2, 3, 6, 7,
+	// ... of each 128-bit lane, then the two lanes' low quadwords together
+	const __m256i pick = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10,
+	                                      11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i v = _mm256_shuffle_epi8(es_bf16_round(_mm256_loadu_ps(x + i)), pick);
+		_mm_storeu_si128((__m128i *)(dst + i / 2), _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0x08)));
+	}
+	if (i < n) {
+		float tail[8] __attribute__((aligned(32))) = {0};
+		uint32_t out[4];
+		memcpy(tail, x + i, (size_t)(n - i) * sizeof(float));
+		__m256i v = _mm256_shuffle_epi8(es_bf16_round(_mm256_load_ps(tail)), pick);
+		_mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(v, 0x08)));
+		memcpy(dst + i / 2, out, (size_t)(n - i) / 2 * sizeof(uint32_t));
+	}
+}
+
+// es_bf16_fma256_tile computes rows r < mr (a constant where inlined) of the 16
+// columns of half h of a panel, width of the panel's columns valid; af is A's block
+// of ES_BF16_MR rows K-major (es_bf16_fma_tile's), from its first row here.
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+es_bf16_fma256_tile(const int mr, const float *af, const uint16_t *b, int64_t K2, float *const *drow, int h,
+                    int64_t width) {
+	__m256 acc[ES_BF16_MR256][2];
+	for (int r = 0; r < mr; r++) {
+		acc[r][0] = _mm256_setzero_ps();
+		acc[r][1] = _mm256_setzero_ps();
+	}
+	const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+	const uint32_t *bp = (const uint32_t *)b + h * 16;
+	for (int64_t kp = 0; kp < K2; kp++) {
+		__m256i p0 = _mm256_load_si256((const __m256i *)(bp + kp * ES_PANEL));
+		__m256i p1 = _mm256_load_si256((const __m256i *)(bp + kp * ES_PANEL + 8));
+		__m256 b0e = _mm256_castsi256_ps(_mm256_slli_epi32(p0, 16));
+		__m256 b0o = _mm256_castsi256_ps(_mm256_and_si256(p0, hi));
+		__m256 b1e = _mm256_castsi256_ps(_mm256_slli_epi32(p1, 16));
+		__m256 b1o = _mm256_castsi256_ps(_mm256_and_si256(p1, hi));
+		const float *a = af + kp * 2 * ES_BF16_MR;
+		for (int r = 0; r < mr; r++) {
+			__m256 ae = _mm256_broadcast_ss(a + r), ao = _mm256_broadcast_ss(a + ES_BF16_MR + r);
+			acc[r][0] = _mm256_fmadd_ps(ao, b0o, _mm256_fmadd_ps(ae, b0e, acc[r][0]));
+			acc[r][1] = _mm256_fmadd_ps(ao, b1o, _mm256_fmadd_ps(ae, b1e, acc[r][1]));
+		}
+	}
+	int64_t valid = width - h * 16;
+	for (int r = 0; r < mr; r++) {
+		float *d = drow[r] + h * 16;
+		if (valid >= 16) {
+			_mm256_storeu_ps(d, acc[r][0]);
+			_mm256_storeu_ps(d + 8, acc[r][1]);
+		} else {
+			float tmp[16] __attribute__((aligned(32)));
+			_mm256_store_ps(tmp, acc[r][0]);
+			_mm256_store_ps(tmp + 8, acc[r][1]);
+			memcpy(d, tmp, (size_t)valid * sizeof(float));
+		}
+	}
+}
+
+// es_bf16_fma256_rows computes mr <= ES_BF16_MR rows of a panel's width columns from
+// A's block af (es_bf16_fma_rows's arguments, the columns' count for its masks).
+__attribute__((target("avx2,fma"))) static void es_bf16_fma256_rows(int mr, const float *af, const uint16_t *b,
+                                                                      int64_t K2, float *const *drow, int64_t width) {
+	for (int r0 = 0; r0 < mr; r0 += ES_BF16_MR256) {
+		int n = mr - r0 < ES_BF16_MR256 ? mr - r0 : ES_BF16_MR256;
+		for (int h = 0; h * 16 < width; h++) {
+			switch (n) {
+			case 4: es_bf16_fma256_tile(4, af + r0, b, K2, drow + r0, h, width); break;
+			case 3: es_bf16_fma256_tile(3, af + r0, b, K2, drow + r0, h, width); break;
+			case 2: es_bf16_fma256_tile(2, af + r0, b, K2, drow + r0, h, width); break;
+			default: es_bf16_fma256_tile(1, af + r0, b, K2, drow + r0, h, width); break;
+			}
+		}
+	}
+}
 #endif
 
 static void es_bf16_convert_task(void *arg, int task, int thread) {
@@ -1203,7 +1322,11 @@ static void es_bf16_convert_task(void *arg, int task, int thread) {
 		int64_t i1 = r % x->ne[1], i2 = (r / x->ne[1]) % x->ne[2], i3 = r / (x->ne[1] * x->ne[2]);
 		const float *row = (const float *)((const char *)x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
 #if ES_ACCEL_X86
-		es_bf16_convert(mm->a + r * (mm->K / 2), row, mm->K);
+		if (es_bf16_dot) {
+			es_bf16_convert(mm->a + r * (mm->K / 2), row, mm->K);
+		} else {
+			es_bf16_convert256(mm->a + r * (mm->K / 2), row, mm->K);
+		}
 		if (mm->af != NULL) {
 			// rounded as for the dot products, then widened into the row's block
 			const uint32_t *pairs = mm->a + r * (mm->K / 2);
@@ -1444,7 +1567,9 @@ static void es_bf16_task(void *arg, int task, int thread) {
 				drow[r] = (float *)(mm->d + (size_t)(m + r) * mm->d_row) + n0;
 			}
 #if ES_ACCEL_X86
-			if (mm->af != NULL) {
+			if (mm->avx2) {
+				es_bf16_fma256_rows(mr, mm->af + (m / ES_BF16_MR) * mm->K * ES_BF16_MR, b, K2, drow, width);
+			} else if (mm->af != NULL) {
 				es_bf16_fma_rows(mr, mm->af + (m / ES_BF16_MR) * mm->K * ES_BF16_MR, b, K2, drow, m0, m1);
 			} else {
 				es_bf16_rows(mr, mm->a + m * K2, K2, b, K2, drow, m0, m1);
@@ -1490,8 +1615,9 @@ static void es_bf16_mul_mat(struct es_pool *pool, struct es_scratch *scratch, ui
 	// blocks of ES_BF16_MR rows, 4 bytes a value as the pairs'), 64-byte aligned
 	// AMX tiles take K in blocks of 32 values; without them, es_bf16_fma's choice
 	int amx = atomic_load_explicit(&es_bf16_amx, memory_order_relaxed);
-	mm.amx = amx != 0 && mm.K % 32 == 0;
-	bool fma = !mm.amx && atomic_load_explicit(&es_bf16_fma, memory_order_relaxed);
+	mm.avx2 = es_accel_isa == ES_ISA_AVX2;
+	mm.amx = !mm.avx2 && amx != 0 && mm.K % 32 == 0;
+	bool fma = mm.avx2 || !es_bf16_dot || (!mm.amx && atomic_load_explicit(&es_bf16_fma, memory_order_relaxed));
 	size_t pairs = (size_t)(mm.M * (mm.K / 2)), at = (pairs + 15) / 16 * 16;
 	size_t need = fma ? at + (size_t)((mm.M + ES_BF16_MR - 1) / ES_BF16_MR * ES_BF16_MR * mm.K) : pairs;
 	if (*acap < need) {
@@ -2583,7 +2709,7 @@ static bool es_supports_q8_mm(const struct ggml_tensor *op) {
 	if (es_loading_model && (!es_load_q8 || (es_head_matrix(w) && es_skips_heads()))) {
 		return false;
 	}
-	if (!es_accel_bf16 || w->buffer == NULL || w->buffer->buft != &es_buft || w->view_src != NULL || !es_q8_matrix(w)) {
+	if (!es_bf16_dot || w->buffer == NULL || w->buffer->buft != &es_buft || w->view_src != NULL || !es_q8_matrix(w)) {
 		return false;
 	}
 	return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 &&
@@ -2599,7 +2725,7 @@ static bool es_fa_fits(int64_t D, int64_t DV) {
 // context asks for where es_accel_bf16_attention says so. Attention with ALiBi,
 // a logit soft cap or sinks, and any other cache type, stay with ggml.
 static bool es_supports_flash_attn(const struct ggml_tensor *op) {
-	if (!es_accel_bf16 || !(atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN)) {
+	if (!es_bf16_dot || !(atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN)) {
 		return false;
 	}
 	const struct ggml_tensor *q = op->src[0], *k = op->src[1], *v = op->src[2], *mask = op->src[3];
@@ -2809,7 +2935,7 @@ static const char *es_dev_get_description(ggml_backend_dev_t dev) {
 		}
 		return es_accel_bf16 ? "embed-stack kernels (AVX-512, BF16)" : "embed-stack kernels (AVX-512)";
 	}
-	return "embed-stack kernels (AVX2)";
+	return es_accel_bf16 ? "embed-stack kernels (AVX2, BF16)" : "embed-stack kernels (AVX2)";
 }
 
 static void es_dev_get_memory(ggml_backend_dev_t dev, size_t *free_mem, size_t *total) {
@@ -2956,7 +3082,8 @@ const char *es_accel_register(int isa) {
 	}
 	es_accel_isa = isa == ES_ACCEL_ISA_AUTO ? es_detected_isa : isa;
 #if ES_ACCEL_X86
-	es_accel_bf16 = es_accel_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+	es_bf16_dot = es_accel_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16") && es_bf16_dot_forced != 0;
+	es_accel_bf16 = es_accel_isa != ES_ISA_NONE;
 	atomic_store(&es_bf16_fma, es_bf16_fma_forced >= 0 ? es_bf16_fma_forced : __builtin_cpu_is("intel") != 0);
 	atomic_store(&es_bf16_amx, es_amx_mode(es_bf16_amx_forced));
 #endif
@@ -2966,7 +3093,7 @@ const char *es_accel_register(int isa) {
 // es_amx_mode is es_bf16_amx for a request (es_accel_set_bf16_amx's mode): none
 // without the AVX-512 BF16 kernels or usable tiles.
 static int es_amx_mode(int mode) {
-	if (!es_accel_bf16 || !es_amx_usable) {
+	if (!es_bf16_dot || !es_amx_usable) {
 		return 0;
 	}
 	if (mode < 0) {
@@ -2987,7 +3114,12 @@ void es_accel_set_bf16_amx(int mode) {
 }
 
 bool es_accel_bf16_fma(void) {
-	return atomic_load(&es_bf16_fma) != 0;
+	return atomic_load(&es_bf16_fma) != 0 || (es_accel_bf16 && !es_bf16_dot);
+}
+
+void es_accel_set_bf16_dot(int dot) {
+	pthread_once(&es_register_once, es_register);
+	es_bf16_dot_forced = dot < 0 ? -1 : dot != 0;
 }
 
 void es_accel_set_bf16_fma(int fma) {
@@ -3003,7 +3135,7 @@ bool es_accel_bf16_products(void) {
 }
 
 bool es_accel_bf16_attention(int64_t key_length, int64_t value_length) {
-	return es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN) &&
+	return es_bf16_dot && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_ATTN) &&
 	       es_fa_fits(key_length, value_length);
 }
 
@@ -3119,10 +3251,28 @@ int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2) {
 	return 0;
 }
 
+int es_accel_test_bf16_convert(uint32_t *dst, const float *x, int64_t n, int avx2) {
+	pthread_once(&es_register_once, es_register);
+#if ES_ACCEL_X86
+	if (avx2 && es_detected_isa >= ES_ISA_AVX2) {
+		es_bf16_convert256(dst, x, n);
+		return 0;
+	}
+	if (!avx2 && es_detected_isa == ES_ISA_AVX512 && __builtin_cpu_supports("avx512bf16")) {
+		es_bf16_convert(dst, x, n);
+		return 0;
+	}
+#endif
+	(void)dst;
+	(void)x;
+	(void)n;
+	return -1;
+}
+
 int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed) {
 	pthread_once(&es_register_once, es_register);
 	struct ggml_tensor *w = dst->src[0];
-	if (!es_accel_bf16 || !(es_bf16_matrix(w) || (es_q8_matrix(w) && !packed)) || dst->op != GGML_OP_MUL_MAT) {
+	if (!es_accel_bf16 || !(es_bf16_matrix(w) || (es_q8_matrix(w) && !packed && es_bf16_dot)) || dst->op != GGML_OP_MUL_MAT) {
 		return -1;
 	}
 	void *plain = w->data;
@@ -3209,7 +3359,7 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 		params.use_mmap = true;
 	}
 	es_load_panels = meta;
-	es_load_q8 = q8 && has_q8 && es_accel_bf16 && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_Q8);
+	es_load_q8 = q8 && has_q8 && es_bf16_dot && atomic_load(&es_accel_on) && (atomic_load(&es_accel_ops) & ES_ACCEL_OP_Q8);
 	// mapped unless BF16 matrices in the file are to be repacked (a panel file's
 	// are mapped anyway)
 	es_load_mapped = es_load_q8 && params.use_mmap && (meta != NULL || !has_bf16 || !es_accel_bf16_products());

@@ -291,6 +291,11 @@ func accelBF16FMA(mode int) bool {
 	return bool(C.es_accel_bf16_fma())
 }
 
+// accelBF16Dot(0) has the next setupAccel treat the CPU as one without
+// AVX512_BF16, as Skylake-SP to Ice Lake are (BF16 products in FMAs, nothing else
+// of the AVX512_BF16 kernels); -1 restores detection. For tests and measurements.
+func accelBF16Dot(mode int) { C.es_accel_set_bf16_dot(C.int(mode)) }
+
 // accelBF16AMX forces the use of AMX tiles in embed-stack's products with BF16
 // weights: 0 none, 1 every product, -1 the default; it reports the use now in force
 // (0 where the CPU or the OS lacks AMX).
@@ -455,4 +460,15 @@ func accelFlashAttn(a accelAttention, threads int, seed uint64) (got, ggml []flo
 		}
 	}
 	return got, ggml, want, true
+}
+
+// accelBF16Convert rounds xs (an even count) to BF16 pairs with the AVX2 kernels'
+// conversion (avx2) or AVX512_BF16's; ok is false where the CPU lacks it.
+func accelBF16Convert(xs []float32, avx2 bool) (pairs []uint32, ok bool) {
+	pairs = make([]uint32, len(xs)/2)
+	if len(xs) == 0 {
+		return pairs, true
+	}
+	rc := C.es_accel_test_bf16_convert((*C.uint32_t)(unsafe.Pointer(&pairs[0])), (*C.float)(unsafe.Pointer(&xs[0])), C.int64_t(len(xs)), C.int(boolInt(avx2)))
+	return pairs, rc == 0
 }

@@ -61,6 +61,12 @@ bool es_accel_bf16_fma(void);
 // or the CPU's choice (-1, the default). For tests and measurements.
 void es_accel_set_bf16_fma(int fma);
 
+// es_accel_set_bf16_dot(0) has the next es_accel_register treat the CPU as one
+// without AVX512_BF16 (its BF16 products in FMAs, the activations rounded without
+// the instruction, no flash attention or Q8_0 products in the kernels); -1 restores
+// detection. For tests and measurements of the CPUs that lack it.
+void es_accel_set_bf16_dot(int dot);
+
 // es_accel_bf16_amx says whether the device's products with BF16 weights (and the
 // Q8_0 ones it takes) run in AMX tiles (1) or not (0): by default where the CPU has
 // AMX-TILE and AMX-BF16 (Intel's from Sapphire Rapids on) and the OS granted the
@@ -120,6 +126,10 @@ int es_accel_test_compute(struct ggml_tensor *dst, int n_threads, int avx2);
 // repacked, -2 when it reads back different); else from w as it is, packed per
 // product. -1 when the kernels in use have no BF16 product. For tests.
 int es_accel_test_bf16(struct ggml_tensor *dst, int n_threads, int packed);
+
+// es_accel_test_bf16_convert rounds n floats (n even) to n/2 BF16 pairs with the
+// AVX2 kernels' conversion (avx2 set) or AVX512_BF16's; -1 where the CPU lacks it.
+int es_accel_test_bf16_convert(uint32_t *dst, const float *x, int64_t n, int avx2);
 
 // es_keep_freed_mapped tunes glibc's malloc so that freed memory stays mapped:
 // llama_free reads its context's freed backends (accel.c says why). Called once,

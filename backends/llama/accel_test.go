@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -285,9 +286,81 @@ func TestAccelBF16MulMat(t *testing.T) {
 	}
 	accelBF16FMA(-1)
 	accelBF16AMX(-1)
-	setupAccel(backends.CPUAccelAVX2)
-	if _, _, rc := accelBF16MulMat(64, 32, 4, 1, true, false, false, 1); rc != -1 {
-		t.Errorf("with the AVX2 kernels forced: es_accel_test_bf16 = %d; want -1 (no BF16 product without AVX-512)", rc)
+}
+
+// TestAccelBF16MulMatNoDot: the kernels of the CPUs without AVX512_BF16, the AVX2
+// ones (es_bf16_fma256_rows, forced here where the CPU has AVX-512 too) and the
+// AVX-512 ones run as on Skylake-SP to Ice Lake (the FMA form, the activations
+// rounded by es_bf16_convert256), hold the product with a BF16 weight matrix to the
+// exact one as the AVX512_BF16 kernels do, over the same edges, and where the CPU
+// has AVX512_BF16 they give the bits of its FMA form: the same FMAs in the same
+// order. Q8_0 matrices stay with ggml there (their conversion to panels is
+// AVX512_BF16 code).
+func TestAccelBF16MulMatNoDot(t *testing.T) {
+	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		t.Skip("no AVX2 and FMA: embed-stack's kernels are not registered")
+	}
+	t.Cleanup(func() { accelBF16FMA(-1); accelBF16AMX(-1); setupAccel(backends.CPUAccelAuto) })
+	shapes := []struct {
+		k, n, m int
+		batched bool
+	}{{1024, 3072, 128, false}, {3072, 1024, 33, false}, {64, 40, 1, false}, {32, 16, 13, false}, {1024, 1000, 12, false}, {96, 70, 25, false}, {64, 50, 20, false}, {128, 64, 30, true}}
+	runs := []struct {
+		threads int
+		packed  bool
+	}{{1, true}, {2, true}, {3, false}}
+	type key struct{ shape, run int }
+	fmaGot := map[key][]float32{}
+	compare := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16
+	if compare {
+		setupAccel(backends.CPUAccelAuto)
+		accelBF16AMX(0)
+		accelBF16FMA(1)
+		for i, s := range shapes {
+			for j, run := range runs {
+				got, _, rc := accelBF16MulMat(s.k, s.n, s.m, run.threads, run.packed, s.batched, false, uint64(11+i))
+				if rc != 0 {
+					t.Fatalf("AVX-512 FMA form, k=%d n=%d m=%d: es_accel_test_bf16 = %d", s.k, s.n, s.m, rc)
+				}
+				fmaGot[key{i, j}] = got
+			}
+		}
+		accelBF16FMA(-1)
+		accelBF16AMX(-1)
+	}
+	// The AVX2 kernels, and where the CPU has AVX-512 its kernels as a CPU without
+	// AVX512_BF16 runs them (the FMA form, the activations rounded by the AVX2
+	// conversion): the same bits again.
+	kernels := []string{backends.CPUAccelAVX2}
+	if compare {
+		kernels = append(kernels, backends.CPUAccelAVX512)
+	}
+	t.Cleanup(func() { accelBF16Dot(-1) })
+	for _, set := range kernels {
+		accelBF16Dot(-boolInt(set == backends.CPUAccelAVX2)) // 0: AVX-512 as without AVX512_BF16
+		setupAccel(set)
+		for i, s := range shapes {
+			for j, run := range runs {
+				got, want, rc := accelBF16MulMat(s.k, s.n, s.m, run.threads, run.packed, s.batched, false, uint64(11+i))
+				if rc != 0 {
+					t.Fatalf("%s kernels, k=%d n=%d m=%d packed=%v: es_accel_test_bf16 = %d; want 0", set, s.k, s.n, s.m, run.packed, rc)
+				}
+				worst, differ := 0.0, 0
+				for x := range want {
+					worst = max(worst, math.Abs(float64(got[x])-want[x])/float64(s.k))
+					if compare && math.Float32bits(got[x]) != math.Float32bits(fmaGot[key{i, j}][x]) {
+						differ++
+					}
+				}
+				if !(worst <= 1e-6) || differ != 0 {
+					t.Errorf("%s kernels without AVX512_BF16, k=%d n=%d m=%d batched=%v, %d threads, packed=%v: error %.3g per unit of k (want <= 1e-6), %d of %d outputs differ from the AVX-512 FMA form's bits (want none)",
+						set, s.k, s.n, s.m, s.batched, run.threads, run.packed, worst, differ, len(want))
+				}
+			}
+		}
+		if _, _, rc := accelBF16MulMat(64, 32, 4, 1, false, false, true, 1); rc != -1 {
+			t.Errorf("%s kernels without AVX512_BF16: es_accel_test_bf16 of a Q8_0 matrix = %d; want -1 (Q8_0 stays with ggml)", set, rc)
+		}
 	}
 }
 
@@ -551,8 +624,37 @@ func TestOnePoolShortCalls(t *testing.T) {
 // all-MiniLM-L6-v2 (an encoder), 0.99997 for the tiny Qwen3 (a decoder, whose
 // short sequences' attention changes too; see below), 1 to 500 tokens.
 func TestAccelBF16Model(t *testing.T) {
-	bf16Kernels(t)
-	t.Cleanup(func() { accelOnlyOps(accelOpAll) })
+	// The AVX-512 kernels where the CPU has AVX512_BF16, and the AVX2 ones (what a
+	// CPU without AVX-512 runs: their products in 256-bit FMAs, the attention
+	// ggml's) wherever it has AVX2 and FMA.
+	type run struct {
+		name, mode, label string
+		dot               int // accelBF16Dot's: 0 to run as a CPU without AVX512_BF16
+	}
+	var runs []run
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		runs = append(runs, run{"avx512bf16", backends.CPUAccelAuto, bf16Label(), -1})
+	}
+	if cpu.X86.HasAVX512F {
+		// as on Skylake-SP to Ice Lake: the products in AVX-512 FMAs, the attention ggml's
+		runs = append(runs, run{"avx512", backends.CPUAccelAVX512, "embed-stack kernels (AVX-512, BF16)", 0})
+	}
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		runs = append(runs, run{"avx2", backends.CPUAccelAVX2, "embed-stack kernels (AVX2, BF16)", -1})
+	}
+	if len(runs) == 0 {
+		t.Skip("this CPU has neither AVX-512F nor AVX2 with FMA: embed-stack's kernels are not registered")
+	}
+	t.Cleanup(func() { accelOnlyOps(accelOpAll); accelBF16Dot(-1); setupAccel(backends.CPUAccelAuto) })
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			accelBF16Dot(r.dot)
+			testAccelBF16Model(t, r.mode, r.label, r.dot == 0)
+		})
+	}
+}
+
+func testAccelBF16Model(t *testing.T, mode, label string, noDot bool) {
 	for _, m := range []struct {
 		rel    string
 		perLay int   // BF16 products per layer
@@ -564,7 +666,7 @@ func TestAccelBF16Model(t *testing.T) {
 		}
 		open := func(ops int) *Engine {
 			accelOnlyOps(ops)
-			e, err := Open(Config{ModelPath: res.Path, Threads: 2, CPUAccel: backends.CPUAccelAuto})
+			e, err := Open(Config{ModelPath: res.Path, Threads: 2, CPUAccel: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -575,7 +677,10 @@ func TestAccelBF16Model(t *testing.T) {
 		if !on.accelWeights || off.accelWeights {
 			t.Fatalf("%s: kernels hold the weights: %v with BF16 products, %v without; want true and false", m.rel, on.accelWeights, off.accelWeights)
 		}
-		if d, want := on.Info().Device.CPUAccel, bf16Label(); d != want {
+		if noDot && !accelBF16FMA(-1) {
+			t.Fatalf("%s: run as a CPU without AVX512_BF16, the kernels multiply with its dot products", m.rel)
+		}
+		if d, want := on.Info().Device.CPUAccel, label; d != want {
 			t.Errorf("%s: Device.CPUAccel = %q; want %s", m.rel, d, want)
 		}
 		vocab := int32(on.Info().NVocab)
@@ -838,6 +943,57 @@ func TestAccelQ8Products(t *testing.T) {
 	for i, n := range lengths {
 		if d := maxAbsDiff(got[i], alone[i]); d > tol || tol == 0 && !slices.Equal(got[i], alone[i]) {
 			t.Errorf("%d tokens packed with the others: max |diff| %g to the vector alone; want at most %g", n, d, tol)
+		}
+	}
+}
+
+// TestAccelBF16Convert: the AVX2 kernels round activations to BF16 as AVX512_BF16's
+// VCVTNE2PS2BF16 does (to nearest even, input denormals as zero, NaN quiet), so their
+// products are the FMA form's bits: against that rule written out here, and against
+// the instruction where the CPU has it, on ties, denormals, infinities, NaNs, random
+// values and every tail length.
+func TestAccelBF16Convert(t *testing.T) {
+	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		t.Skip("no AVX2 and FMA")
+	}
+	round := func(f float32) uint16 {
+		u := math.Float32bits(f)
+		switch {
+		case f != f:
+			return uint16(u>>16) | 0x40
+		case u&0x7F800000 == 0:
+			return uint16((u & 0x80000000) >> 16)
+		}
+		return uint16((u + 0x7FFF + (u>>16)&1) >> 16)
+	}
+	xs := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1.00390625, 1.01171875, // ties: 0x3F808000 (even stays), 0x3F818000 (odd goes up)
+		math.Float32frombits(0x3F808000), math.Float32frombits(0x3F818000), math.Float32frombits(0x3F80FFFF),
+		math.Float32frombits(0x00000001), math.Float32frombits(0x807FFFFF), math.Float32frombits(0x00800000), // denormals, the smallest normal
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0x7F800001), math.Float32frombits(0xFFC00000),
+		math.MaxFloat32, -math.MaxFloat32, math.Float32frombits(0x7F7FFFFF)}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 1000 {
+		xs = append(xs, math.Float32frombits(r.Uint32()), float32(r.NormFloat64()))
+	}
+	_, dot := accelBF16Convert([]float32{1, 2}, false)
+	for n := 0; n <= len(xs); n += 2 {
+		if n > 40 && n < len(xs)-2 {
+			n = len(xs) - 2 // every tail length on the short ones, then the whole set
+		}
+		got, ok := accelBF16Convert(xs[:n], true)
+		if !ok {
+			t.Fatal("es_accel_test_bf16_convert refused the AVX2 conversion")
+		}
+		var want []uint32
+		if dot {
+			want, _ = accelBF16Convert(xs[:n], false)
+		}
+		for i := range got {
+			rule := uint32(round(xs[2*i])) | uint32(round(xs[2*i+1]))<<16
+			if got[i] != rule || (dot && got[i] != want[i]) {
+				t.Fatalf("n=%d, pair %d (%#08x, %#08x): AVX2 %#08x, the rule %#08x, AVX512_BF16 %#08x (checked: %v)", n, i,
+					math.Float32bits(xs[2*i]), math.Float32bits(xs[2*i+1]), got[i], rule, want, dot)
+			}
 		}
 	}
 }

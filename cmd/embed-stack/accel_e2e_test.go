@@ -13,16 +13,14 @@ import (
 )
 
 // avx512Label is what /health says of embed-stack's AVX-512 kernels on this CPU:
-// with AVX512_BF16 they multiply BF16 weights too, in AMX tiles where the CPU has
-// them (and EMBED_STACK_AMX does not turn them off).
+// they multiply BF16 weights (with AVX512_BF16's dot products, or in FMAs where the
+// CPU lacks it), in AMX tiles where the CPU has them (and EMBED_STACK_AMX does not
+// turn them off).
 func avx512Label() string {
 	if cpu.X86.HasAVX512BF16 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && testenv.Get("EMBED_STACK_AMX") != "off" && testenv.Get("EMBED_STACK_AMX") != "0" {
 		return "embed-stack kernels (AVX-512, BF16, AMX)"
 	}
-	if cpu.X86.HasAVX512BF16 {
-		return "embed-stack kernels (AVX-512, BF16)"
-	}
-	return "embed-stack kernels (AVX-512)"
+	return "embed-stack kernels (AVX-512, BF16)"
 }
 
 // TestServeCPUAccel serves the real all-MiniLM-L6-v2 with embed-stack's own CPU
@@ -44,10 +42,10 @@ func TestServeCPUAccel(t *testing.T) {
 		long = append(long, strings.Join(ref.Texts[:n], " "))
 	}
 	vectors := map[string][][]float64{}
-	modes := map[string]string{"auto": "embed-stack kernels (AVX2)", "off": ""}
+	modes := map[string]string{"auto": "embed-stack kernels (AVX2, BF16)", "off": ""}
 	if cpu.X86.HasAVX512F {
 		modes["auto"] = avx512Label()
-		modes["avx2"] = "embed-stack kernels (AVX2)"
+		modes["avx2"] = "embed-stack kernels (AVX2, BF16)"
 	}
 	for mode, label := range modes {
 		s := serveWith(t, "--model", "minilm="+model, "--weights", "file", "--threads", "2", "--cpu-accel", mode)
@@ -103,9 +101,17 @@ func TestServeCPUAccel(t *testing.T) {
 // kernels' for every input (see below why not 0.99999) and within the BF16 bars of
 // the float64 references (0.9999 for both models, as with ggml's kernels:
 // TestServeWeightsBF16, TestServeMiniLMWeightsBF16), MiniLM's mean unmoved.
+//
+// The same with the AVX2 kernels (--cpu-accel avx2, forced where the CPU has
+// AVX-512 too: their products in 256-bit FMAs, the attention ggml's), what a CPU
+// without AVX-512 runs for a BF16 file.
 func TestServeBF16Kernels(t *testing.T) {
-	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512BF16 {
-		t.Skip("this CPU lacks AVX-512F with AVX512_BF16: embed-stack's BF16 products are not used here")
+	if !cpu.X86.HasAVX512F && !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+		t.Skip("this CPU has neither AVX-512F nor AVX2 with FMA: embed-stack's kernels are not registered")
+	}
+	labels := map[string]string{"auto": "embed-stack kernels (AVX2, BF16)", "off": ""}
+	if cpu.X86.HasAVX512F {
+		labels["auto"], labels["avx2"] = avx512Label(), "embed-stack kernels (AVX2, BF16)"
 	}
 	_, qwen := e2e.Paths(t)
 	minilm := encoderModel(t, "models/minilm-f16.gguf")
@@ -122,11 +128,10 @@ func TestServeBF16Kernels(t *testing.T) {
 	cache := t.TempDir()
 	vectors := map[string][][]float64{}
 	means := map[string]float64{}
-	for _, mode := range []string{"auto", "off"} {
+	for mode, label := range labels {
 		s := serveWith(t, "--model", "qwen="+qwen, "--model", "minilm="+minilm, "--weights", "bf16", "--weights-cache", cache,
 			"--threads", "2", "--token-ids", "native", "--cpu-accel", mode)
-		label := map[string]string{"auto": "embed-stack kernels (AVX-512, BF16)", "off": ""}[mode]
-		if d := healthDevice(t, s.URL); d.CPUAccel != label {
+		if d := healthDevice(t, s.URL); d.CPUAccel != label || d.CPUAccelBF16 != (mode != "off") {
 			t.Errorf("--cpu-accel %s: /health device cpu_accel %q, want %q", mode, d.CPUAccel, label)
 		}
 		q := e2e.Embeddings(t, s.URL, map[string]any{"model": "qwen", "input": append(seqs, long)})
@@ -153,9 +158,20 @@ func TestServeBF16Kernels(t *testing.T) {
 		vectors[mode] = append(q, m...)
 		s.Stop()
 	}
+	for mode := range labels {
+		if mode != "off" {
+			agreeWithGGML(t, mode, vectors[mode], vectors["off"], means[mode], means["off"])
+		}
+	}
+}
+
+// agreeWithGGML holds the vectors of embed-stack's BF16 products (--cpu-accel mode)
+// to ggml's (off), and the mean cosine of MiniLM's to its reference.
+func agreeWithGGML(t *testing.T, mode string, ours, ggml [][]float64, ourMean, ggmlMean float64) {
+	t.Helper()
 	lowest, at := 1.0, 0
-	for i := range vectors["auto"] {
-		if c := e2e.Cosine(vectors["auto"][i], vectors["off"][i]); c < lowest {
+	for i := range ours {
+		if c := e2e.Cosine(ours[i], ggml[i]); c < lowest {
 			lowest, at = c, i
 		}
 	}
@@ -165,11 +181,11 @@ func TestServeBF16Kernels(t *testing.T) {
 	// the servers agree to BF16's own noise (0.99997 measured on MiniLM), not to
 	// the 0.99999 the products alone keep (TestAccelBF16Model). A bias would show
 	// in the mean cosine to the reference, which must not move by 2e-6.
-	t.Logf("%d inputs: lowest cosine %.8f (input %d) between embed-stack's BF16 products and ggml's", len(vectors["auto"]), lowest, at)
+	t.Logf("--cpu-accel %s, %d inputs: lowest cosine %.8f (input %d) between embed-stack's BF16 products and ggml's", mode, len(ours), lowest, at)
 	if !(lowest >= 0.9999) {
-		t.Errorf("input %d: cosine %.8f between embed-stack's BF16 products and ggml's, want >= 0.9999", at, lowest)
+		t.Errorf("--cpu-accel %s, input %d: cosine %.8f between embed-stack's BF16 products and ggml's, want >= 0.9999", mode, at, lowest)
 	}
-	if d := means["off"] - means["auto"]; !(d <= 2e-6) {
-		t.Errorf("minilm: mean cosine to the reference %.7f with embed-stack's BF16 products, %.7f with ggml's; want no lower by 2e-6", means["auto"], means["off"])
+	if d := ggmlMean - ourMean; !(d <= 2e-6) {
+		t.Errorf("--cpu-accel %s, minilm: mean cosine to the reference %.7f with embed-stack's BF16 products, %.7f with ggml's; want no lower by 2e-6", mode, ourMean, ggmlMean)
 	}
 }

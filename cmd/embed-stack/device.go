@@ -103,7 +103,7 @@ func (c *devicesCommand) Run(context.Context) error {
 	}
 	fmt.Fprintf(c.stdout, "cpu kernels: %s: %s\n", d.CPUVariant, d.CPUVariantNote)
 	if d.CPUAccel != "" {
-		fmt.Fprintf(c.stdout, "cpu accel: %s (an encoder's attention scores, GELU, products with F32 weights, and where the CPU has AVX512_BF16 products with BF16 weights, an embedding model's products with Q8_0 weights and a decoder's attention over long inputs; a decoder's LM head is skipped; --cpu-accel off leaves them to ggml)\n", d.CPUAccel)
+		fmt.Fprintf(c.stdout, "cpu accel: %s (an encoder's attention scores, GELU, products with F32 weights and with BF16 weights (AVX2's FMAs where the CPU has no AVX-512), and where the CPU has AVX512_BF16 an embedding model's products with Q8_0 weights and a decoder's attention over long inputs; a decoder's LM head is skipped; --cpu-accel off leaves them to ggml)\n", d.CPUAccel)
 	} else if !d.GPU {
 		fmt.Fprintln(c.stdout, "cpu accel: off (--cpu-accel off, or a CPU without AVX-512F or AVX2 with FMA)")
 	}
