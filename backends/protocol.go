@@ -123,8 +123,9 @@ type Device struct {
 	// cores, which package weights weighs too.
 	CPUVendor string `json:"cpu_vendor,omitempty"`
 	// CPUAccel names embed-stack's own CPU kernels when they compute part of
-	// the model ("embed-stack kernels (AVX-512, BF16)", "(AVX2, BF16)", with
-	// ", AMX" where they multiply in AMX tiles); empty when off (--cpu-accel),
+	// the model ("embed-stack kernels (AVX-512, BF16)", "(AVX-512, BF16 in
+	// FMAs)" on a CPU without AVX512_BF16, "(AVX2, BF16)", with ", AMX" where they
+	// multiply in AMX tiles); empty when off (--cpu-accel),
 	// on a GPU, or on a CPU without AVX-512F or AVX2 with FMA.
 	CPUAccel string `json:"cpu_accel,omitempty"`
 	// CPUAccelBF16 says those kernels multiply BF16 weight matrices (repacked at

@@ -214,11 +214,13 @@ func keepType(r Result) Result {
 // cores, float32 FMAs over the widened values on Intel's, whose dot products
 // do half the arithmetic of their FMAs (on an Emerald Rapids the 0.6B shape's
 // batches ran 1.2 to 1.4 times the F16 file's speed that way, against 0.95 to 0.98
-// with the dot products), and so on Intel's AVX-512 CPUs without AVX512_BF16
-// (Skylake-SP to Ice Lake), whose kernels multiply BF16 in those FMAs only (on a
-// Zen 5 run that way, 1.15 to 1.3 times the F16 file's speed). Not with the AVX2
-// kernels: 256-bit FMAs over widened BF16 do what ggml's F16 products do, and ran
-// at 0.77 to 0.91 times their speed. Else ggml's variant's, which multiply BF16 with dot
+// with the dot products). Not on AVX-512 CPUs without AVX512_BF16 (Skylake-SP to
+// Ice Lake), whose kernels multiply BF16 in those FMAs too: on a Zen 5 run that way
+// 1.13 to 1.21 times the F16 file's speed back to back, but without the kernels'
+// attention a short call alternates between their thread pool and ggml's, and a
+// query after 500 ms idle took 96 to 101 ms against ggml's 69 to 74. Not with the
+// AVX2 kernels: 256-bit FMAs over widened BF16 do what ggml's F16 products do, and
+// ran at 0.77 to 0.91 times their speed. Else ggml's variant's, which multiply BF16 with dot
 // products only, so not on Intel's CPUs (about even with F16 there; F16 keeps
 // three more significand bits). docs/performance.md, "An Intel host without AMX".
 func PaysOff(dev *backends.Device) (why string, ok bool) {
@@ -230,6 +232,8 @@ func PaysOff(dev *backends.Device) (why string, ok bool) {
 		return fmt.Sprintf("%s multiply BF16 in AMX tiles", dev.CPUAccel), true
 	case dev.CPUAccelBF16 && strings.Contains(dev.CPUAccel, "AVX2"):
 		return fmt.Sprintf("%s multiply BF16 in 256-bit float32 FMAs, no faster than ggml's F16 products there (0.77 to 0.91 times on the 0.6B shape), and F16 keeps 3 more bits", dev.CPUAccel), false
+	case dev.CPUAccelBF16 && strings.Contains(dev.CPUAccel, "BF16 in FMAs"):
+		return fmt.Sprintf("%s multiply BF16 in float32 FMAs on this CPU without AVX512_BF16, 1.13 to 1.21 times ggml's F16 products back to back, but a short query after an idle spell took 1.4 times as long (their products and ggml's attention alternate between two thread pools), so the F16 file stays", dev.CPUAccel), false
 	case dev.CPUAccelBF16 && dev.CPUVendor == cpuvariant.VendorIntel:
 		return fmt.Sprintf("%s multiply BF16 in float32 FMAs, faster than ggml's F16 products on Intel's cores", dev.CPUAccel), true
 	case dev.CPUAccelBF16:

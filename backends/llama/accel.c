@@ -2933,7 +2933,10 @@ static const char *es_dev_get_description(ggml_backend_dev_t dev) {
 		if (es_accel_bf16 && atomic_load(&es_bf16_amx) != 0) {
 			return "embed-stack kernels (AVX-512, BF16, AMX)";
 		}
-		return es_accel_bf16 ? "embed-stack kernels (AVX-512, BF16)" : "embed-stack kernels (AVX-512)";
+		if (!es_bf16_dot) {
+			return "embed-stack kernels (AVX-512, BF16 in FMAs)"; // no AVX512_BF16 (es_bf16_dot)
+		}
+		return "embed-stack kernels (AVX-512, BF16)";
 	}
 	return es_accel_bf16 ? "embed-stack kernels (AVX2, BF16)" : "embed-stack kernels (AVX2)";
 }

@@ -637,7 +637,7 @@ func TestAccelBF16Model(t *testing.T) {
 	}
 	if cpu.X86.HasAVX512F {
 		// as on Skylake-SP to Ice Lake: the products in AVX-512 FMAs, the attention ggml's
-		runs = append(runs, run{"avx512", backends.CPUAccelAVX512, "embed-stack kernels (AVX-512, BF16)", 0})
+		runs = append(runs, run{"avx512", backends.CPUAccelAVX512, "embed-stack kernels (AVX-512, BF16 in FMAs)", 0})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		runs = append(runs, run{"avx2", backends.CPUAccelAVX2, "embed-stack kernels (AVX2, BF16)", -1})

@@ -13,12 +13,15 @@ import (
 )
 
 // avx512Label is what /health says of embed-stack's AVX-512 kernels on this CPU:
-// they multiply BF16 weights (with AVX512_BF16's dot products, or in FMAs where the
-// CPU lacks it), in AMX tiles where the CPU has them (and EMBED_STACK_AMX does not
-// turn them off).
+// they multiply BF16 weights (with AVX512_BF16's dot products, or "in FMAs" where
+// the CPU lacks it), in AMX tiles where the CPU has them (and EMBED_STACK_AMX does
+// not turn them off).
 func avx512Label() string {
 	if cpu.X86.HasAVX512BF16 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && testenv.Get("EMBED_STACK_AMX") != "off" && testenv.Get("EMBED_STACK_AMX") != "0" {
 		return "embed-stack kernels (AVX-512, BF16, AMX)"
+	}
+	if !cpu.X86.HasAVX512BF16 {
+		return "embed-stack kernels (AVX-512, BF16 in FMAs)"
 	}
 	return "embed-stack kernels (AVX-512, BF16)"
 }
