@@ -781,9 +781,9 @@ static bool es_accel_bf16;
 // Whether this CPU has AVX512_BF16 and the device uses its AVX-512 kernels: the
 // operations written with its instructions (the dot products, the flash attention,
 // the Q8_0 panels' conversion, AMX tiles) need it. The products of BF16 weights do
-// not: on an AVX-512 CPU without it (Skylake-SP to Ice Lake, Zen 3's successors
-// aside) they run in es_bf16_fma_tile's FMAs, on AVX2 in es_bf16_fma256_rows', the
-// activations rounded by es_bf16_convert256. es_accel_set_bf16_dot(0) makes a CPU
+// not: on an AVX-512 CPU without it (Intel's Skylake-SP to Ice Lake) they run in
+// es_bf16_fma_tile's FMAs, on AVX2 in es_bf16_fma256_rows', the activations rounded
+// by es_bf16_convert256. es_accel_set_bf16_dot(0) makes a CPU
 // that has it run as one that has not, for tests and measurements.
 static bool es_bf16_dot;
 static int es_bf16_dot_forced = -1;
