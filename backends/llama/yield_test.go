@@ -167,7 +167,9 @@ func TestQueryStreamCannotStallLong(t *testing.T) {
 }
 
 // TestLongJobDoesNotJump checks that only short jobs run inside another: a second
-// document sent while one is embedded waits for it.
+// document sent while one is embedded waits for it. The order is read from the
+// owner goroutine's decode calls, not from when the two callers wake: the first
+// caller may be scheduled after the second job has finished, which is no fault.
 func TestLongJobDoesNotJump(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
 	vocab := e.Info().NVocab
@@ -175,9 +177,16 @@ func TestLongJobDoesNotJump(t *testing.T) {
 	if e.Info().ShortJobs.Fits([][]int32{second}) {
 		t.Fatal("a 300-token sequence must not be a short job")
 	}
-	var order []string
-	var mu sync.Mutex
-	done := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	// Each decode call's count within its job, on the owner goroutine; read once
+	// both jobs have returned.
+	var calls []int
+	nestedCalls := 0
+	e.decodeHook = func(decodes int) {
+		calls = append(calls, decodes)
+		if e.nested {
+			nestedCalls++
+		}
+	}
 	var started sync.Once
 	secondDone := make(chan struct{})
 	e.beforeDecode = func() {
@@ -186,7 +195,6 @@ func TestLongJobDoesNotJump(t *testing.T) {
 				if _, err := e.Embed(context.Background(), [][]int32{second}); err != nil {
 					t.Errorf("second: %v", err)
 				}
-				done("second")
 				close(secondDone)
 			}()
 			time.Sleep(50 * time.Millisecond) // the second job is waiting by now
@@ -195,11 +203,25 @@ func TestLongJobDoesNotJump(t *testing.T) {
 	if _, err := e.Embed(context.Background(), [][]int32{first}); err != nil {
 		t.Fatal(err)
 	}
-	done("first")
 	<-secondDone
-	e.beforeDecode = nil
-	if order[0] != "first" {
-		t.Errorf("finished in order %v; want the first document first", order)
+	e.beforeDecode, e.decodeHook = nil, nil
+	if nestedCalls != 0 {
+		t.Errorf("%d decode calls ran nested inside the first document; want 0", nestedCalls)
+	}
+	// Two runs of counts, 1..k for the first document then 1..m for the second:
+	// a second job that jumped in would restart the count before the first's run
+	// ends and the first would then resume past 1.
+	runs := 0
+	for i, c := range calls {
+		switch {
+		case c == 1:
+			runs++
+		case i == 0 || c != calls[i-1]+1:
+			t.Fatalf("decode calls' counts %v; want one run per document, one after the other", calls)
+		}
+	}
+	if runs != 2 || len(calls) < 4 {
+		t.Errorf("decode calls' counts %v; want two runs (700 then 300 tokens, at least two calls each)", calls)
 	}
 }
 
