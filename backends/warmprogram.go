@@ -116,7 +116,8 @@ func (b WarmProgram) Resolve(platform, exe string) (WarmProgram, error) {
 // Spec returns the warm worker's command, given the one serve builds for the
 // llama.cpp worker (`embed-stack worker` with args). For mlx it runs MLXServer with
 // the same worker arguments but --model MLXModel in place of the GGUF and no device
-// flags (they choose a ggml device; MLX always runs on the Mac's GPU).
+// flags (they choose a ggml device; MLX always runs on the Mac's GPU) nor
+// --release-kv (llama.cpp's KV cache).
 // mlx-embed-server honours --ctx (its largest bucket) and accepts the llama.cpp-only
 // flags (--threads, --batch, ...) with a warning, so both workers take one argument
 // list. b must have come from Resolve.
@@ -124,7 +125,7 @@ func (b WarmProgram) Spec(args WorkerArgs, llama WorkerSpec) WorkerSpec {
 	if b.Name != WarmMLX {
 		return llama
 	}
-	args.Model, args.DeviceArgs = b.MLXModel, DeviceArgs{}
+	args.Model, args.DeviceArgs, args.ReleaseKV = b.MLXModel, DeviceArgs{}, 0
 	out := llama
 	out.Path, out.Args = b.MLXServer, args.Args()
 	return out

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // mlxFixture lays out what --warm-backend mlx needs on disk: an executable, a
@@ -137,11 +138,11 @@ func TestWarmProgramRelativePaths(t *testing.T) {
 // snapshot; llama is unchanged.
 func TestWarmProgramSpec(t *testing.T) {
 	args := WorkerArgs{Model: "/models/q.gguf", Threads: 8, LogFormat: "json", LogLevel: "info", Ctx: 8192, Batch: 512,
-		DeviceArgs: DeviceArgs{Device: "auto"}}
+		ReleaseKV: 30 * time.Second, DeviceArgs: DeviceArgs{Device: "auto"}}
 	llama := WorkerSpec{Path: "/opt/embed-stack/bin/embed-stack", Args: append([]string{"worker"}, args.Args()...)}
 	llama.Env = []string{"A=1"}
 	if want := []string{"worker", "--model", "/models/q.gguf", "--threads", "8", "--log-format", "json", "--log-level", "info",
-		"--device", "auto", "--gpu-layers", "0", "--ctx", "8192", "--batch", "512"}; !slices.Equal(llama.Args, want) {
+		"--device", "auto", "--gpu-layers", "0", "--ctx", "8192", "--batch", "512", "--release-kv", "30s"}; !slices.Equal(llama.Args, want) {
 		t.Fatalf("llama args %q\nwant %q", llama.Args, want)
 	}
 	orig := slices.Clone(llama.Args)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
@@ -117,6 +118,10 @@ type WorkerArgs struct {
 	Pooling string
 	// Nice lowers the decoding threads' CPU priority (0-19).
 	Nice int
+	// ReleaseKV, when positive, hands the KV cache of the inputs over 512 tokens
+	// back to the OS once the worker has had no work for this long
+	// (llama.Config.IdleRelease); 0 keeps it. llama.cpp's worker only.
+	ReleaseKV time.Duration
 	// IgnoreStdin keeps the worker running when its stdin reaches EOF, which by
 	// default stops it so that it dies with its parent.
 	IgnoreStdin bool
@@ -156,6 +161,9 @@ func (a WorkerArgs) Args() []string {
 	str("--buckets", JoinLengths(a.Buckets))
 	num("--seqs", a.Seqs)
 	num("--nice", a.Nice)
+	if a.ReleaseKV > 0 {
+		out = append(out, "--release-kv", flagconfig.FormatDuration(a.ReleaseKV))
+	}
 	if a.IgnoreStdin {
 		out = append(out, "--ignore-stdin")
 	}
@@ -181,6 +189,7 @@ func (a *WorkerArgs) Parse(args []string) error {
 	s.String(&a.Task, "task", "TASK", TaskEmbed, "embed: return each sequence's last-token hidden state; rerank: the logits of the tokens yes and no at its last token, for a Qwen3-Reranker")
 	s.String(&a.Pooling, "pooling", "MODE", "", "how a sequence's vector is pooled from its token states: mean, cls (the first token's) or last (the last token's); default: the model's GGUF pooling_type, last-token when it declares none (serve passes the model's)")
 	s.Int(&a.Nice, "nice", "N", 0, "lower the decoding threads' CPU priority by N (0-19); serve starts ephemeral workers at 10")
+	s.Duration(&a.ReleaseKV, "release-kv", "DURATION", 0, "hand the KV cache of the inputs over 512 tokens back to the OS after this long without work (0 = never); serve passes --warm-release-kv").AtLeast(0)
 	s.Bool(&a.IgnoreStdin, "ignore-stdin", false, "keep running when stdin reaches EOF (by default EOF on stdin stops the worker, so it dies with its parent)")
 	s.String(&a.LogFormat, "log-format", "FORMAT", "text", "log format: text or json")
 	s.String(&a.LogLevel, "log-level", "LEVEL", "info", "log level: debug, info, warn or error")

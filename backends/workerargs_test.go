@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
@@ -29,6 +30,10 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 			Pooling: "mean", LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: "auto"}},
 			[]string{"--model", "m.gguf", "--log-format", "text", "--log-level", "info", "--device", "auto", "--gpu-layers", "0",
 				"--pooling", "mean", "--ctx", "33024", "--seqs", "4", "--nice", "10", "--ignore-stdin", "--socket", "w.sock"}},
+		{"warm, releasing its long inputs' KV cache", WorkerArgs{Model: "m.gguf", Socket: "w.sock", Ctx: 8192, ReleaseKV: 90 * time.Second, Task: TaskEmbed,
+			LogFormat: "text", LogLevel: "info", DeviceArgs: DeviceArgs{Device: "auto"}},
+			[]string{"--model", "m.gguf", "--log-format", "text", "--log-level", "info", "--device", "auto", "--gpu-layers", "0",
+				"--ctx", "8192", "--release-kv", "1m30s", "--socket", "w.sock"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.a.Args()
@@ -78,6 +83,7 @@ func TestWorkerArgsParse(t *testing.T) {
 		{[]string{"--nope"}, 2, "embed-stack worker: unknown flag --nope\n" + usage},
 		{[]string{"--sokcet", "s"}, 2, "embed-stack worker: unknown flag --sokcet; did you mean --socket?\n" + usage},
 		{[]string{"--gpu-layers", "-1"}, 2, "embed-stack worker: --gpu-layers must not be negative; got -1\n"},
+		{[]string{"--release-kv", "-1s"}, 2, "embed-stack worker: --release-kv must not be negative; got -1s\n"},
 	} {
 		var stdout, stderr strings.Builder
 		err := new(WorkerArgs).Parse(tt.args)
@@ -88,7 +94,7 @@ func TestWorkerArgsParse(t *testing.T) {
 	var stdout, stderr strings.Builder
 	err := new(WorkerArgs).Parse([]string{"-h"})
 	if got := flagconfig.Report(err, "embed-stack worker", &stdout, &stderr); !errors.Is(err, flagconfig.ErrHelp) || got != 0 ||
-		!strings.Contains(stdout.String(), "\n  --backend-dir DIR    folder of loadable ggml backends: GPU ones such as\n") || stderr.Len() > 0 {
+		!strings.Contains(stdout.String(), "\n  --backend-dir DIR      folder of loadable ggml backends: GPU ones such as\n") || stderr.Len() > 0 {
 		t.Errorf("-h: %v, status %d, stdout %q", err, got, stdout.String())
 	}
 }

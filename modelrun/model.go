@@ -62,6 +62,10 @@ type Config struct {
 	// WarmBuckets are the input lengths the warm worker is warmed with before it
 	// reports ready (its --buckets).
 	WarmBuckets []int
+	// WarmReleaseKV is --warm-release-kv: how long the warm worker idles before
+	// it hands its long inputs' KV cache back to the OS (its --release-kv); 0
+	// never.
+	WarmReleaseKV time.Duration
 	// EphemeralNice lowers the CPU priority of ephemeral workers' decoding threads
 	// (their --nice), so that the warm worker's short requests go first.
 	EphemeralNice int
@@ -206,6 +210,7 @@ func Prepare(ctx context.Context, cfg Config, logger *slog.Logger) (*Model, erro
 	}
 	warmArgs, longArgs := base, base
 	warmArgs.Ctx, warmArgs.Batch, warmArgs.Buckets = warmMax, cfg.DecodeTokens, capLengths(cfg.WarmBuckets, warmMax)
+	warmArgs.ReleaseKV = cfg.WarmReleaseKV
 	longArgs.Nice = cfg.EphemeralNice
 	return &Model{
 		Path:      modelPath,

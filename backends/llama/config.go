@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/embed-stack/embed-stack/backends"
 	"github.com/embed-stack/embed-stack/backends/cpuvariant"
@@ -146,6 +147,14 @@ type Config struct {
 	// thread and the threads ggml starts from it); elsewhere the whole process.
 	// 0 leaves the priority alone.
 	Nice int
+
+	// IdleRelease, when positive, hands the pages of the KV cache for long
+	// sequences back to the OS once the engine has had no work for this long,
+	// once per idle spell (kvpages.c): the 0.6B model's warm worker then waits
+	// holding 940 MB less. The next long sequence faults in the pages it writes;
+	// the short sequences' cache stays. A KV cache in a GPU's memory, or off
+	// Linux, is left as it is. 0 keeps the pages.
+	IdleRelease time.Duration
 
 	// Pooling is how a sequence's per-token states become its vector:
 	// gguf.PoolingLast (the last token's), PoolingMean (the mean of every token's)

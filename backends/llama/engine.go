@@ -53,6 +53,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/embed-stack/embed-stack/backends"
@@ -98,7 +99,9 @@ type Engine struct {
 	info    Info
 	threads int
 	nice    int
-	head    scoreHead // a reranker's head (yesNoHead, classifierHead); nil for embeddings
+	// idleRelease is Config.IdleRelease (owner.go).
+	idleRelease time.Duration
+	head        scoreHead // a reranker's head (yesNoHead, classifierHead); nil for embeddings
 	// input feeds a cross-encoder's tokens as embeddings, for its token types;
 	// nil where ids do (see tokenInput).
 	input *tokenInput
@@ -293,6 +296,7 @@ func Open(cfg Config) (*Engine, error) {
 		},
 		threads:      sz.threads,
 		nice:         cfg.Nice,
+		idleRelease:  cfg.IdleRelease,
 		encoder:      sz.encoder,
 		pooling:      sz.pooling,
 		graphPooling: cfg.graphPooling && sz.encoder,

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -25,14 +26,33 @@ func (e *Engine) own() {
 			slog.Warn("llama: lowering the decoding threads' priority failed; they run at normal priority", "nice", e.nice, "err", err)
 		}
 	}
+	// idle fires once the engine has had no job for idleRelease (nil channel: never).
+	var idle <-chan time.Time
+	var timer *time.Timer
+	worked := func() {
+		if e.idleRelease <= 0 {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(e.idleRelease)
+		} else {
+			timer.Reset(e.idleRelease)
+		}
+		idle = timer.C
+	}
 	for {
 		select {
 		case <-e.quit:
 			return
 		case job := <-e.jobs:
 			job()
+			worked()
 		case job := <-e.prio:
 			job()
+			worked()
+		case <-idle:
+			idle = nil
+			e.releaseKV()
 		}
 	}
 }

@@ -97,6 +97,23 @@ func readNPYRows(t *testing.T, path string) int {
 
 // treeRSS sums VmRSS over pid and its descendants (Linux /proc); main is pid's own.
 func treeRSS(pid int) (total, main int64) {
+	children := procChildren()
+	stack := []int{pid}
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		stack = append(stack, children[p]...)
+		rss := vmRSS(p)
+		total += rss
+		if p == pid {
+			main = rss
+		}
+	}
+	return total, main
+}
+
+// procChildren maps each process id to its children's (Linux /proc).
+func procChildren() map[int][]int {
 	children := map[int][]int{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -115,18 +132,7 @@ func treeRSS(pid int) (total, main int64) {
 			children[pp] = append(children[pp], p)
 		}
 	}
-	stack := []int{pid}
-	for len(stack) > 0 {
-		p := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		stack = append(stack, children[p]...)
-		rss := vmRSS(p)
-		total += rss
-		if p == pid {
-			main = rss
-		}
-	}
-	return total, main
+	return children
 }
 
 func vmRSS(pid int) int64 {

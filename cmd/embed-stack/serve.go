@@ -128,6 +128,8 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 	s.List(&f.weights, "weights", "[MODEL=]MODE", weightsHelp).More(weightsMore + " MODEL=MODE sets one model's.")
 	s.String(&f.warmBuckets, "warm-buckets", "N,N,...", "256,1024,8192", "input lengths the warm worker runs once before it is ready, so that the first request of each size is fast").
 		More("As fast as the hundredth. Lengths above --warm-max-tokens are capped to it.")
+	s.Duration(&e.WarmReleaseKV, "warm-release-kv", "DURATION", 30*time.Second, "after this long without work the warm worker hands the KV cache of its inputs over 512 tokens back to the OS (0 = never)").AtLeast(0).
+		More("940 MB for Qwen3-Embedding-0.6B at 8192 tokens; its cache for shorter inputs (a sixteenth of that) stays. The next long input takes the pages back, 3 to 4 % slower (docs/performance.md).")
 	s.Duration(&f.workerHangTimeout, "worker-hang-timeout", "DURATION", 5*time.Minute, "restart a warm worker that answers none of its requests for this long (0 = never)").AtLeast(0).
 		More("A warm worker with requests outstanding that answers none is killed and restarted. An ephemeral worker that answers no health probe for this long is killed too.")
 	s.String(&f.warm.Name, "warm-backend", "PROGRAM", backends.WarmLlama, "program of the warm worker: llama, or mlx (mlx-embed-server on Apple Silicon)").

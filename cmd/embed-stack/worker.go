@@ -47,6 +47,9 @@ func (c *workerCommand) Close() error { return nil }
 // Run loads the model and serves it until ctx ends or stdin reaches EOF.
 func (c *workerCommand) Run(ctx context.Context) error {
 	a, logger, stderr := c.args, c.logger, c.stderr
+	// package llama logs through slog's default: llama.cpp's own lines and the
+	// engine's (at debug level, as --log-level debug promises), in this format.
+	slog.SetDefault(logger)
 	tel, err := startTelemetry("worker", false, logger)
 	if err != nil {
 		fmt.Fprintln(stderr, "embed-stack worker:", err)
@@ -59,7 +62,8 @@ func (c *workerCommand) Run(ctx context.Context) error {
 		c := llama.Config{
 			ModelPath: a.Model, ContextTokens: a.Ctx, BatchTokens: a.Batch,
 			Threads: a.Threads, MaxSeqs: a.Seqs, Nice: a.Nice,
-			Rerank: a.Task == backends.TaskRerank,
+			Rerank:      a.Task == backends.TaskRerank,
+			IdleRelease: a.ReleaseKV,
 		}
 		if a.Pooling != "" {
 			// WorkerArgs.Parse accepted only mean, cls and last.
