@@ -99,8 +99,10 @@ type Engine struct {
 	info    Info
 	threads int
 	nice    int
-	// idleRelease is Config.IdleRelease (owner.go).
+	// idleRelease is Config.IdleRelease (owner.go); kvReleases counts the
+	// releases, for tests.
 	idleRelease time.Duration
+	kvReleases  atomic.Int64
 	head        scoreHead // a reranker's head (yesNoHead, classifierHead); nil for embeddings
 	// input feeds a cross-encoder's tokens as embeddings, for its token types;
 	// nil where ids do (see tokenInput).

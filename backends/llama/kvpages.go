@@ -1,6 +1,7 @@
 package llama
 
 /*
+#include "llama.h"
 #include "kvpages.h"
 */
 import "C"
@@ -15,6 +16,7 @@ func (e *Engine) releaseKV() {
 		return
 	}
 	if released := int64(C.es_kv_release(e.long.kv)); released > 0 {
+		e.kvReleases.Add(1)
 		slog.Debug("llama: idle; returned the KV cache's pages to the OS", "bytes", released)
 	}
 }
@@ -28,4 +30,10 @@ func (k *kctx) kvResident() (resident, total int64) {
 	var t C.size_t
 	r := C.es_kv_resident(k.kv, &t)
 	return int64(r), int64(t)
+}
+
+// clearKVData clears k's KV cache with its data, as a round with a non-finite
+// value does (decode.go); for tests, on the owner goroutine.
+func (k *kctx) clearKVData() {
+	C.llama_memory_clear(C.llama_get_memory(k.lctx), true)
 }

@@ -1,5 +1,5 @@
-// kvpages.h: handing a llama.cpp context's KV cache pages back to the OS while the
-// engine idles (kvpages.c). Declarations only: kvpages.c is compiled once, as its
+// kvpages.h: a llama.cpp context's KV cache, cleared without touching it and handed
+// back to the OS while the engine idles (kvpages.c). Declarations only: kvpages.c is compiled once, as its
 // own translation unit, and context.go and kvpages.go call it.
 #ifndef EMBED_STACK_KVPAGES_H
 #define EMBED_STACK_KVPAGES_H
@@ -7,6 +7,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "ggml-backend.h"
+
+// es_clear_by_pages makes every buffer of ggml's CPU buffer type allocated from now
+// on clear to zero by handing its whole pages back to the OS (Linux; elsewhere, and
+// for other values, by memset as before). Idempotent.
+void es_clear_by_pages(void);
 
 // es_kv_pages records the host buffers that hold a context's KV cache.
 struct es_kv_pages;

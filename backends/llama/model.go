@@ -3,6 +3,7 @@ package llama
 /*
 #include "es.h"
 #include "accel.h"
+#include "kvpages.h"
 */
 import "C"
 
@@ -18,6 +19,8 @@ import (
 
 var backendInit = sync.OnceValue(func() error {
 	C.es_keep_freed_mapped()
+	// llama.cpp clears each new KV cache: without faulting it in (kvpages.c).
+	C.es_clear_by_pages()
 	C.llama_backend_init()
 	// The CPU backend is compiled in (ggml is built with GGML_USE_CPU) and registers
 	// itself statically, as Metal does on darwin/arm64; loadable GPU backends come
