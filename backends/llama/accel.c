@@ -27,6 +27,7 @@
 // spin briefly, then sleep, between operations.
 
 #include "accel.h"
+#include "kvpages.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -3421,11 +3422,13 @@ static void *es_cpu_proc(const char *name) {
 }
 
 struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
-                                     bool exact_attention, void **kernels) {
+                                     bool exact_attention, void **kernels, struct es_kv_pages *kv) {
 	es_init_threads = kernel_threads;
 	es_init_exact = exact_attention;
 	es_init_made = NULL;
+	es_kv_capture(kv);
 	struct llama_context *ctx = llama_init_from_model(model, params);
+	es_kv_capture(NULL);
 	*kernels = ctx != NULL ? es_init_made : NULL;
 	es_init_threads = 0;
 	es_init_exact = false;

@@ -153,9 +153,11 @@ struct llama_model *es_model_load(const char *path, struct llama_model_params pa
 // whatever llama.cpp's n_threads says, and *kernels is its backend for
 // es_kernels_alone (else NULL). With exact_attention the device's flash attention
 // gives a query the same bits wherever its sequence lies in the KV cache (a
-// context that packs sequences).
+// context that packs sequences). kv, when not NULL, records the KV cache's
+// buffers for es_kv_release (kvpages.h).
+struct es_kv_pages;
 struct llama_context *es_init_context(struct llama_model *model, struct llama_context_params params, int kernel_threads,
-                                      bool exact_attention, void **kernels);
+                                      bool exact_attention, void **kernels, struct es_kv_pages *kv);
 
 // es_kernels_alone says whether the device's workers compute the next calls alone,
 // ggml's operations between theirs on the caller only (n_threads 1): they then wait

@@ -33,8 +33,9 @@ type kctx struct {
 	// (kernelsAlone), else nil; alone says whether the last call did (setPools).
 	kernels unsafe.Pointer
 	alone   bool
-	// kv records lctx's KV buffers for releaseKV (kvpages.c): the long context's,
-	// where IdleRelease asks for it; else nil.
+	// kv records the KV buffers llama.cpp cleared as it created lctx, for
+	// releaseKV (kvpages.c): the long context's, where IdleRelease asks for it;
+	// else nil.
 	kv *C.struct_es_kv_pages
 }
 
@@ -73,12 +74,8 @@ func (e *Engine) create(k *kctx) error {
 	// Only the long context's cache is handed back while idle (releaseKV): the
 	// short one's is a sixteenth of its size, and a query would fault its cells
 	// in again after each idle spell (a first trial: 56 against 47 ms).
-	if e.idleRelease > 0 && k == e.long && !e.encoder && !e.info.Device.GPU {
-		if k.kv == nil {
-			k.kv = C.es_kv_pages_new()
-		}
-		cp.cb_eval = C.ggml_backend_sched_eval_callback(C.es_kv_probe)
-		cp.cb_eval_user_data = unsafe.Pointer(k.kv)
+	if e.idleRelease > 0 && k == e.long && k.kv == nil {
+		k.kv = C.es_kv_pages_new()
 	}
 	cp.abort_callback = C.es_abort_callback()
 	cp.abort_callback_data = unsafe.Pointer(e.abort)
@@ -86,7 +83,7 @@ func (e *Engine) create(k *kctx) error {
 	// not depend on where a sequence's cells lie (es_init_context).
 	exact := k == e.short && k.kernel == attnFlashBF16
 	var kernels unsafe.Pointer
-	lctx := C.es_init_context(e.model, cp, C.int(kernelThreads), C.bool(exact), &kernels)
+	lctx := C.es_init_context(e.model, cp, C.int(kernelThreads), C.bool(exact), &kernels, k.kv)
 	if lctx == nil {
 		return fmt.Errorf("llama: creating a context of %d tokens (batch %d, %d sequences) failed: %s", k.ctxTokens, k.batchTokens, k.maxSeqs, llamaReason("lower ContextTokens or BatchTokens"))
 	}

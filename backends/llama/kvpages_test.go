@@ -103,7 +103,7 @@ func TestKVClearedUntouched(t *testing.T) {
 	}
 }
 
-// TestIdleReleaseKVOff: without IdleRelease no graph callback is set and nothing
+// TestIdleReleaseKVOff: without IdleRelease no buffer is recorded and nothing
 // is released.
 func TestIdleReleaseKVOff(t *testing.T) {
 	e := openTiny(t, Config{ContextTokens: 1024, Threads: 1})
