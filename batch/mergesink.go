@@ -10,13 +10,12 @@ import (
 )
 
 type mergeSink struct {
-	tmp     string
-	format  Format
-	sink    sink // JSONL and .npy
-	pq      *parquetSink
-	ids     []json.RawMessage
-	vecs    [][]float32
-	pending int
+	tmp    string
+	format Format
+	sink   sink // JSONL and .npy
+	pq     *parquetSink
+	ids    []json.RawMessage
+	vecs   [][]float32
 }
 
 func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*mergeSink, error) {

@@ -13,7 +13,6 @@ import (
 // record accumulates one contender's outcomes on one shape.
 type record struct {
 	expect    int
-	tokens    int // expected per request; 0 = do not check
 	mu        sync.Mutex
 	res       Result
 	latencies []float64

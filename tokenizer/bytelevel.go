@@ -42,12 +42,3 @@ func byteLevelDecode(s string) ([]byte, bool) {
 	}
 	return out, true
 }
-
-// byteLevelEncode is byteLevelDecode's inverse.
-func byteLevelEncode(b []byte) string {
-	rs := make([]rune, len(b))
-	for i, c := range b {
-		rs[i] = byteToRune[c]
-	}
-	return string(rs)
-}
