@@ -303,8 +303,9 @@ type LoadState struct {
 	// IdleSince is when the last call ended (or the worker became ready), zero
 	// while calls are in flight or no worker is loaded.
 	IdleSince time.Time
-	// Expires is when the keep-alive will stop the worker if no call comes, zero
-	// when it never will (no keep-alive, calls in flight, not loaded).
+	// Expires is when the keep-alive will stop the worker if no call comes (while
+	// calls are in flight, the keep-alive from now: the earliest it can), zero
+	// when it never will (no keep-alive, not loaded).
 	Expires time.Time
 }
 
@@ -318,7 +319,10 @@ func (o *OnDemand) State() LoadState {
 	st := LoadState{Loaded: true, PID: o.cur.PID(), InFlight: o.inflight}
 	if o.inflight == 0 {
 		st.IdleSince = o.lastUse
-		if o.KeepAlive > 0 {
+	}
+	if o.KeepAlive > 0 {
+		st.Expires = time.Now().Add(o.KeepAlive)
+		if o.inflight == 0 {
 			st.Expires = o.lastUse.Add(o.KeepAlive)
 		}
 	}

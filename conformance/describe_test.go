@@ -104,9 +104,9 @@ func TestInfo(t *testing.T) {
 		m.MaxInputs != 2048 || m.MaxTotalTokens != 300000 || m.MaxInputTokens != 64 || m.MaxInstructionBytes != 4096 {
 		t.Errorf("model %+v: want the tiny model's 64 dimensions and this server's limits (max_input_tokens 64)", m)
 	}
-	if info.ModelID != m.ID || info.ModelDtype != "float16" || info.ModelType.Embedding.Pooling != "last" || info.MaxInputLength != 64 ||
+	if info.ModelID != m.ID || info.ModelDtype != "float16" || info.ModelType.Embedding.Pooling != "last_token" || info.MaxInputLength != 64 ||
 		info.MaxBatchTokens != 300000 || info.MaxClientBatchSize != 2048 || info.AutoTruncate || info.MaxConcurrentRequests != info.Limits.MaxConcurrentRequests {
-		t.Errorf("TEI's keys %+v: want the model's id, float16, last pooling, its limits", info)
+		t.Errorf("TEI's keys %+v: want the model's id, float16, last_token pooling, its limits", info)
 	}
 	if info.CPUVariant == "" {
 		t.Errorf("cpu_variant is empty: the warm worker is ready, so it names its CPU kernels")

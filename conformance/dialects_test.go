@@ -236,12 +236,12 @@ func TestOllamaProbes(t *testing.T) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		loose(t, s.do(t, "GET", "/api/tags", nil, nil), &tags)
-		if len(tags.Models) != 1 || tags.Models[0].Digest != "" || time.Now().After(deadline) {
+		if len(tags.Models) != 3 || tags.Models[0].Digest != "" || time.Now().After(deadline) {
 			break
 		}
 	}
-	if len(tags.Models) != 1 {
-		t.Fatalf("/api/tags: %+v", tags)
+	if len(tags.Models) != 3 || tags.Models[1].Name != id+":query" || tags.Models[2].Name != id+":document" {
+		t.Fatalf("/api/tags: %+v; want %s:latest, :query and :document", tags, id)
 	}
 	m := tags.Models[0]
 	if m.Name != id+":latest" || m.Model != m.Name || m.Size != n || m.Digest != digest || m.Details.Format != "gguf" || m.Details.Family != "qwen3" ||
@@ -253,14 +253,21 @@ func TestOllamaProbes(t *testing.T) {
 		Capabilities []string       `json:"capabilities"`
 	}
 	loose(t, s.do(t, "POST", "/api/show", map[string]any{"model": m.Name}, nil), &show)
-	if show.ModelInfo["general.architecture"] != "qwen3" || show.ModelInfo["qwen3.embedding_length"] == nil || !slices.Equal(show.Capabilities, []string{"embedding"}) {
+	if show.ModelInfo["general.architecture"] != "qwen3" || show.ModelInfo["qwen3.embedding_length"] == nil || show.ModelInfo["qwen3.pooling_type"] != 3.0 || !slices.Equal(show.Capabilities, []string{"embedding"}) {
 		t.Errorf("/api/show: %+v", show)
 	}
 	if r := s.do(t, "GET", "/api/version", nil, nil); string(r.body) != `{"version":"0.17.4"}` {
 		t.Errorf("/api/version: %s", r.body)
 	}
+	// The ollama CLI's heartbeat, before `ollama list`.
+	if r := s.do(t, "GET", "/", nil, nil); r.status != 200 || string(r.body) != "Ollama is running" {
+		t.Errorf("GET /: %d %s", r.status, r.body)
+	}
+	if r := s.do(t, "HEAD", "/", nil, nil); r.status != 200 {
+		t.Errorf("HEAD /: %d", r.status)
+	}
 	info := string(s.do(t, "GET", "/info", nil, nil).body)
-	for _, want := range []string{`"model_id":"` + id + `"`, `"model_sha":"` + digest + `"`, `"model_dtype":"float16"`, `"model_type":{"embedding":{"pooling":"last"}}`} {
+	for _, want := range []string{`"model_id":"` + id + `"`, `"model_sha":"` + digest + `"`, `"model_dtype":"float16"`, `"model_type":{"embedding":{"pooling":"last_token"}}`} {
 		if !strings.Contains(info, want) {
 			t.Errorf("/info lacks %s: %s", want, info)
 		}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -183,6 +184,17 @@ func TestNativeEmbed(t *testing.T) {
 		env := requireErrorEnvelope(t, s.do(t, http.MethodPost, "/embed", map[string]any{"texts": []string{}}, nil), http.StatusBadRequest)
 		requireParam(t, env, "texts")
 	})
+}
+
+// TestEmbeddingsWithoutV1: POST /embeddings (llama.cpp's server's and Infinity's
+// path) is /v1/embeddings: the same body answers the same bytes.
+func TestEmbeddingsWithoutV1(t *testing.T) {
+	s := defaultServer(t)
+	body := map[string]any{"model": "m", "input": []string{"no prefix", "second"}, "encoding_format": "base64"}
+	a, b := s.do(t, http.MethodPost, "/v1/embeddings", body, nil), s.do(t, http.MethodPost, "/embeddings", body, nil)
+	if a.status != http.StatusOK || b.status != http.StatusOK || !bytes.Equal(a.body, b.body) {
+		t.Fatalf("/v1/embeddings %d %s\n/embeddings %d %s", a.status, truncate(a.body), b.status, truncate(b.body))
+	}
 }
 
 // TestTokenize: POST /tokenize shows the ids exactly as they would be embedded (wrapping

@@ -43,11 +43,24 @@ func rerankTemplate(instruction, query, doc string) string {
 // P(yes) and logit(yes) - logit(no) for them.
 func expectRerank(t *testing.T, instruction, query, doc string) (tokens []int32, p, logit float64) {
 	t.Helper()
-	loadReference(t)
+	tokens = rerankTokens(t, instruction, query, doc)
 	rerankRef.once.Do(func() { rerankRef.model, rerankRef.err = reference.Load(rerankerPath()) })
 	if rerankRef.err != nil {
 		t.Fatal(rerankRef.err)
 	}
+	l, err := rerankRef.model.ClassifierLogits(tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logit = l[0] - l[1]
+	return tokens, 1 / (1 + math.Exp(-logit)), logit
+}
+
+// rerankTokens returns the token ids of a pair in the template, by the reference
+// tokenizer.
+func rerankTokens(t *testing.T, instruction, query, doc string) (tokens []int32) {
+	t.Helper()
+	loadReference(t)
 	text := rerankTemplate(instruction, query, doc)
 	for text != "" {
 		at, special := len(text), ""
@@ -67,12 +80,7 @@ func expectRerank(t *testing.T, instruction, query, doc string) (tokens []int32,
 		tokens = append(tokens, id)
 		text = text[at+len(special):]
 	}
-	l, err := rerankRef.model.ClassifierLogits(tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logit = l[0] - l[1]
-	return tokens, 1 / (1 + math.Exp(-logit)), logit
+	return tokens
 }
 
 type cohereRerank struct {
@@ -195,6 +203,85 @@ func TestRerankTEIShape(t *testing.T) {
 		}
 		if k > 0 && res.Score > got[k-1].Score {
 			t.Errorf("results not best first: %.6f after %.6f", res.Score, got[k-1].Score)
+		}
+	}
+}
+
+// TestRerankTEITruncate: TEI's truncate on /rerank cuts a text whose pair is over
+// the limit to the longest part (between two characters) whose pair fits, its
+// beginning or, with truncation_direction Left, its end, and scores that pair: the
+// reference's logit for the cut text, found here by the reference tokenizer. The
+// same request without truncate is refused.
+func TestRerankTEITruncate(t *testing.T) {
+	const limit = 256
+	s := rerankServer(t, "--max-input-tokens", "256", "--warm-max-tokens", "256")
+	const query, task = "mountains", "Given a web search query, retrieve relevant passages that answer the query"
+	doc := strings.Repeat("The north has wide rivers. ", 30) + strings.Repeat("Mountains are high and cold. ", 30)
+	if n := len(rerankTokens(t, task, query, doc)); n <= limit {
+		t.Fatalf("the document's pair has %d tokens; the test needs more than %d", n, limit)
+	}
+	if r := s.do(t, http.MethodPost, "/rerank", map[string]any{"query": query, "texts": []string{doc}}, nil); r.status != 400 {
+		t.Fatalf("without truncate: %d %s, want 400", r.status, truncate(r.body))
+	}
+	for _, dir := range []string{"Right", "Left"} {
+		// The longest part that fits, by bisection over character boundaries as
+		// the server cuts (the counts grow with the part here).
+		part := func(n int) string {
+			if dir == "Left" {
+				return doc[len(doc)-n:]
+			}
+			return doc[:n]
+		}
+		lo, hi := 0, len(doc) // ASCII: every byte is a character
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if len(rerankTokens(t, task, query, part(mid))) <= limit {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		tokens, _, logit := expectRerank(t, task, query, part(lo))
+		r := s.do(t, http.MethodPost, "/rerank", map[string]any{"query": query, "texts": []string{"short", doc}, "truncate": true, "truncation_direction": dir, "raw_scores": true}, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", dir, r.status, truncate(r.body))
+		}
+		var got []struct {
+			Index int     `json:"index"`
+			Score float64 `json:"score"`
+		}
+		r.decode(t, &got)
+		if len(got) != 2 {
+			t.Fatalf("%s: %d results, want 2", dir, len(got))
+		}
+		for _, res := range got {
+			if res.Index == 1 && math.Abs(res.Score-logit) > 0.01 {
+				t.Errorf("%s: the cut text's raw score %.6f, reference %.6f for its first %d bytes' pair of %d tokens (want within 0.01)", dir, res.Score, logit, lo, len(tokens))
+			}
+		}
+	}
+}
+
+// TestRerankDocumentsOnTEIRoute: /rerank with Cohere's "documents" (vLLM's and
+// Infinity's shape there) answers as /v1/rerank does, the same scores.
+func TestRerankDocumentsOnTEIRoute(t *testing.T) {
+	s := rerankServer(t)
+	body := map[string]any{"model": "m", "query": "rivers", "documents": rerankDocs, "top_n": 2, "return_documents": true}
+	var v1, tei cohereRerank
+	for path, out := range map[string]*cohereRerank{"/v1/rerank": &v1, "/rerank": &tei} {
+		r := s.do(t, http.MethodPost, path, body, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, r.status, truncate(r.body))
+		}
+		r.decode(t, out)
+	}
+	if len(tei.Results) != 2 || tei.Model != "m" || tei.Usage != v1.Usage || len(v1.Results) != 2 {
+		t.Fatalf("/rerank %+v\n/v1/rerank %+v", tei, v1)
+	}
+	for i := range tei.Results {
+		a, b := tei.Results[i], v1.Results[i]
+		if a.Index != b.Index || a.RelevanceScore != b.RelevanceScore || a.Document == nil || a.Document.Text != rerankDocs[a.Index] {
+			t.Errorf("result %d: /rerank %+v, /v1/rerank %+v", i, a, b)
 		}
 	}
 }

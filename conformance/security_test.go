@@ -222,3 +222,33 @@ func TestDefaultsAreSafe(t *testing.T) {
 		t.Errorf("--print-config shows the API key:\n%s", out)
 	}
 }
+
+// TestBrowserOrigins: serve's CORS defaults. A page served from this machine gets
+// its preflight answered (204, no key needed) and its request the
+// Access-Control-Allow-Origin header; a page of another origin gets 403
+// origin_not_allowed, and --cors-origin lets one in. Every answer names itself in
+// X-Request-Id.
+func TestBrowserOrigins(t *testing.T) {
+	s := serverWith(t, "--model", modelPath, "--api-key", "k", "--cors-origin", "https://app.example.com")
+	key := map[string]string{"Authorization": "Bearer k"}
+	pre := s.do(t, http.MethodOptions, "/v1/embeddings", nil, map[string]string{
+		"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"})
+	if pre.status != http.StatusNoContent || pre.header.Get("Access-Control-Allow-Origin") != "http://localhost:5173" ||
+		pre.header.Get("Access-Control-Allow-Headers") != "authorization,content-type" || !strings.Contains(pre.header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Errorf("preflight from a local page: %d %v", pre.status, pre.header)
+	}
+	for _, origin := range []string{"http://localhost:5173", "https://app.example.com"} {
+		r := s.do(t, http.MethodPost, "/v1/embeddings", `{"input":"a"}`, map[string]string{"Authorization": "Bearer k", "Origin": origin})
+		if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("POST from %s: %d %v", origin, r.status, r.header)
+		}
+	}
+	r := s.do(t, http.MethodPost, "/v1/embeddings", `{"input":"a"}`, map[string]string{"Authorization": "Bearer k", "Origin": "https://attacker.example"})
+	env := requireErrorEnvelope(t, r, http.StatusForbidden)
+	if env.Error.Code == nil || *env.Error.Code != "origin_not_allowed" || r.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("POST from another page: %+v, headers %v", env.Error, r.header)
+	}
+	if r := s.do(t, http.MethodPost, "/v1/embeddings", `{"input":"a"}`, key); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("X-Request-Id"), "req_") {
+		t.Errorf("no Origin: %d, X-Request-Id %q", r.status, r.header.Get("X-Request-Id"))
+	}
+}

@@ -33,6 +33,13 @@ type TEIRerankRequest struct {
 	// ReturnText puts each text in its result.
 	ReturnText  bool
 	Instruction *string
+	// Truncate shortens a text whose pair with the query is over the limit
+	// instead of refusing it: TEI's "truncate", its end cut, or its beginning
+	// where TruncateLeft ("truncation_direction": "Left").
+	Truncate, TruncateLeft bool
+	// Model names one of the served rerankers, as /v1/rerank's "model" does
+	// (not TEI's field: it serves one model); "" is the first.
+	Model string
 }
 
 // RerankResponse is the answer to POST /v1/rerank: results best first.
@@ -150,12 +157,13 @@ type wireTEIRerankRequest struct {
 	RawScores   json.RawMessage `json:"raw_scores"`
 	ReturnText  json.RawMessage `json:"return_text"`
 	Truncate    json.RawMessage `json:"truncate"`
+	Direction   json.RawMessage `json:"truncation_direction"`
 	Instruction json.RawMessage `json:"instruction"`
+	Model       json.RawMessage `json:"model"`
 }
 
 // DecodeTEIRerankRequest parses and type-checks a POST /rerank body, its keys
-// matched exactly as DecodeRerankRequest's. TEI's "truncate": true is refused: a
-// pair over the limit is a 400, as with truncate false (TEI's default).
+// matched exactly as DecodeRerankRequest's.
 func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
 	var w wireTEIRerankRequest
 	if err := decodeExact(body, &w); err != nil {
@@ -178,12 +186,24 @@ func DecodeTEIRerankRequest(body []byte) (*TEIRerankRequest, error) {
 	if req.ReturnText, err = optBool(w.ReturnText, "return_text"); err != nil {
 		return nil, err
 	}
-	truncate, err := optBool(w.Truncate, "truncate")
-	if err != nil {
+	if req.Truncate, err = optBool(w.Truncate, "truncate"); err != nil {
 		return nil, err
 	}
-	if truncate {
-		return nil, &DecodeError{Param: "truncate", Message: "'truncate': true is not supported by /rerank; shorten the texts (a pair over the limit is refused with 400)."}
+	if req.Model, err = decodeModel(w.Model); err != nil {
+		return nil, err
+	}
+	if !isNull(w.Direction) {
+		dir, err := optString(w.Direction, "truncation_direction")
+		if err != nil {
+			return nil, err
+		}
+		switch dir {
+		case "Left", "left":
+			req.TruncateLeft = true
+		case "Right", "right":
+		default:
+			return nil, &DecodeError{Param: "truncation_direction", Message: fmt.Sprintf("%s is not one of ['Left', 'Right'] - 'truncation_direction'", compact(w.Direction))}
+		}
 	}
 	if isNull(w.Texts) {
 		return nil, &DecodeError{Param: "texts", Message: "'texts' is a required property."}

@@ -74,6 +74,10 @@ type RerankRequest struct {
 	// messages and InputError.Param: "" is Cohere's and Jina's "documents"; TEI's
 	// POST /rerank says "texts".
 	DocumentsField string
+	// Truncate shortens a document whose pair is over the per-pair limit, cutting
+	// the document's text (TEI's "truncate"; the query is never cut), instead of
+	// refusing it.
+	Truncate Truncation
 }
 
 // names returns the documents' field and how messages name document i and the
@@ -172,6 +176,10 @@ func (r *Router) preparePairs(ctx context.Context, req *RerankRequest) ([][]int3
 	case n > c.maxInputs():
 		return nil, inputErr(field, -1, CodeTooManyInputs, "'%s' holds %d %s; the limit is %d per request. Split the request.", field, n, plural, c.maxInputs())
 	}
+	limit := c.maxInputTokens()
+	if r.Long == nil {
+		limit = min(limit, c.warmMaxTokens())
+	}
 	var pairOf func(doc string) []int32
 	if c.CrossEncoder {
 		if req.Instruction != nil {
@@ -197,6 +205,11 @@ func (r *Router) preparePairs(ctx context.Context, req *RerankRequest) ([][]int3
 	var err error
 	for i, doc := range req.Documents {
 		seq := pairOf(doc)
+		if len(seq) > limit && req.Truncate != NoTruncation {
+			if cut, ok := longestFit(doc, req.Truncate, limit, pairOf); ok {
+				seq = cut
+			}
+		}
 		switch {
 		case len(seq) > c.maxInputTokens():
 			err = inputErr(field, i, CodeContextLength, "%s with the query makes %d tokens in the reranker's template; the limit is %d tokens per pair (--max-input-tokens). Shorten the document or the query.", item(i), len(seq), c.maxInputTokens())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -100,6 +101,56 @@ func TestRerankErrors(t *testing.T) {
 				t.Errorf("the backend was called for a refused request")
 			}
 		})
+	}
+}
+
+// TestRerankTruncate: with Truncate a document whose pair is over the limit is
+// cut (its end, or its beginning with TruncateStart) to the longest text whose
+// pair fits, exactly the pair of that shorter document; the query is never cut,
+// and a query too long for any document is still refused.
+func TestRerankTruncate(t *testing.T) {
+	const limit = 300
+	doc := strings.Repeat("abcdefghij", 40) // 400 bytes: one token each
+	cfg := Config{MaxInputTokens: limit, WarmMaxTokens: limit}
+	pairLen := func(d string) int {
+		b := &logitBackend{}
+		if _, err := rerankRouter(b, Config{}).Rerank(context.Background(), &RerankRequest{Query: "q", Documents: []string{d}}); err != nil {
+			t.Fatal(err)
+		}
+		return len(slices.Concat(b.calls...)[0])
+	}
+	frame := pairLen("") // the template and the query
+	for _, tc := range []struct {
+		dir  Truncation
+		kept string
+	}{
+		{TruncateEnd, doc[:limit-frame]},
+		{TruncateStart, doc[len(doc)-(limit-frame):]},
+	} {
+		b := &logitBackend{}
+		res, err := rerankRouter(b, cfg).Rerank(context.Background(), &RerankRequest{Query: "q", Documents: []string{"short", doc}, Truncate: tc.dir})
+		if err != nil {
+			t.Fatalf("truncation %d: %v", tc.dir, err)
+		}
+		want := &logitBackend{}
+		if _, err := rerankRouter(want, Config{}).Rerank(context.Background(), &RerankRequest{Query: "q", Documents: []string{"short", tc.kept}}); err != nil {
+			t.Fatal(err)
+		}
+		got, exp := slices.Concat(b.calls...), slices.Concat(want.calls...)
+		if len(got) != 2 || len(exp) != 2 {
+			t.Fatalf("truncation %d: %d and %d pairs sent, want 2", tc.dir, len(got), len(exp))
+		}
+		if !slices.Equal(got[1], exp[1]) || len(got[1]) != limit || res.Tokens != len(exp[0])+limit {
+			t.Errorf("truncation %d: pair of %d tokens (%d in all), want the %d of the document cut to %d bytes", tc.dir, len(got[1]), res.Tokens, limit, len(tc.kept))
+		}
+		if !slices.Equal(got[0], exp[0]) {
+			t.Errorf("truncation %d: the short document's pair changed", tc.dir)
+		}
+	}
+	_, err := rerankRouter(&logitBackend{}, cfg).Rerank(context.Background(), &RerankRequest{Query: doc, Documents: []string{"a"}, Truncate: TruncateEnd})
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Code != CodeContextLength || ie.Index != 0 {
+		t.Errorf("a query over the limit with truncation: %v, want the pair refused", err)
 	}
 }
 

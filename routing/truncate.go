@@ -34,14 +34,28 @@ func (r *Router) inputLimit() int {
 // of the kept part); a token count that is not monotone in the prefix length could
 // only make it keep a little less, never exceed max.
 func (r *Router) truncateText(i int, typ InputType, instruction, text string, max int, dir Truncation) ([]int32, error) {
+	prompts := r.Config.Prompts
+	best, ok := longestFit(text, dir, max, func(part string) []int32 { return r.Tokenizer.Encode(prompts.Wrap(typ, instruction, part)) })
+	if !ok {
+		frame := r.Config.Frame
+		kept := len(r.Tokenizer.Encode(prompts.Wrap(typ, instruction, "")))
+		return nil, inputErr("input", i, CodeContextLength,
+			"input %d cannot be truncated to %d tokens and keep any of its text: the wrapping alone (the prompt and %s) takes %d.", i, max+frame.Len(), frame.orQwen3().Text, kept+frame.Len())
+	}
+	return best, nil
+}
+
+// longestFit returns encode of the longest part of text, cut between two
+// characters, whose encoding has at most max tokens: its beginning for
+// TruncateEnd, its end for TruncateStart; false when no part with a character
+// fits. The whole text is taken not to fit (the caller has tried it).
+func longestFit(text string, dir Truncation, max int, encode func(part string) []int32) ([]int32, bool) {
 	part := func(cut int) string {
 		if dir == TruncateStart {
 			return text[cut:]
 		}
 		return text[:cut]
 	}
-	prompts := r.Config.Prompts
-	encode := func(cut int) []int32 { return r.Tokenizer.Encode(prompts.Wrap(typ, instruction, part(cut))) }
 	// Cut points are character starts plus len(text). For TruncateEnd a larger cut
 	// keeps more, for TruncateStart a smaller one: fits is monotone in the index
 	// of the cut point so that bisection finds the boundary.
@@ -64,17 +78,11 @@ func (r *Router) truncateText(i int, typ InputType, instruction, text string, ma
 	var best []int32
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if seq := encode(keeps(mid)); len(seq) <= max {
+		if seq := encode(part(keeps(mid))); len(seq) <= max {
 			lo, best = mid, seq
 		} else {
 			hi = mid
 		}
 	}
-	if lo == 0 {
-		frame := r.Config.Frame
-		kept := len(r.Tokenizer.Encode(prompts.Wrap(typ, instruction, "")))
-		return nil, inputErr("input", i, CodeContextLength,
-			"input %d cannot be truncated to %d tokens and keep any of its text: the wrapping alone (the prompt and %s) takes %d.", i, max+frame.Len(), frame.orQwen3().Text, kept+frame.Len())
-	}
-	return best, nil
+	return best, lo > 0
 }

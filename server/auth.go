@@ -43,7 +43,7 @@ func (s *Server) authenticate() gin.HandlerFunc {
 		keys[i] = digest(k)
 	}
 	return func(c *gin.Context) {
-		if s.openRoute(c.FullPath()) {
+		if s.openRoute(c.Request.Method, c.FullPath()) {
 			c.Next()
 			return
 		}
@@ -61,11 +61,14 @@ func (s *Server) authenticate() gin.HandlerFunc {
 
 // openRoute says whether a matched route needs no key. FullPath is the route
 // pattern gin matched ("" for an unknown path), so "/health/" or "//health" cannot
-// sneak past as a near-miss spelling.
-func (s *Server) openRoute(route string) bool {
+// sneak past as a near-miss spelling. The root is open to GET and HEAD only
+// (Ollama's liveness answer); POST / embeds.
+func (s *Server) openRoute(method, route string) bool {
 	switch route {
 	case routeHealth, routeReady:
 		return true
+	case "/":
+		return method == http.MethodGet || method == http.MethodHead
 	case routeMetrics:
 		return !s.Config.MetricsAuth
 	}

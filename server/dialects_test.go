@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/routing"
 )
 
@@ -19,6 +20,15 @@ func dialectServer(e *fakeEmbedder, cfg Config) http.Handler {
 
 // durations hides the figures that change from run to run.
 var durations = regexp.MustCompile(`"(total|load)_duration":\d+`)
+
+// tagsWant is GET /api/tags' answer for documentedServer's model under these names.
+func tagsWant(names ...string) string {
+	var rows []string
+	for _, n := range names {
+		rows = append(rows, `{"name":"`+n+`","model":"`+n+`","modified_at":"2023-11-14T22:13:20Z","size":1048576,"digest":"`+strings.Repeat("ab", 32)+`","details":{"parent_model":"","format":"gguf","family":"qwen3","families":["qwen3"],"parameter_size":"595.78M","quantization_level":"F16"}}`)
+	}
+	return `{"models":[` + strings.Join(rows, ",") + `]}`
+}
 
 // Every Ollama route answers as Ollama v0.17.4 does: the body byte for byte
 // (durations aside), the status, and what reaches routing.
@@ -96,9 +106,9 @@ func TestOllamaRoutes(t *testing.T) {
 		{name: "legacy unknown model", method: "POST", path: "/api/embeddings", body: `{"model":"x","prompt":"a"}`, cfg: Config{StrictModel: true}, status: 404,
 			want: `{"error":"model \"x\" not found, try pulling it first"}`},
 
-		{name: "tags", method: "GET", path: "/api/tags", status: 200,
-			want: `{"models":[{"name":"qwen3-embedding-0.6b:latest","model":"qwen3-embedding-0.6b:latest","modified_at":"2023-11-14T22:13:20Z","size":1048576,"digest":"` + strings.Repeat("ab", 32) + `","details":{"parent_model":"","format":"gguf","family":"qwen3","families":["qwen3"],"parameter_size":"595.78M","quantization_level":"F16"}},` +
-				`{"name":"alias:latest","model":"alias:latest","modified_at":"2023-11-14T22:13:20Z","size":1048576,"digest":"` + strings.Repeat("ab", 32) + `","details":{"parent_model":"","format":"gguf","family":"qwen3","families":["qwen3"],"parameter_size":"595.78M","quantization_level":"F16"}}]}`},
+		{name: "tags", method: "GET", path: "/api/tags", status: 200, want: tagsWant("qwen3-embedding-0.6b:latest", "qwen3-embedding-0.6b:query", "qwen3-embedding-0.6b:document", "alias:latest", "alias:query", "alias:document")},
+		{name: "root", method: "GET", path: "/", status: 200, want: `Ollama is running`},
+		{name: "root with a key", method: "HEAD", path: "/", cfg: Config{APIKeys: []string{"k"}}, status: 200},
 		{name: "version", method: "GET", path: "/api/version", status: 200, want: `{"version":"0.17.4"}`},
 		{name: "show", method: "POST", path: "/api/show", body: `{"model":"qwen3-embedding-0.6b:latest"}`, cfg: Config{StrictModel: true}, status: 200,
 			want: `{"details":{"parent_model":"","format":"gguf","family":"qwen3","families":["qwen3"],"parameter_size":"595.78M","quantization_level":"F16"},"model_info":{"general.architecture":"qwen3","general.parameter_count":595776512,"qwen3.context_length":32768,"qwen3.embedding_length":3,"qwen3.pooling_type":3},"capabilities":["embedding"],"modified_at":"2023-11-14T22:13:20Z"}`},
@@ -136,6 +146,7 @@ func TestOllamaRoutes(t *testing.T) {
 func TestTEIRoutes(t *testing.T) {
 	tests := []struct {
 		name, path, body string
+		cfg              Config
 		err              error
 		status           int
 		want             string
@@ -160,6 +171,16 @@ func TestTEIRoutes(t *testing.T) {
 					t.Errorf("truncation %v, want the end dropped", req.Truncate)
 				}
 			}},
+		{name: "model", path: "/embed", body: `{"inputs":"a","model":"alias:query"}`, cfg: Config{StrictModel: true}, status: 200, want: `[[0,0.5,-0.25]]`,
+			check: func(t *testing.T, req *routing.Request) {
+				if req.InputType != "query" {
+					t.Errorf("input type %q, want the model suffix's query", req.InputType)
+				}
+			}},
+		{name: "unknown model", path: "/", body: `{"inputs":"a","model":"other"}`, cfg: Config{StrictModel: true}, status: 404,
+			want: "{\"error\":\"The model `other` does not exist or you do not have access to it.\",\"error_type\":\"Validation\"}"},
+		{name: "model not a string", path: "/embed", body: `{"inputs":"a","model":1}`, status: 422,
+			want: "{\"error\":\"Failed to deserialize the JSON body into the target type: model: invalid type: integer `1`, expected a string\",\"error_type\":\"Validation\"}"},
 		{name: "native texts", path: "/embed", body: `{"texts":["a"]}`, status: 200, want: `{"vectors":[[0,0.5,-0.25]]}`},
 		{name: "both shapes", path: "/embed", body: `{"inputs":["a"],"texts":["a"]}`, status: 422,
 			want: `{"error":"Input validation error: send ` + "`inputs`" + ` (text-embeddings-inference's shape) or ` + "`texts`" + ` (the native one), not both","error_type":"Validation"}`},
@@ -206,7 +227,7 @@ func TestTEIRoutes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &fakeEmbedder{err: tc.err}
-			w := do(dialectServer(e, Config{}), "POST", tc.path, tc.body, nil)
+			w := do(dialectServer(e, tc.cfg), "POST", tc.path, tc.body, nil)
 			if w.Code != tc.status || tc.want != "" && w.Body.String() != tc.want {
 				t.Fatalf("status %d, body %s\nwant %d, %s", w.Code, w.Body, tc.status, tc.want)
 			}
@@ -224,9 +245,28 @@ func TestTEIRoutes(t *testing.T) {
 func TestInfoHasTEIKeys(t *testing.T) {
 	w := do(dialectServer(&fakeEmbedder{}, Config{}), "GET", "/info", "", nil)
 	for _, want := range []string{`"model_id":"qwen3-embedding-0.6b"`, `"model_sha":"` + strings.Repeat("ab", 32) + `"`, `"model_dtype":"float16"`,
-		`"model_type":{"embedding":{"pooling":"last"}}`, `"max_input_length":32768`, `"max_client_batch_size":2048`, `"auto_truncate":false`} {
+		`"model_type":{"embedding":{"pooling":"last_token"}}`, `"max_input_length":32768`, `"max_client_batch_size":2048`, `"auto_truncate":false`} {
 		if !strings.Contains(w.Body.String(), want) {
 			t.Errorf("/info lacks %s: %s", want, w.Body)
+		}
+	}
+}
+
+// /api/show's pooling_type is the model's, as llama.cpp numbers it in a GGUF.
+func TestOllamaPooling(t *testing.T) {
+	for _, tc := range []struct {
+		info ModelInfo
+		want gguf.Pooling
+		ok   bool
+	}{
+		{ModelInfo{Task: "embedding", Pooling: "last"}, gguf.PoolingLast, true},
+		{ModelInfo{Task: "embedding", Pooling: "mean"}, gguf.PoolingMean, true},
+		{ModelInfo{Task: "embedding", Pooling: "cls"}, gguf.PoolingCLS, true},
+		{ModelInfo{Task: "rerank"}, gguf.PoolingRank, true},
+		{ModelInfo{Task: "embedding"}, 0, false},
+	} {
+		if got, ok := ollamaPooling(&tc.info); ok != tc.ok || ok && got != tc.want {
+			t.Errorf("%+v: pooling %d %t, want %d %t", tc.info, got, ok, tc.want, tc.ok)
 		}
 	}
 }

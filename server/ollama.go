@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/ollamaapi"
 	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
@@ -143,15 +144,24 @@ func (s *Server) ollamaEmbeddings(c *gin.Context) {
 
 // ollamaTags serves GET /api/tags: every name of every model, as Ollama lists its
 // models ("name:latest" for a name without a tag, which is how clients that
-// check a model exists look for it).
+// check a model exists look for it), and an embedding model's names with the
+// input-type tags ollamaModel takes.
 func (s *Server) ollamaTags(c *gin.Context) {
 	out := ollamaapi.ListResponse{Models: []ollamaapi.ListModel{}}
 	for _, m := range s.registry() {
 		info := s.modelInfo(m.ID)
+		var names []string
 		for _, n := range m.names() {
-			if !strings.Contains(n, ":") {
-				n += ":latest"
+			names = append(names, n)
+			if !m.Rerank {
+				// The :query and :document tags too: clients that check a model
+				// exists before using it (LangChain's validate_model_on_init) look
+				// for the name they were given in this list.
+				names = append(names, n+":query", n+":document")
 			}
+		}
+		for _, n := range names {
+			n = ollamaName(n)
 			lm := ollamaapi.ListModel{Name: n, Model: n, ModifiedAt: s.Config.Created.UTC(), Details: ollamaDetails(info)}
 			if info != nil {
 				lm.Size = info.File.Size
@@ -203,13 +213,33 @@ func (s *Server) ollamaShow(c *gin.Context) {
 			if f.ContextLength > 0 {
 				resp.ModelInfo[f.Architecture+".context_length"] = f.ContextLength
 			}
-			resp.ModelInfo[f.Architecture+".pooling_type"] = 3 // last token
+			if p, ok := ollamaPooling(info); ok {
+				resp.ModelInfo[f.Architecture+".pooling_type"] = p
+			}
 		}
 		if f.Parameters > 0 {
 			resp.ModelInfo["general.parameter_count"] = f.Parameters
 		}
 	}
 	c.JSON(http.StatusOK, resp)
+}
+
+// ollamaName is a model name as Ollama lists it: with ":latest" when it has no tag.
+func ollamaName(n string) string {
+	if !strings.Contains(n, ":") {
+		return n + ":latest"
+	}
+	return n
+}
+
+// ollamaPooling is the model's pooling as llama.cpp numbers it in a GGUF's
+// pooling_type, which /api/show's model_info carries: a reranker's is rank (4).
+func ollamaPooling(info *ModelInfo) (gguf.Pooling, bool) {
+	if info.Task == "rerank" {
+		return gguf.PoolingRank, true
+	}
+	p, err := gguf.ParsePooling(info.Pooling)
+	return p, err == nil && p > gguf.PoolingNone
 }
 
 // ollamaDetails is a model's "details" in Ollama's shape.

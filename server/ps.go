@@ -29,12 +29,15 @@ type ModelLoad struct {
 // digest, details, expires_at, size_vram), so that Ollama's clients and `ollama
 // ps`-style tools read it, then embed-stack's own.
 type PSModel struct {
-	Name      string                 `json:"name"`
-	Model     string                 `json:"model"`
-	Size      int64                  `json:"size"`
-	Digest    string                 `json:"digest"`
-	Details   ollamaapi.ModelDetails `json:"details"`
-	ExpiresAt *time.Time             `json:"expires_at,omitempty"`
+	Name    string                 `json:"name"`
+	Model   string                 `json:"model"`
+	Size    int64                  `json:"size"`
+	Digest  string                 `json:"digest"`
+	Details ollamaapi.ModelDetails `json:"details"`
+	// ExpiresAt is when --keep-alive stops the worker; without one, about 292
+	// years ahead (Ollama's time for keep_alive -1, which `ollama ps` shows as
+	// "Forever": a zero or absent time reads "Stopping...").
+	ExpiresAt time.Time `json:"expires_at"`
 	// SizeVRAM is Ollama's; embed-stack reports 0 (the workers' device memory is
 	// not measured here).
 	SizeVRAM int64  `json:"size_vram"`
@@ -53,7 +56,8 @@ type PSResponse struct {
 
 // ollamaPS serves GET /api/ps: the models whose worker is loaded right now, in
 // --model order, as Ollama's `ollama ps` lists them, with their idle time (issue
-// 27). A model unloaded by --keep-alive is left out, as Ollama leaves it out.
+// 27). A model unloaded by --keep-alive is left out, as Ollama leaves it out. The
+// names are /api/tags' ("e:latest"), so that clients can match the two lists.
 func (s *Server) ollamaPS(c *gin.Context) {
 	now := time.Now()
 	out := PSResponse{Models: []PSModel{}}
@@ -66,7 +70,11 @@ func (s *Server) ollamaPS(c *gin.Context) {
 			continue
 		}
 		info := s.modelInfo(m.ID)
-		row := PSModel{Name: m.ID, Model: m.ID, Details: ollamaDetails(info), Task: s.taskName(&m), PID: load.PID, InFlight: load.InFlight}
+		name := ollamaName(m.ID)
+		row := PSModel{Name: name, Model: name, Details: ollamaDetails(info), Task: s.taskName(&m), PID: load.PID, InFlight: load.InFlight, ExpiresAt: load.Expires.UTC()}
+		if load.Expires.IsZero() {
+			row.ExpiresAt = now.Add(math.MaxInt64).UTC()
+		}
 		if info != nil {
 			row.Size = info.File.Size
 			if info.File.Digest != nil {
@@ -76,10 +84,6 @@ func (s *Server) ollamaPS(c *gin.Context) {
 		if !load.IdleSince.IsZero() {
 			idle := math.Round(now.Sub(load.IdleSince).Seconds()*1000) / 1000
 			row.IdleSeconds = &idle
-		}
-		if !load.Expires.IsZero() {
-			exp := load.Expires.UTC()
-			row.ExpiresAt = &exp
 		}
 		out.Models = append(out.Models, row)
 	}

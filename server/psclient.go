@@ -66,8 +66,9 @@ func FetchPS(ctx context.Context, addr, apiKey string) (*PSResponse, error) {
 	return &list, nil
 }
 
-// WritePS prints the models as `embed-stack ps` lists them, a table: IDLE is "-"
-// while requests are in flight, UNTIL "never" without a keep-alive.
+// WritePS prints the models as `embed-stack ps` lists them, a table of the names
+// as --model gave them: IDLE is "-" while requests are in flight, UNTIL "never"
+// without a keep-alive (an expiry over 20 years ahead, as `ollama ps` reads it).
 func WritePS(w io.Writer, list *PSResponse, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTASK\tPID\tIN FLIGHT\tIDLE\tUNTIL")
@@ -76,13 +77,10 @@ func WritePS(w io.Writer, list *PSResponse, now time.Time) {
 		if m.IdleSeconds != nil {
 			idle = roundDuration(time.Duration(*m.IdleSeconds * float64(time.Second))).String()
 		}
-		switch {
-		case m.ExpiresAt != nil:
-			until = roundDuration(m.ExpiresAt.Sub(now)).String()
-		case m.IdleSeconds == nil:
-			until = "-"
+		if left := m.ExpiresAt.Sub(now); !m.ExpiresAt.IsZero() && left < 20*365*24*time.Hour {
+			until = roundDuration(left).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", m.Name, m.Task, m.PID, m.InFlight, idle, until)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", strings.TrimSuffix(m.Name, ":latest"), m.Task, m.PID, m.InFlight, idle, until)
 	}
 	tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -54,24 +55,47 @@ func (s *Server) rerank(c *gin.Context) {
 }
 
 // teiRerank serves POST /rerank in text-embeddings-inference's shape: a JSON array of
-// {index, score, text?}, best first.
+// {index, score, text?}, best first. A body with "documents" instead of "texts"
+// is Cohere's and Jina's shape, which vLLM and Infinity serve on /rerank (and
+// LiteLLM's providers for them post there): it is answered as /v1/rerank.
 func (s *Server) teiRerank(c *gin.Context) {
 	body, err := s.readBody(c)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil {
+		_, texts := keys["texts"]
+		_, docs := keys["documents"]
+		switch {
+		case docs && texts:
+			writeError(c, &statusError{status: http.StatusBadRequest, param: "documents", code: "invalid_value",
+				msg: "Send 'texts' (text-embeddings-inference's shape) or 'documents' (Cohere's and Jina's), not both."})
+			return
+		case docs:
+			s.rerank(c)
+			return
+		}
+	}
 	req, err := openai.DecodeTEIRerankRequest(body)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
-	m, _, err := s.resolve("", taskRerank)
+	m, _, err := s.resolve(req.Model, taskRerank)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
-	res, ok := s.runRerank(c, m, &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction, DocumentsField: "texts"})
+	rreq := &routing.RerankRequest{Query: req.Query, Documents: req.Texts, Instruction: req.Instruction, DocumentsField: "texts"}
+	if req.Truncate {
+		rreq.Truncate = routing.TruncateEnd
+		if req.TruncateLeft {
+			rreq.Truncate = routing.TruncateStart
+		}
+	}
+	res, ok := s.runRerank(c, m, rreq)
 	if !ok {
 		return
 	}

@@ -43,15 +43,23 @@ func TestRerankShapes(t *testing.T) {
 	tests := []struct {
 		name, path, body, want string
 		wantInstruction        string
+		wantTruncate           routing.Truncation
 	}{
 		{"cohere strings", "/v1/rerank", `{"model":"rerank-v3.5","query":"q","documents":["a","b","c","d"]}`,
-			`{"model":"rerank-v3.5","results":[{"index":2,"relevance_score":0.2},{"index":1,"relevance_score":0.1},{"index":0,"relevance_score":0},{"index":3,"relevance_score":0}],"usage":{"prompt_tokens":40,"total_tokens":40}}`, ""},
+			`{"model":"rerank-v3.5","results":[{"index":2,"relevance_score":0.2},{"index":1,"relevance_score":0.1},{"index":0,"relevance_score":0},{"index":3,"relevance_score":0}],"usage":{"prompt_tokens":40,"total_tokens":40}}`, "", routing.NoTruncation},
 		{"jina objects top_n documents", "/v1/rerank", `{"query":"q","documents":[{"text":"a"},{"text":"b","title":"x"},"c"],"top_n":2,"return_documents":true,"instruction":"Find"}`,
-			`{"model":"qwen3-reranker-0.6b","results":[{"index":2,"relevance_score":0.2,"document":{"text":"c"}},{"index":1,"relevance_score":0.1,"document":{"text":"b"}}],"usage":{"prompt_tokens":30,"total_tokens":30}}`, "Find"},
+			`{"model":"qwen3-reranker-0.6b","results":[{"index":2,"relevance_score":0.2,"document":{"text":"c"}},{"index":1,"relevance_score":0.1,"document":{"text":"b"}}],"usage":{"prompt_tokens":30,"total_tokens":30}}`, "Find", routing.NoTruncation},
 		{"tei", "/rerank", `{"query":"q","texts":["a","b","c"]}`,
-			`[{"index":2,"score":0.2},{"index":1,"score":0.1},{"index":0,"score":0}]`, ""},
+			`[{"index":2,"score":0.2},{"index":1,"score":0.1},{"index":0,"score":0}]`, "", routing.NoTruncation},
 		{"tei raw text", "/rerank", `{"query":"q","texts":["a","b"],"raw_scores":true,"return_text":true,"truncate":false}`,
-			`[{"index":1,"score":0,"text":"b"},{"index":0,"score":-1,"text":"a"}]`, ""},
+			`[{"index":1,"score":0,"text":"b"},{"index":0,"score":-1,"text":"a"}]`, "", routing.NoTruncation},
+		// TEI's truncation, as Haystack's HuggingFaceTEIRanker sends it.
+		{"tei truncate", "/rerank", `{"query":"q","texts":["a"],"truncate":true}`, `[{"index":0,"score":0}]`, "", routing.TruncateEnd},
+		{"tei truncate left", "/rerank", `{"query":"q","texts":["a"],"truncate":true,"truncation_direction":"Left"}`, `[{"index":0,"score":0}]`, "", routing.TruncateStart},
+		{"tei direction alone", "/rerank", `{"query":"q","texts":["a"],"truncation_direction":"left"}`, `[{"index":0,"score":0}]`, "", routing.NoTruncation},
+		// Cohere's and Jina's shape on /rerank (vLLM's and Infinity's, as LiteLLM posts it).
+		{"documents on /rerank", "/rerank", `{"model":"m","query":"q","documents":["a","b"],"top_n":1}`,
+			`{"model":"m","results":[{"index":1,"relevance_score":0.1}],"usage":{"prompt_tokens":20,"total_tokens":20}}`, "", routing.NoTruncation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +74,9 @@ func TestRerankShapes(t *testing.T) {
 			}
 			if (f.last.Instruction == nil) != (tt.wantInstruction == "") || (f.last.Instruction != nil && *f.last.Instruction != tt.wantInstruction) {
 				t.Errorf("instruction %v, want %q", f.last.Instruction, tt.wantInstruction)
+			}
+			if f.last.Truncate != tt.wantTruncate {
+				t.Errorf("truncation %d, want %d", f.last.Truncate, tt.wantTruncate)
 			}
 		})
 	}
@@ -85,8 +96,12 @@ func TestRerankErrorsServer(t *testing.T) {
 			`{"error":{"message":"document 1 is {\"txt\":\"b\"}; each document is a string or an object with a string 'text'","type":"invalid_request_error","param":"documents","code":null}}`},
 		{"bad top_n", "/v1/rerank", `{"query":"q","documents":["a"],"top_n":0}`, &fakeReranker{}, Config{}, 400,
 			`{"error":{"message":"0 is not a positive integer - 'top_n'","type":"invalid_request_error","param":"top_n","code":null}}`},
-		{"tei truncate", "/rerank", `{"query":"q","texts":["a"],"truncate":true}`, &fakeReranker{}, Config{}, 400,
-			`{"error":{"message":"'truncate': true is not supported by /rerank; shorten the texts (a pair over the limit is refused with 400).","type":"invalid_request_error","param":"truncate","code":null}}`},
+		{"tei direction", "/rerank", `{"query":"q","texts":["a"],"truncate":true,"truncation_direction":"up"}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"\"up\" is not one of ['Left', 'Right'] - 'truncation_direction'","type":"invalid_request_error","param":"truncation_direction","code":null}}`},
+		{"texts and documents", "/rerank", `{"query":"q","texts":["a"],"documents":["a"]}`, &fakeReranker{}, Config{}, 400,
+			`{"error":{"message":"Send 'texts' (text-embeddings-inference's shape) or 'documents' (Cohere's and Jina's), not both.","type":"invalid_request_error","param":"documents","code":"invalid_value"}}`},
+		{"tei strict model", "/rerank", `{"model":"other","query":"q","texts":["a"]}`, &fakeReranker{}, Config{StrictModel: true}, 404,
+			`{"error":{"message":"The model ` + "`other`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`},
 		{"strict model", "/v1/rerank", `{"model":"other","query":"q","documents":["a"]}`, &fakeReranker{}, Config{StrictModel: true}, 404,
 			`{"error":{"message":"The model ` + "`other`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`},
 		{"routing refusal", "/v1/rerank", `{"query":"q","documents":["a"]}`, &fakeReranker{err: &routing.InputError{Param: "documents", Index: 0, Code: routing.CodeContextLength, Message: "too long"}}, Config{}, 400,

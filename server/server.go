@@ -56,6 +56,10 @@ type Config struct {
 	APIKeys []string
 	// MetricsAuth puts /metrics behind APIKeys as well; scrapers then send a key.
 	MetricsAuth bool
+	// CORSOrigins are the browser origins (patterns with *, or "*" for all) whose
+	// pages may call the API (cors.go); other pages get 403. None: no CORS
+	// headers and no check (serve passes LocalOrigins and --cors-origin).
+	CORSOrigins []string
 	// MaxConcurrentRequests bounds the work requests (/v1/embeddings, /embed,
 	// /tokenize) in flight; more get 429 with Retry-After (limits.go). 0 =
 	// DefaultMaxConcurrentRequests.
@@ -167,6 +171,9 @@ func (s *Server) Handler() http.Handler {
 	s.bodies = &bodyBudget{limit: int64(s.Config.MaxConcurrentRequests) * s.Config.MaxBodyBytes}
 	r := gin.New()
 	r.Use(s.traceRequests(), s.observeRequests(), s.recovery(), s.logRequests(), s.closeWhenDraining())
+	if cors := s.cors(); cors != nil {
+		r.Use(cors) // before the key check: a preflight carries no credentials
+	}
 	if auth := s.authenticate(); auth != nil {
 		r.Use(auth)
 	}
@@ -184,11 +191,20 @@ func (s *Server) Handler() http.Handler {
 
 	// The body is read before admission (body.go): a slow sender holds no slot.
 	r.POST("/v1/embeddings", s.readRequestBody(), s.admit(), s.embeddings)
+	// Without /v1 as well: llama.cpp's server and Infinity serve it there, and
+	// LiteLLM's infinity/ provider posts there.
+	r.POST("/embeddings", s.readRequestBody(), s.admit(), s.embeddings)
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/:model", s.getModel)
 	r.POST("/embed", s.readRequestBody(), s.admit(), s.embed) // TEI's shape or the native one (tei.go)
 	r.POST("/", s.readRequestBody(), s.admit(), s.teiEmbed)   // TEI serves embed at its root too
-	r.POST("/embed_all", s.teiEmbedAll)                       // refused in TEI's shape (tei.go)
+	// Ollama's root answers GET and HEAD with these words: its CLI's heartbeat
+	// (HEAD /, before `ollama list` and `ollama ps`) and UIs that check the
+	// server is up send them. Open without a key, as /health is.
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/", func(c *gin.Context) {
+		c.String(http.StatusOK, "Ollama is running")
+	})
+	r.POST("/embed_all", s.teiEmbedAll) // refused in TEI's shape (tei.go)
 	// Ollama's embedding API (ollama.go), and the probes its clients send.
 	r.POST("/api/embed", s.readRequestBody(), s.admit(), s.ollamaEmbed)
 	r.POST("/api/embeddings", s.readRequestBody(), s.admit(), s.ollamaEmbeddings)
@@ -247,6 +263,25 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
+// headerRequestID names a request in the answer and the log: OpenAI's SDKs read
+// it into their errors (request_id) for support.
+const headerRequestID = "X-Request-Id"
+
+// requestID is the id of a request: the caller's X-Request-Id where it is a
+// plausible one (1 to 128 letters, digits, '.', '_', ':' or '-'; a proxy's), so
+// that one id follows the request through, else a new "req_" and 24 hex digits.
+func requestID(sent string) string {
+	ok := len(sent) > 0 && len(sent) <= 128
+	for i := 0; ok && i < len(sent); i++ {
+		c := sent[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
+	}
+	if ok {
+		return sent
+	}
+	return "req_" + newID()[:24]
+}
+
 // Headers for clients that cannot add body fields (LangChain JS).
 const (
 	headerInputType   = "X-Embedding-Input-Type"
@@ -272,12 +307,16 @@ func (s *Server) recovery() gin.HandlerFunc {
 	})
 }
 
-// logRequests writes one line per request. It never logs input text.
+// logRequests writes one line per request, with its X-Request-Id (requestID),
+// which the answer carries too. It never logs input text.
 func (s *Server) logRequests() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
+		id := requestID(c.GetHeader(headerRequestID))
+		c.Header(headerRequestID, id)
 		c.Next()
 		attrs := []any{
+			"request_id", id,
 			"method", c.Request.Method,
 			"path", c.Request.URL.Path,
 			"route", routeLabel(c),

@@ -43,8 +43,9 @@ func teiItem(i int) string { return "inputs[" + strconv.Itoa(i) + "]" }
 // to the base URL). The answer is a JSON array of vectors; "normalize": false
 // returns them as the model pooled them (cut to "dimensions"), "prompt_name"
 // "query" makes the inputs queries (Qwen3-Embedding's sentence-transformers
-// prompts), "truncate" with "truncation_direction" cuts long inputs. Errors are
-// TEI's {"error","error_type"} with its statuses (dialectError).
+// prompts), "truncate" with "truncation_direction" cuts long inputs, and "model"
+// (not TEI's: it serves one model) picks one of several as on /v1/embeddings.
+// Errors are TEI's {"error","error_type"} with its statuses (dialectError).
 func (s *Server) teiEmbed(c *gin.Context) {
 	c.Set(ctxDialect, dialectTEI)
 	body, err := s.readBody(c)
@@ -60,14 +61,14 @@ func (s *Server) teiEmbed(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	m, _, err := s.resolve("", taskEmbed)
+	m, suffixType, err := s.resolve(req.Model, taskEmbed)
 	if err != nil {
 		writeError(c, err)
 		return
 	}
 	rreq := &routing.Request{
 		Texts:      req.Inputs,
-		InputType:  firstNonEmpty(req.PromptName, c.GetHeader(headerInputType)),
+		InputType:  firstNonEmpty(req.PromptName, c.GetHeader(headerInputType), suffixType),
 		Dimensions: req.Dimensions,
 		Raw:        !req.Normalize,
 		InputField: "inputs",
@@ -127,7 +128,7 @@ func (s *Server) teiInfo() *teiapi.Info {
 	info := &teiapi.Info{
 		ModelID:               m.ID,
 		ModelDtype:            teiDtype(m.File.FileType),
-		ModelType:             teiapi.ModelType{Embedding: &teiapi.EmbeddingModel{Pooling: m.Pooling}},
+		ModelType:             teiapi.ModelType{Embedding: &teiapi.EmbeddingModel{Pooling: teiapi.PoolingName(m.Pooling)}},
 		MaxConcurrentRequests: s.Config.MaxConcurrentRequests,
 		MaxInputLength:        m.MaxInputTokens,
 		MaxBatchTokens:        m.MaxTotalTokens,

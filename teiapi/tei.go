@@ -74,6 +74,10 @@ type EmbedRequest struct {
 	Normalize bool
 	// Dimensions is 0 for absent or null.
 	Dimensions int
+	// Model names one of the served models, as /v1/embeddings' "model" does
+	// (TEI serves one model and has no such field); "" is the first embedding
+	// model.
+	Model string
 }
 
 // IsEmbedRequest says whether a POST /embed body is in TEI's shape: it has the
@@ -118,6 +122,11 @@ func DecodeEmbed(body []byte) (*EmbedRequest, error) {
 			return nil, &ValidationError{Type: TypeValidation, Message: "Input validation error: `inputs` as token ids is not supported by this server; send text"}
 		}
 		return nil, deserializeErr("inputs: data did not match any variant of untagged enum Input")
+	}
+	if raw, ok := fields["model"]; ok && !isNull(raw) {
+		if json.Unmarshal(raw, &req.Model) != nil {
+			return nil, deserializeErr("model: invalid type: %s, expected a string", describe(raw))
+		}
 	}
 	if raw, ok := fields["truncate"]; ok && !isNull(raw) {
 		var b bool
@@ -234,7 +243,7 @@ type Info struct {
 	DockerLabel           *string   `json:"docker_label"`
 }
 
-// ModelType is TEI's {"embedding": {"pooling": "last"}}.
+// ModelType is TEI's {"embedding": {"pooling": "last_token"}}.
 type ModelType struct {
 	Embedding *EmbeddingModel `json:"embedding,omitempty"`
 }
@@ -242,4 +251,14 @@ type ModelType struct {
 // EmbeddingModel names the pooling of an embedding model.
 type EmbeddingModel struct {
 	Pooling string `json:"pooling"`
+}
+
+// PoolingName is TEI's name of a pooling (its Pool enum as /info writes it:
+// "cls", "mean", "splade", "last_token") for embed-stack's ("last" for a
+// sequence's last token).
+func PoolingName(p string) string {
+	if p == "last" {
+		return "last_token"
+	}
+	return p
 }

@@ -52,8 +52,9 @@ func TestPS(t *testing.T) {
 	}
 	if len(list.Models) == 2 {
 		e, rr := list.Models[0], list.Models[1]
-		if e.ExpiresAt == nil || time.Until(*e.ExpiresAt) > 3*time.Second || rr.ExpiresAt != nil || e.PID == rr.PID || e.Digest == "" && e.Size == 0 {
-			t.Errorf("GET /api/ps: %+v, want e expiring within 3 s, rr never, two workers", list.Models)
+		if time.Until(e.ExpiresAt) > 3*time.Second || time.Until(rr.ExpiresAt) < 290*365*24*time.Hour || e.PID == rr.PID || e.Digest == "" && e.Size == 0 ||
+			e.Name != "e:latest" || rr.Name != "rr:latest" {
+			t.Errorf("GET /api/ps: %+v, want e:latest expiring within 3 s, rr:latest in 292 years (never), two workers", list.Models)
 		}
 	}
 
@@ -66,7 +67,7 @@ func TestPS(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if len(list.Models) != 1 || list.Models[0].Name != "rr" || !regexp.MustCompile(`^NAME .*\nrr +rerank .* never\n$`).MatchString(out) {
+	if len(list.Models) != 1 || list.Models[0].Name != "rr:latest" || !regexp.MustCompile(`^NAME .*\nrr +rerank .* never\n$`).MatchString(out) {
 		t.Fatalf("30 s after a 3 s keep-alive, ps:\n%s\nwant the reranker only", out)
 	}
 
@@ -74,7 +75,7 @@ func TestPS(t *testing.T) {
 	if status, body := callWithKey(t, s.URL+"/v1/embeddings", "k", `{"model":"e","input":"hello"}`); status != 200 {
 		t.Fatalf("embeddings after the unload: %d %s", status, body)
 	}
-	if _, list = ps(); len(list.Models) != 2 || list.Models[0].Name != "e" {
+	if _, list = ps(); len(list.Models) != 2 || list.Models[0].Name != "e:latest" {
 		t.Errorf("after a request, GET /api/ps: %+v, want e loaded again", list.Models)
 	}
 }

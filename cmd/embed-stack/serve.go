@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type serveFlags struct {
 	// models are the --model values; entries is them parsed with --model-name and
 	// --model-alias (served.ParseEntries).
 	models, aliases, keepAlive, apiKeys []string
+	corsOrigins                         []string
 	entries                             []served.Entry
 	addr, modelName, apiKeyFile         string
 	defaultInputType, defaultInstr      string
@@ -84,6 +86,9 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 		More("A command line is visible to other local users: prefer --api-key-file or EMBED_STACK_API_KEY.")
 	s.String(&f.apiKeyFile, "api-key-file", "FILE", "", "file of further keys, one per line (# starts a comment)").
 		More("In addition to --api-key.")
+	s.List(&f.corsOrigins, "cors-origin", "ORIGIN", "let web pages of ORIGIN (https://app.example.com; * matches any run of characters, * alone every origin) call the API from a browser; repeatable").
+		More("Pages served from this machine (localhost, 127.0.0.1, [::1], any port), desktop apps' and browser extensions' schemes are allowed already, as Ollama allows them: browser UIs and extensions written for Ollama or OpenAI's JS SDK work against a local server. A page of any other origin gets 403, so that a web site cannot use a server it was not given; requests without an Origin header (every non-browser client) are not concerned.").
+		Also("cors", "origins", "allowed-origins")
 	s.String(&f.configPath, flagconfig.ConfigFlag, "FILE", "", "settings file: TOML, YAML or JSON, a key per flag (max_inputs = 100)").
 		More("Precedence: flag > EMBED_STACK_* environment variable > file > default. The file may hold `embed-stack embed`'s settings too; serve ignores those.")
 	s.Bool(&f.printConfig, "print-config", false, "print the effective settings and their sources as a --config file, and exit").
@@ -384,6 +389,7 @@ func (c *serveCommand) newAPI(models *served.Models, apiKeys []string) *server.S
 
 			APIKeys:               apiKeys,
 			MetricsAuth:           f.metricsAuth,
+			CORSOrigins:           append(slices.Clip(server.LocalOrigins), f.corsOrigins...),
 			MaxConcurrentRequests: f.maxConcurrent,
 			RequestTimeout:        f.requestTimeout,
 			BodyTimeout:           f.bodyTimeout,

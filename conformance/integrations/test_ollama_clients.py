@@ -36,7 +36,11 @@ def test_ollama_library(server):
     same_bits(query.embeddings, raw_vectors(server.url, [QUERY], input_type="query"), "Client.embed model:query")
 
     listed = client.list()
-    assert [m.model for m in listed.models] == [f"{model}:latest"], listed
+    assert [m.model for m in listed.models] == [f"{model}:latest", f"{model}:query", f"{model}:document"], listed
+    # /api/ps names a loaded model as /api/tags does, so that UIs can match the two.
+    running = client.ps()
+    assert [m.model for m in running.models] == [f"{model}:latest"], running
+    assert running.models[0].expires_at is not None, running
     assert listed.models[0].details.family == "qwen3" and listed.models[0].details.format == "gguf"
     shown = client.show(model)
     assert shown.capabilities == ["embedding"] and shown.modelinfo["general.architecture"] == "qwen3"
@@ -73,7 +77,8 @@ def test_langchain_ollama(server):
 
     model = model_id(server.url)
     documents = OllamaEmbeddings(model=model, base_url=server.url, validate_model_on_init=True)
-    queries = OllamaEmbeddings(model=f"{model}:query", base_url=server.url)
+    # validate_model_on_init looks the name up in /api/tags, :query tag included.
+    queries = OllamaEmbeddings(model=f"{model}:query", base_url=server.url, validate_model_on_init=True)
     same_bits(documents.embed_documents(TEXTS), raw_vectors(server.url, TEXTS), "embed_documents")
     same_bits([queries.embed_query(QUERY)], raw_vectors(server.url, [QUERY], input_type="query"), "embed_query (:query model)")
     # A model that is not served is refused at construction: /api/tags lists the models.

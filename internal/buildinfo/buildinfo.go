@@ -7,6 +7,7 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 )
 
@@ -35,8 +36,22 @@ type Info struct {
 }
 
 var read = sync.OnceValue(func() Info {
-	info := Info{Version: Version, Commit: Commit, GoVersion: runtime.Version()}
-	if bi, ok := debug.ReadBuildInfo(); ok && Commit == "" {
+	bi, _ := debug.ReadBuildInfo()
+	return stamped(Version, Commit, bi)
+})
+
+// stamped is the Info of a build stamped with version and commit (by `make build`,
+// or "dev" and "" by a plain `go build`), whose toolchain recorded bi (nil: none).
+// A stamped commit's work tree was modified when `git describe --dirty` said so in
+// the version ("v0.3.0-4-g587bbd6-dirty"); an unstamped one's, when the
+// toolchain's VCS stamp says so.
+func stamped(version, commit string, bi *debug.BuildInfo) Info {
+	info := Info{Version: version, Commit: commit, GoVersion: runtime.Version()}
+	if commit != "" {
+		info.Modified = strings.HasSuffix(version, "-dirty")
+		return info
+	}
+	if bi != nil {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -47,7 +62,7 @@ var read = sync.OnceValue(func() Info {
 		}
 	}
 	return info
-})
+}
 
 // Get returns the build's version, commit and toolchain.
 func Get() Info { return read() }
