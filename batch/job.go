@@ -73,6 +73,13 @@ type Job struct {
 	JSONIDs bool
 	// Dim is the dimension of every vector the Embedder returns.
 	Dim int
+	// Record, when set, says what makes this job's vectors. A file output's is
+	// kept beside it (RecordPath); resuming an output whose Record differs is
+	// refused, and one without (written before records were) is resumed with a
+	// warning. A Store keeps none.
+	Record *JobRecord
+	// firstSeen says the reader has read the input's first item (checkFirstText).
+	firstSeen bool
 
 	Embedder Embedder
 	// BatchSize is the number of texts per Embed call; 0 means DefaultBatchSize.
@@ -166,6 +173,12 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 	if named == nil {
 		named = []any{"output", j.Output}
 	}
+	if j.Record != nil && j.Store == nil && !out.stream {
+		if err := j.keepRecord(out.rows, log, named); err != nil {
+			out.sink.close()
+			return Stats{}, err
+		}
+	}
 	if out.rows > 0 {
 		log.Info("resuming: the output already holds vectors; their items are skipped", append(named[:len(named):len(named)], "records", out.rows)...)
 	}
@@ -199,7 +212,7 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 		defer wg.Done()
 		defer close(work)
 		defer close(order)
-		if err := j.read(ctx, reader, idx, batchSize, &readStats, log, work, order, j.Format == FormatNPY && out.form == idsText); err != nil {
+		if err := j.read(ctx, reader, idx, batchSize, out.rows, &readStats, log, work, order, j.Format == FormatNPY && out.form == idsText); err != nil {
 			cancel(err)
 		}
 	}()
@@ -287,25 +300,64 @@ func (j *Job) Run(parent context.Context) (Stats, error) {
 	return stats, nil
 }
 
+// checkFirstText compares the input's first item with the text the output's first
+// row was made from (JobRecord.FirstText) when the output holds rows, and records
+// it in a new output's JobRecord. Items after the first pass untouched.
+func (j *Job) checkFirstText(it Item, held int64) error {
+	if j.Record == nil || j.Store != nil || j.firstSeen {
+		return nil
+	}
+	j.firstSeen = true
+	d := textDigest(it.Text)
+	switch {
+	case held > 0 && j.Record.FirstText != "" && j.Record.FirstText != d:
+		return fmt.Errorf("the input's first item (line %d) is not the text the output's first row was made from: the output was made from another input. Check --input, or pass --overwrite to start the output over", it.Line)
+	case j.Record.FirstText == d:
+		return nil
+	case held == 0 || j.Record.FirstText == "":
+		j.Record.FirstText = d
+		if err := WriteRecord(RecordPath(j.Output), j.Record); err != nil {
+			return fmt.Errorf("write the job record: %w", err)
+		}
+	}
+	return nil
+}
+
+// foreignCheck bounds the items read before a resumed output must have shown one
+// of its ids (read).
+const foreignCheck = 1000
+
 // read is the reader stage: items not in the output, in batches, to both channels.
 // plainIDs refuses ids with a line break, which a .npy output's plain ids cannot hold.
-func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats *Stats, log *slog.Logger, work, order chan<- *batchWork, plainIDs bool) error {
+//
+// A resumed output (held rows from before) holds the first items of its input,
+// which a run writes in input order. So until an item the output holds turns up,
+// new items are held back, not embedded: an input whose first min(held,
+// foreignCheck) items are all new is not the output's (a mistyped --input), and
+// going on would embed all of it, then drop every earlier row as not in the input.
+func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, held int64, stats *Stats, log *slog.Logger, work, order chan<- *batchWork, plainIDs bool) error {
 	var items []Item
-	send := func() error {
-		if len(items) == 0 {
+	checking, firstLine := held > 0, int64(0)
+	foreign := func() error {
+		return fmt.Errorf("the output holds %d rows from an earlier run, and none of the input's first %d items (lines %d to %d) is among them: it was not made from this input. Check --input, or pass --overwrite to start the output over",
+			held, len(items), firstLine, items[len(items)-1].Line)
+	}
+	send := func(n int) error {
+		if n == 0 {
 			return nil
 		}
+		batch := items[:n:n]
+		items = items[n:]
 		if j.Store != nil && !j.Overwrite {
 			var err error
-			if items, err = j.notStored(ctx, items, stats); err != nil {
+			if batch, err = j.notStored(ctx, batch, stats); err != nil {
 				return err
 			}
-			if len(items) == 0 {
+			if len(batch) == 0 {
 				return nil
 			}
 		}
-		b := &batchWork{items: items, resumed: stats.Resumed, invalid: stats.Invalid, done: make(chan batchResult, 1)}
-		items = nil
+		b := &batchWork{items: batch, resumed: stats.Resumed, invalid: stats.Invalid, done: make(chan batchResult, 1)}
 		select {
 		case order <- b:
 		case <-ctx.Done():
@@ -345,18 +397,36 @@ func (j *Job) read(ctx context.Context, r *Reader, idx *idIndex, size int, stats
 		if err != nil {
 			return err
 		}
+		if err := j.checkFirstText(it, held); err != nil {
+			return err
+		}
 		if written {
 			stats.Resumed++
-			continue
+			checking = false
+		} else {
+			if len(items) == 0 {
+				firstLine = it.Line
+			}
+			items = append(items, it)
+			if checking && int64(len(items)) >= min(held, foreignCheck) {
+				return foreign()
+			}
 		}
-		items = append(items, it)
-		if len(items) == size {
-			if err := send(); err != nil {
+		for !checking && len(items) >= size {
+			if err := send(size); err != nil {
 				return err
 			}
 		}
 	}
-	return send()
+	if checking && len(items) > 0 {
+		return foreign()
+	}
+	for len(items) > 0 {
+		if err := send(min(size, len(items))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // embed embeds one batch, retrying transient failures and, with SkipInvalid, leaving
@@ -467,4 +537,32 @@ func (j *Job) retryable(err error) (time.Duration, bool) {
 		return 0, false
 	}
 	return j.Retryable(err)
+}
+
+// keepRecord compares the JobRecord kept beside the output with the job's when the
+// output holds rows (a resume), refusing another job's, and writes the job's.
+func (j *Job) keepRecord(rows int64, log *slog.Logger, named []any) error {
+	path := RecordPath(j.Output)
+	old, err := ReadRecord(path)
+	if err != nil {
+		return fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", j.Output, err)
+	}
+	if rows > 0 {
+		if old == nil {
+			log.Warn("the output has no job record (written by an older embed-stack): its vectors cannot be checked against this job's model and settings",
+				append(named[:len(named):len(named)], "record", path)...)
+		} else if diffs := j.Record.Differences(old); len(diffs) > 0 {
+			return fmt.Errorf("resume %s: %w; pass --overwrite to start it over, or choose another --output", j.Output, anotherJob("it", diffs))
+		}
+	}
+	if rows > 0 && old != nil {
+		j.Record.FirstText = old.FirstText // read checks the input against it
+	}
+	if old != nil && *old == *j.Record {
+		return nil
+	}
+	if err := WriteRecord(path, j.Record); err != nil {
+		return fmt.Errorf("write the job record: %w", err)
+	}
+	return nil
 }

@@ -52,6 +52,11 @@ type Merge struct {
 	// Shards says the parts are a sharded job's (`embed-stack merge`); false, the one
 	// part is a .parquet job's work file, which the summary does not mention.
 	Shards bool
+	// Record, when set, is what the parts must have been made by (an embed run's
+	// own .parquet output); without it the parts' Records must agree with each
+	// other. The output keeps the Record (beside it, or in a Parquet file's
+	// metadata).
+	Record *JobRecord
 	// Logger receives the summary; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -108,9 +113,13 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 	if len(m.Passthrough) > 0 && (m.Format != FormatParquet || m.Reader.Format != JSONL) {
 		return st, errors.New("passthrough fields need JSONL input and Parquet output")
 	}
+	rec, err := m.partsRecord(log)
+	if err != nil {
+		return st, err
+	}
 
 	tmp := m.Output + ".merging"
-	sink, err := newMergeSink(tmp, m.Format, st.Dim, m.Passthrough)
+	sink, err := newMergeSink(tmp, m.Format, st.Dim, m.Passthrough, rec)
 	if err != nil {
 		return st, err
 	}
@@ -126,6 +135,16 @@ func (m *Merge) Run(ctx context.Context) (MergeStats, error) {
 	}
 	if err := sink.commit(m.Output); err != nil {
 		return st, err
+	}
+	if m.Format != FormatParquet {
+		if rec == nil {
+			err = removeIfExists(RecordPath(m.Output)) // an earlier output's
+		} else {
+			err = WriteRecord(RecordPath(m.Output), rec)
+		}
+		if err != nil {
+			return st, fmt.Errorf("write the job record: %w", err)
+		}
 	}
 	ok = true
 	st.Elapsed = time.Since(start)
@@ -255,6 +274,17 @@ func (m *Merge) Finished(ctx context.Context) (bool, MergeStats, error) {
 	if _, err := os.Stat(WorkPath(m.Output)); err == nil {
 		return false, MergeStats{}, nil
 	}
+	if m.Record != nil {
+		old, err := partRecord(m.Output)
+		if err != nil {
+			return false, MergeStats{}, fmt.Errorf("%s: %w", m.Output, err)
+		}
+		if old != nil {
+			if diffs := m.Record.Differences(old); len(diffs) > 0 {
+				return false, MergeStats{}, fmt.Errorf("%w; pass --overwrite to embed the input again, or choose another --output", anotherJob(m.Output, diffs))
+			}
+		}
+	}
 	st, err := m.Verify(ctx)
 	var me *missingError
 	if errors.As(err, &me) {
@@ -347,4 +377,37 @@ func isOurOutput(path string, format Format) error {
 		return fmt.Errorf("its first line begins %s", quoteStart(head, 40))
 	}
 	return nil
+}
+
+// partsRecord returns the JobRecord the output keeps: Merge.Record, or the parts'
+// when they agree. A part made by another job than Merge.Record, or than the
+// first part with a Record, is refused; parts without one (written before
+// records were) are merged with a warning.
+func (m *Merge) partsRecord(log *slog.Logger) (*JobRecord, error) {
+	rec, from := m.Record, ""
+	for _, path := range m.Parts {
+		r, err := partRecord(path)
+		if err != nil {
+			return nil, fmt.Errorf("part %s: %w", path, err)
+		}
+		switch {
+		case r == nil:
+			if m.Shards {
+				log.Warn("the part has no job record (written by an older embed-stack): its vectors cannot be checked against the other parts'", "part", path)
+			}
+		case rec == nil:
+			c := *r
+			c.FirstText = "" // a part's first item is not the input's, unless it is part 0
+			rec, from = &c, path
+		default:
+			if diffs := rec.Differences(r); len(diffs) > 0 {
+				what := "this job"
+				if from != "" {
+					what = "part " + from
+				}
+				return nil, fmt.Errorf("%w; the parts must come from one job: embed them again with its settings (--overwrite)", anotherJob(fmt.Sprintf("part %s (against %s)", path, what), diffs))
+			}
+		}
+	}
+	return rec, nil
 }

@@ -18,7 +18,7 @@ type mergeSink struct {
 	vecs   [][]float32
 }
 
-func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*mergeSink, error) {
+func newMergeSink(tmp string, format Format, dim int, passthrough []string, rec *JobRecord) (*mergeSink, error) {
 	s := &mergeSink{tmp: tmp, format: format}
 	if format == FormatParquet {
 		f, err := os.Create(tmp)
@@ -29,6 +29,14 @@ func newMergeSink(tmp string, format Format, dim int, passthrough []string) (*me
 			f.Close()
 			os.Remove(tmp)
 			return nil, err
+		}
+		if rec != nil {
+			b, err := json.Marshal(rec)
+			if err != nil {
+				s.abort()
+				return nil, err
+			}
+			s.pq.w.SetKeyValueMetadata(parquetRecordKey, string(b))
 		}
 		return s, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -140,7 +141,22 @@ func (o *OpenFiles) Finish(ctx context.Context) error {
 	if _, err := o.parquet.Run(ctx); err != nil {
 		return err
 	}
-	return errors.Join(os.Remove(o.Work), os.Remove(IDsPath(o.Work)))
+	return errors.Join(os.Remove(o.Work), os.Remove(IDsPath(o.Work)), removeIfExists(RecordPath(o.Work)))
+}
+
+// SetRecord gives the .parquet output the job's JobRecord: Finished compares an
+// existing output's with it, and Finish writes it into the output.
+func (o *OpenFiles) SetRecord(r *JobRecord) {
+	if o.parquet != nil {
+		o.parquet.Record = r
+	}
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // CountItems counts the items of the input (a shard's slice of it) for the progress,

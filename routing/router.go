@@ -223,6 +223,10 @@ func (c Config) instructionOr(given *string) (string, error) {
 	return instruction, nil
 }
 
+// Prefix is the text before each input of type t that carries no instruction of
+// its own: the query prompt with the default instruction, or the document prompt.
+func (c Config) Prefix(t InputType) string { return c.Prompts.Prefix(t, c.instruction()) }
+
 func (c Config) instruction() string {
 	if c.DefaultInstruction == "" {
 		return c.Prompts.orQwen3().Instruction

@@ -36,7 +36,7 @@ func modelFile(path string, logger *slog.Logger) server.ModelFile {
 	)
 	go func() {
 		start := time.Now()
-		d, err := gguf.Digest(path, digestCacheDir())
+		d, err := gguf.Digest(path, DigestCacheDir())
 		if err != nil {
 			logger.Warn("cannot hash the model file; /api/tags and /info report no digest", "model", path, "err", err)
 			return
@@ -54,9 +54,10 @@ func modelFile(path string, logger *slog.Logger) server.ModelFile {
 	return mf
 }
 
-// digestCacheDir is where model digests are kept: the user's cache folder
+// DigestCacheDir is where model digests are kept (gguf.Digest's cache), serve's
+// and embed's alike: the user's cache folder
 // ($XDG_CACHE_HOME or ~/.cache on Linux), or none when there is no such folder.
-func digestCacheDir() string {
+func DigestCacheDir() string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return ""

@@ -14,10 +14,12 @@ import (
 	"github.com/embed-stack/embed-stack/batch/chroma"
 	"github.com/embed-stack/embed-stack/batch/routed"
 	"github.com/embed-stack/embed-stack/family"
+	"github.com/embed-stack/embed-stack/gguf"
 	"github.com/embed-stack/embed-stack/internal/flagconfig"
 	"github.com/embed-stack/embed-stack/modelinfo"
 	"github.com/embed-stack/embed-stack/modelrun"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/served"
 	"github.com/embed-stack/embed-stack/telemetry"
 	"github.com/embed-stack/embed-stack/weights"
 )
@@ -246,9 +248,6 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		return err
 	}
 	defer files.Close()
-	if done, err := files.Finished(ctx); done || err != nil {
-		return err
-	}
 
 	model, err := modelrun.Prepare(ctx, modelConfig(f.run, logger), logger)
 	if err != nil {
@@ -261,6 +260,28 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		}
 		dim = f.dimensions
 	}
+	typ, _ := routing.ParseInputType(f.inputType)
+	routingConfig := routing.Config{
+		MaxInputs: f.batchSize,
+		// A batch is never refused for its total: every input fits alone.
+		MaxTotalTokens:     f.batchSize * model.MaxInput,
+		DefaultInputType:   typ,
+		DefaultInstruction: f.instruction,
+		// Every long input of the batches in flight may wait for an ephemeral worker:
+		// a batch job queues, where a server refuses.
+		EphemeralQueue: f.batchSize * f.inFlight,
+	}
+	// What makes the vectors, which a resume and a merge check (batch.JobRecord).
+	digest, err := gguf.Digest(model.Path, served.DigestCacheDir())
+	if err != nil {
+		return fmt.Errorf("hash the model file: %w", err)
+	}
+	rec := &batch.JobRecord{Model: f.run.Model, ModelSHA256: digest, Weights: model.Weights.Type, Pooling: model.Facts.Pooling.String(),
+		InputType: typ.String(), Prompt: model.Router(routingConfig).Config.Prefix(typ), Dimensions: dim}
+	files.SetRecord(rec)
+	if done, err := files.Finished(ctx); done || err != nil {
+		return err
+	}
 	// A store is checked before the warm worker loads the model (only the file's
 	// metadata has been read): unreachable, or holding vectors of another
 	// dimension, the job fails in seconds.
@@ -271,23 +292,12 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		}
 		store = f.store
 	}
-	typ, _ := routing.ParseInputType(f.inputType)
 	lim, err := model.Capacity(nil)
 	if err != nil {
 		return err
 	}
-	router := model.Router(routing.Config{
-		MaxInputs: f.batchSize,
-		// A batch is never refused for its total: every input fits alone.
-		MaxTotalTokens:     f.batchSize * model.MaxInput,
-		DefaultInputType:   typ,
-		DefaultInstruction: f.instruction,
-		MaxEphemeral:       lim.Workers,
-		MaxEphemeralTokens: lim.Tokens,
-		// Every long input of the batches in flight may wait for an ephemeral worker:
-		// a batch job queues, where a server refuses.
-		EphemeralQueue: f.batchSize * f.inFlight,
-	})
+	routingConfig.MaxEphemeral, routingConfig.MaxEphemeralTokens = lim.Workers, lim.Tokens
+	router := model.Router(routingConfig)
 
 	start := time.Now()
 	if err := model.Warm.Start(ctx); err != nil {
@@ -319,6 +329,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 		TextIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		JSONIDs:          batch.FormatFor(files.Output) == batch.FormatParquet,
 		Dim:              dim,
+		Record:           rec,
 		Embedder:         &routed.Embedder{Router: router, Dimensions: f.dimensions},
 		BatchSize:        f.batchSize,
 		InFlight:         f.inFlight,

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -416,5 +418,58 @@ func TestEmbedFlagErrors(t *testing.T) {
 	})
 	if err != nil || f.shard.String() != "5/8" {
 		t.Errorf("shard %v, err %v; want 5/8", f.shard, err)
+	}
+}
+
+// TestEmbedRefusesAnotherJob: an output keeps what made its vectors (FILE.job.json:
+// the model file's sha256, pooling, input type, prompt, dimensions, and its first
+// text's digest); resuming it with other settings, or from another input of lines
+// (whose ids, line numbers, match any output's), is refused with exit 1, naming
+// the difference, and leaves it as it was; the same file under another name
+// resumes.
+func TestEmbedRefusesAnotherJob(t *testing.T) {
+	bin, model := e2e.Paths(t)
+	dir := t.TempDir()
+	in, other := filepath.Join(dir, "in.txt"), filepath.Join(dir, "other.txt")
+	writeLines(t, in, corpusLines(t, 20))
+	writeLines(t, other, []string{"a text of another corpus", "and a second one"})
+	out := filepath.Join(dir, "out.jsonl")
+	runEmbedCmd(t, bin, "--model", model, "--input", in, "--output", out, "--threads", "1")
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	rec, err := os.ReadFile(out + ".job.json")
+	var got map[string]any
+	if err != nil || json.Unmarshal(rec, &got) != nil || got["model_sha256"] != hex.EncodeToString(sum[:]) || got["input_type"] != "document" ||
+		got["pooling"] != "last" || got["dimensions"] != 64.0 {
+		t.Fatalf("%s: %s (%v); want the model's sha256, document, last, 64", out+".job.json", rec, err)
+	}
+	before, _ := os.ReadFile(out)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--input", in, "--input-type", "query"}, `input_type document (this job: query), prompt "" (this job: "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:")`},
+		{[]string{"--input", in, "--pooling", "mean"}, "pooling last (this job: mean)"},
+		{[]string{"--input", other}, "the input's first item (line 1) is not the text the output's first row was made from"},
+	} {
+		args := append([]string{"embed", "--model", model, "--output", out, "--threads", "1"}, tc.args...)
+		code, _, errOut := runCLI(t, bin, nil, args...)
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("embed %s: exit %d\n%s\nwant exit 1 and %s", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+		if after, _ := os.ReadFile(out); !bytes.Equal(before, after) {
+			t.Errorf("embed %s changed the output", strings.Join(tc.args, " "))
+		}
+	}
+	// The same file by another path is the same model.
+	moved := filepath.Join(dir, "moved.gguf")
+	if err := os.WriteFile(moved, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if log := runEmbedCmd(t, bin, "--model", moved, "--input", in, "--output", out, "--threads", "1"); !strings.Contains(log, "resumed=20") {
+		t.Errorf("resume with the model file copied elsewhere:\n%s", log)
 	}
 }
