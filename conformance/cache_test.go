@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -107,4 +108,27 @@ func metricIn(t *testing.T, metrics, name string) int64 {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return int64(f)
+}
+
+// One GGUF served as two models with two poolings (--pooling b=mean) gives two
+// vectors per text; the cache, keyed by the file's digest, keeps them apart: each
+// model answers its own vector, fresh or cached, the one a server of that pooling
+// alone computes.
+func TestCacheTwoPoolingsOfOneFile(t *testing.T) {
+	s := cacheReady(t, serverWith(t, "--model", "a="+modelPath, "--model", "b="+modelPath, "--pooling", "b=mean", "--cache-size", "8"))
+	want := map[string][][]float32{
+		"a": vectors32(t, defaultServer(t).do(t, "POST", "/v1/embeddings", map[string]any{"input": []string{"pooled twice"}}, nil), openAIVectors),
+		"b": vectors32(t, serverWith(t, "--pooling", "mean").do(t, "POST", "/v1/embeddings", map[string]any{"input": []string{"pooled twice"}}, nil), openAIVectors),
+	}
+	if slices.Equal(want["a"][0], want["b"][0]) {
+		t.Fatal("last-token and mean pooling gave the same vector: the test cannot tell them apart")
+	}
+	for _, order := range [][]string{{"b", "a"}, {"a", "b"}} {
+		for _, m := range order {
+			got := vectors32(t, s.do(t, "POST", "/v1/embeddings", map[string]any{"model": m, "input": []string{"pooled twice"}}, nil), openAIVectors)
+			if !slices.Equal(got[0], want[m][0]) {
+				t.Errorf("model %s (after %v): not its own pooling's vector", m, order)
+			}
+		}
+	}
 }

@@ -14,7 +14,7 @@ import (
 // Router returns a router over the model's tokenizer and workers with the given
 // limits; Dim is the model's native dimension whatever c says.
 func (m *Model) Router(c routing.Config) *routing.Router {
-	c.Dim = m.Facts.Dim
+	c.Dim, c.Pooling = m.Facts.Dim, m.Facts.Pooling.String()
 	c.Rerank, c.CrossEncoder = m.Facts.Rerank, m.Facts.CrossEncoder
 	c.Prompts, c.Frame = m.Prompts, m.Frame
 	c.MaxInputTokens, c.WarmMaxTokens = m.MaxInput, m.WarmMax

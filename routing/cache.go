@@ -200,7 +200,7 @@ func (r *Router) cacheModel() string {
 	if r.Config.Rerank {
 		task = "rerank"
 	}
-	return id + "|pooling=last|task=" + task
+	return id + "|pooling=" + r.Config.Pooling + "|task=" + task
 }
 
 // run sends seqs to the workers, except those the cache holds, and stores what

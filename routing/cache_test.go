@@ -136,6 +136,16 @@ func TestCacheKeepsModelsApart(t *testing.T) {
 	if k1, k2 := ra.cacheModel(), (&Router{Config: Config{Rerank: true}, Cache: cache, Identity: ra.Identity}).cacheModel(); k1 == k2 {
 		t.Fatalf("the same file as embedder and reranker share the identity %q", k1)
 	}
+	// The same file served with another pooling (--pooling b=mean) gives other
+	// vectors for the same tokens.
+	mean := &stampBackend{dim: 64}
+	mean.computed.Store(2000)
+	rm := cachedRouter(cache, "sha-a", mean)
+	rm.Config.Pooling = "mean"
+	vm, _ := rm.Embed(ctx, &Request{Texts: []string{"same text"}})
+	if mean.computed.Load() != 2001 || vm.CachedTokens != 0 || slices.Equal(vm.Vectors[0], va.Vectors[0]) {
+		t.Fatalf("the same file with mean pooling got the last-token model's cached vector (computed %d, %d tokens cached)", mean.computed.Load(), vm.CachedTokens)
+	}
 	unknown := cachedRouter(cache, "", a)
 	res, _ := unknown.Embed(ctx, &Request{Texts: []string{"same text"}})
 	if res.Cached || a.computed.Load() != 2 {

@@ -93,6 +93,10 @@ func (m TokenIDMode) String() string {
 type Config struct {
 	// Dim is the model's native embedding size; required.
 	Dim int
+	// Pooling names how the workers make one vector of a sequence ("last",
+	// "mean", "cls"; --pooling or the model's): part of the cache's key, since one
+	// file served with two poolings gives two vectors per sequence.
+	Pooling string
 	// MinDimensions is the smallest `dimensions` accepted; 0 = 32.
 	MinDimensions int
 	// MaxInputs per request; 0 = 2048 (OpenAI's limit).
