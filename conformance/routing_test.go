@@ -1,10 +1,12 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -41,13 +43,44 @@ var smallWarmFlags = []string{"--warm-max-tokens", "256", "--max-ephemeral", "2"
 type workerWatch struct {
 	stop chan struct{}
 	done chan struct{}
-	mu   sync.Mutex // guards seen
+	mu   sync.Mutex // guards seen and threads
 	seen []procInfo
+	// threads holds the last reading of each ephemeral worker's threads, by pid.
+	threads map[int]map[int]threadStat
+}
+
+// threadStat is one thread's nice value and CPU time (clock ticks) in /proc.
+type threadStat struct{ nice, ticks int }
+
+// readThreads reads every thread of process pid; nil once it is gone.
+func readThreads(pid int) map[int]threadStat {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil
+	}
+	out := map[int]threadStat{}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		tid, err2 := strconv.Atoi(task.Name())
+		if err != nil || err2 != nil {
+			continue
+		}
+		// After the command name: state is field 3, utime 14, stime 15, nice 19.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 17 {
+			continue
+		}
+		ut, _ := strconv.Atoi(f[14-3])
+		st, _ := strconv.Atoi(f[15-3])
+		nice, _ := strconv.Atoi(f[19-3])
+		out[tid] = threadStat{nice: nice, ticks: ut + st}
+	}
+	return out
 }
 
 func watchWorkers(t *testing.T, s *server, warm int) *workerWatch {
 	t.Helper()
-	w := &workerWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w := &workerWatch{stop: make(chan struct{}), done: make(chan struct{}), threads: map[int]map[int]threadStat{}}
 	go func() {
 		defer close(w.done)
 		for {
@@ -60,6 +93,19 @@ func watchWorkers(t *testing.T, s *server, warm int) *workerWatch {
 					}
 				}
 				w.mu.Unlock()
+				for _, p := range ws {
+					if p.pid == warm {
+						continue
+					}
+					if th := readThreads(p.pid); th != nil {
+						w.mu.Lock()
+						if w.threads[p.pid] == nil {
+							w.threads[p.pid] = map[int]threadStat{}
+						}
+						maps.Copy(w.threads[p.pid], th)
+						w.mu.Unlock()
+					}
+				}
 			}
 			select {
 			case <-w.stop:
@@ -133,9 +179,26 @@ func TestRoutingBoundaries(t *testing.T) {
 				if c := ctxArg(t, seen[0]); c != tt.wantCtx {
 					t.Errorf("%d tokens: the ephemeral worker got --ctx %d, want %d", tt.tokens, c, tt.wantCtx)
 				}
-				// Below the warm worker's priority by default (--ephemeral-nice).
+				// Below the warm worker's priority by default (--ephemeral-nice):
+				// every thread that computed, not only the one that calls
+				// llama_decode (the pools' threads were at 0 until 2026-12-05).
 				if n := intArg(t, seen[0], "--nice"); n != 10 {
 					t.Errorf("%d tokens: the ephemeral worker got --nice %d, want 10: %s", tt.tokens, n, seen[0].cmdline)
+				}
+				w.mu.Lock()
+				threads := w.threads[seen[0].pid]
+				w.mu.Unlock()
+				total := 0
+				for _, th := range threads {
+					total += th.ticks
+				}
+				for tid, th := range threads {
+					if th.ticks*10 >= total && th.nice != 10 {
+						t.Errorf("%d tokens: thread %d of the ephemeral worker ran %d of its %d CPU ticks at nice %d, want 10 (threads: %v)", tt.tokens, tid, th.ticks, total, th.nice, threads)
+					}
+				}
+				if total == 0 {
+					t.Errorf("%d tokens: no CPU time read from the ephemeral worker's threads", tt.tokens)
 				}
 				if err := waitGone(seen[0], orphanTimeout); err != nil {
 					t.Error(err)

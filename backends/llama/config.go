@@ -144,7 +144,8 @@ type Config struct {
 	// so that another engine's work on the same cores goes first: ephemeral workers
 	// can run at 10 beside the warm worker, whose short requests then barely slow
 	// down. On Linux only the decoding threads are affected (the owner goroutine's OS
-	// thread and the threads ggml starts from it); elsewhere the whole process.
+	// thread, and the threads started from it: ggml's and embed-stack's kernels'
+	// pools); elsewhere the whole process.
 	// 0 leaves the priority alone.
 	Nice int
 

@@ -326,12 +326,20 @@ func Open(cfg Config) (*Engine, error) {
 	if e.long != nil {
 		first = e.long
 	}
-	if err := e.create(first); err != nil {
+	// On the owner goroutine, whose thread Config.Nice lowers first: the threads
+	// the context starts with (embed-stack's kernels' pool, ggml's threadpool)
+	// inherit the priority of the thread that creates them, and a thread cannot
+	// get its priority back once lowered.
+	go e.own()
+	created := make(chan error, 1)
+	e.jobs <- func() { created <- e.create(first) }
+	if err := <-created; err != nil {
+		close(e.quit)
+		<-e.done
 		C.free(unsafe.Pointer(e.abort))
 		return nil, err
 	}
 	ok = true
-	go e.own()
 	return e, nil
 }
 

@@ -20,7 +20,8 @@ func (e *Engine) own() {
 	if e.nice > 0 {
 		// ggml starts the threads of each decode call from the calling thread, and
 		// they inherit its priority; keeping this goroutine on one OS thread keeps
-		// every decode call on the thread lowered here.
+		// every decode call on the thread lowered here. The contexts are created
+		// here too (Open), so the threads that live with them inherit it as well.
 		runtime.LockOSThread()
 		if err := lowerPriority(e.nice); err != nil {
 			slog.Warn("llama: lowering the decoding threads' priority failed; they run at normal priority", "nice", e.nice, "err", err)
