@@ -105,6 +105,9 @@ func (e *Ephemeral) Embed(ctx context.Context, seq []int32) (_ []float32, err er
 		return nil, err
 	}
 	p.client.role = roleEphemeral
+	if st.Recording() {
+		st.SetAttributes(attrRole.String(roleEphemeral), attrPID.Int(p.pid))
+	}
 	vec, err := e.embed(ctx, p, seq, nCtx, spawn, started)
 	_, stop := stage.Start(ctx, tracer, "backends.stop")
 	stopErr := e.stop(ctx, p)

@@ -119,7 +119,8 @@ func endSpawn(st stage.Stage, role string, pid int, started time.Time, err error
 }
 
 // startEphemeral begins the stage backends.ephemeral: one long sequence on a
-// worker of its own, from spawn to stop.
+// worker of its own, from spawn to stop. Ephemeral.Embed adds the worker's role
+// and pid once it has started.
 func startEphemeral(ctx context.Context, tokens, nCtx int) (context.Context, stage.Stage) {
 	ctx, st := stage.Start(ctx, tracer, "backends.ephemeral")
 	if st.Recording() {

@@ -99,6 +99,9 @@ func TestEphemeralSpans(t *testing.T) {
 	if got := intAttr(eph, "embed_stack.worker.ctx"); got != 128 {
 		t.Errorf("backends.ephemeral ctx %d, want 128", got)
 	}
+	if got, role := intAttr(eph, "embed_stack.worker.pid"), strAttr(eph, "embed_stack.worker.role"); got != int64(pid) || role != roleEphemeral {
+		t.Errorf("backends.ephemeral pid %d, role %q; want the worker's %d, %s (docs/observability.md)", got, role, pid, roleEphemeral)
+	}
 	if got := intAttr(spawn, "embed_stack.worker.pid"); got != int64(pid) {
 		t.Errorf("backends.spawn pid %d, want the worker's %d", got, pid)
 	}

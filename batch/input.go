@@ -136,6 +136,12 @@ func (r *Reader) Next() (Item, error) {
 			r.blank++
 			continue
 		}
+		// Checked on the raw bytes: encoding/json reads a JSON string's invalid
+		// bytes as U+FFFD, and a Latin-1 corpus would be embedded mangled, without
+		// a word, where the HTTP API refuses the same bytes.
+		if !utf8.Valid(line) {
+			return Item{}, &LineError{Line: r.line, Msg: invalidUTF8(line)}
+		}
 		if r.cfg.Format == Lines {
 			return Item{ID: json.RawMessage(strconv.FormatInt(r.line, 10)), Text: string(line), Line: r.line}, nil
 		}
@@ -300,4 +306,17 @@ func truncateBytes(b []byte, n int) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// invalidUTF8 words a line that is not UTF-8, naming its first bad byte.
+func invalidUTF8(line []byte) string {
+	at := 0
+	for at < len(line) {
+		r, size := utf8.DecodeRune(line[at:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		at += size
+	}
+	return fmt.Sprintf("is not valid UTF-8 (byte 0x%02X at byte %d of the line): the input must be UTF-8; convert it first (iconv -f latin1 -t utf-8, for a Latin-1 file)", line[at], at+1)
 }

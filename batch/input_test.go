@@ -74,6 +74,13 @@ func TestReader(t *testing.T) {
 				{line: 8, err: `is not a JSON object (json: cannot unmarshal array into Go value of type map[string]json.RawMessage); it begins "[\"id\", \"text\"]"`},
 				{line: 9, err: `is not a JSON object (unexpected end of JSON input); it begins "{\"id\": 4, \"text\": \"a long text that is c"…`},
 			}, 0},
+		{"not UTF-8", "caf\xe9\n" + `{"id": 1, "text": "caf` + "\xe9" + `"}` + "\nfine\n", ReaderConfig{},
+			[]readResult{
+				{line: 1, err: "is not valid UTF-8 (byte 0xE9 at byte 4 of the line): the input must be UTF-8; convert it first (iconv -f latin1 -t utf-8, for a Latin-1 file)"},
+				{line: 2, err: "is not valid UTF-8 (byte 0xE9 at byte 23 of the line): the input must be UTF-8; convert it first (iconv -f latin1 -t utf-8, for a Latin-1 file)"},
+				{"3", "fine", 3, ""}}, 0},
+		{"JSONL not UTF-8", `{"id": 1, "text": "caf` + "\xe9" + `"}` + "\n", ReaderConfig{Format: JSONL},
+			[]readResult{{line: 1, err: "is not valid UTF-8 (byte 0xE9 at byte 23 of the line): the input must be UTF-8; convert it first (iconv -f latin1 -t utf-8, for a Latin-1 file)"}}, 0},
 		{"too long then fine", strings.Repeat("x", 40) + "\nshort\n" + strings.Repeat("y", 16) + "\r\n", ReaderConfig{MaxLineBytes: 16},
 			[]readResult{{line: 1, err: "is 40 bytes long; the limit is 16"}, {"2", "short", 2, ""}, {"3", strings.Repeat("y", 16), 3, ""}}, 0},
 	}

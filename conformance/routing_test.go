@@ -181,7 +181,8 @@ func TestRoutingBoundaries(t *testing.T) {
 				}
 				// Below the warm worker's priority by default (--ephemeral-nice):
 				// every thread that computed, not only the one that calls
-				// llama_decode (the pools' threads were at 0 until 2026-12-05).
+				// llama_decode (the pools' threads, and the model's load, were at
+				// 0 until 2026-12-05).
 				if n := intArg(t, seen[0], "--nice"); n != 10 {
 					t.Errorf("%d tokens: the ephemeral worker got --nice %d, want 10: %s", tt.tokens, n, seen[0].cmdline)
 				}

@@ -19,6 +19,9 @@ type InputError struct {
 	// and their limit, for callers that word their own message (TEI's and Ollama's
 	// APIs answer in their servers' words).
 	Tokens, Limit int
+	// AtLeast says Tokens is a lower bound: the text was not tokenized to its end
+	// (Router.encode stops at twice the limit).
+	AtLeast bool
 }
 
 func (e *InputError) Error() string { return e.Message }

@@ -54,9 +54,11 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 	add := func(i int, seq []int32, complete bool) error {
 		seq = c.Frame.around(seq)
 		if !complete {
-			return inputErr("input", i, CodeContextLength,
-				"This model's maximum context length is %d tokens, however you requested more than %d tokens (more than %d in your prompt; 0 for the completion) in input %d. Please reduce your prompt; or completion length.",
-				c.maxInputTokens(), 2*c.maxInputTokens(), 2*c.maxInputTokens(), i)
+			e := inputErr(field, i, CodeContextLength,
+				"This model's maximum context length is %d tokens, however you requested more than %d tokens (more than %d in your prompt; 0 for the completion) in %s. Please reduce your prompt; or completion length.",
+				c.maxInputTokens(), 2*c.maxInputTokens(), 2*c.maxInputTokens(), item(i))
+			e.Tokens, e.Limit, e.AtLeast = 2*c.maxInputTokens(), c.maxInputTokens(), true
+			return e
 		}
 		if len(seq) > c.maxInputTokens() {
 			e := inputErr(field, i, CodeContextLength,
@@ -66,8 +68,10 @@ func (r *Router) prepare(ctx context.Context, tr trace.Tracer, req *Request) ([]
 			return e
 		}
 		if r.Long == nil && len(seq) > c.warmMaxTokens() {
-			return inputErr(field, i, CodeContextLength,
+			e := inputErr(field, i, CodeContextLength,
 				"%s has %d tokens; this server embeds at most %d tokens per input.", item(i), len(seq), c.warmMaxTokens())
+			e.Tokens, e.Limit = len(seq), c.warmMaxTokens()
+			return e
 		}
 		total += len(seq)
 		if total > c.maxTotalTokens() {

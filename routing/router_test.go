@@ -420,3 +420,44 @@ func cosine(a, b []float32) float64 {
 	}
 	return ab / math.Sqrt(aa*bb)
 }
+
+// limitedByteTokenizer is byteTokenizer that stops, as package tokenizer's does.
+type limitedByteTokenizer struct{ byteTokenizer }
+
+func (l limitedByteTokenizer) EncodeLimit(s string, limit int) ([]int32, bool) {
+	ids := l.Encode(s)
+	if len(ids) > limit {
+		return ids[:limit], false
+	}
+	return ids, true
+}
+
+// A text over twice the limit (not tokenized to its end) is refused naming the
+// request's own field and item, with the limit and a lower bound of its tokens,
+// as one between the limit and twice it is; and a text over the warm limit of a
+// server without ephemeral workers carries its count and that limit too.
+func TestPrepareOverLimitFields(t *testing.T) {
+	r := &Router{Config: Config{Dim: 4, MaxInputTokens: 100}, Tokenizer: limitedByteTokenizer{}, Warm: &logitBackend{}, Long: nil}
+	for _, tc := range []struct {
+		text          string
+		tokens, limit int
+		atLeast       bool
+		msg           string
+	}{
+		{strings.Repeat("a", 150), 151, 100, false, "in texts[1]."},
+		{strings.Repeat("a", 500), 200, 100, true, "more than 200 tokens (more than 200 in your prompt; 0 for the completion) in texts[1]."},
+	} {
+		_, err := r.Prepare(&Request{Texts: []string{"x", tc.text}, InputField: "texts"})
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Param != "texts" || ie.Index != 1 || ie.Code != CodeContextLength || ie.Tokens != tc.tokens || ie.Limit != tc.limit ||
+			ie.AtLeast != tc.atLeast || !strings.Contains(ie.Message, tc.msg) {
+			t.Errorf("%d bytes: %#v\nwant texts[1], %d tokens (at least: %t) over %d, message with %q", len(tc.text), err, tc.tokens, tc.atLeast, tc.limit, tc.msg)
+		}
+	}
+	warm := &Router{Config: Config{Dim: 4, MaxInputTokens: 1000, WarmMaxTokens: 50}, Tokenizer: byteTokenizer{}, Warm: &logitBackend{}}
+	_, err := warm.Prepare(&Request{Texts: []string{strings.Repeat("a", 80)}})
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Tokens != 81 || ie.Limit != 50 {
+		t.Errorf("over the warm limit without ephemeral workers: %#v, want 81 tokens over 50", err)
+	}
+}

@@ -195,6 +195,8 @@ func dialectError(d dialect, err error, status int, body openai.ErrorBody) (int,
 			switch {
 			case inputErr.Code == routing.CodeEmptyInput:
 				status, typ, msg = http.StatusBadRequest, teiapi.TypeEmpty, "Input validation error: `inputs` cannot be empty"
+			case inputErr.Code == routing.CodeContextLength && inputErr.AtLeast:
+				msg = fmt.Sprintf("Input validation error: `inputs` must have less than %d tokens. Given: more than %d", inputErr.Limit, inputErr.Tokens)
 			case inputErr.Code == routing.CodeContextLength && inputErr.Tokens > 0:
 				msg = fmt.Sprintf("Input validation error: `inputs` must have less than %d tokens. Given: %d", inputErr.Limit, inputErr.Tokens)
 			case inputErr.Code == routing.CodeTooManyInputs:

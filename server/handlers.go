@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -33,8 +34,9 @@ func (s *Server) embeddings(c *gin.Context) {
 		Truncate:    truncation(req.Truncate),
 	}
 	if rreq.Instruction == nil {
-		if h := c.GetHeader(headerInstruction); h != "" {
-			rreq.Instruction = &h
+		if rreq.Instruction, err = instructionHeader(c); err != nil {
+			writeError(c, err)
+			return
 		}
 	}
 	c.Set(ctxInputs, req.Input.Len())
@@ -197,6 +199,12 @@ func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request
 		return nil, nil, false
 	}
 	req.InputType = firstNonEmpty(req.InputType, c.GetHeader(headerInputType), suffixType)
+	if req.Instruction == nil {
+		if req.Instruction, err = instructionHeader(c); err != nil {
+			writeError(c, err)
+			return nil, nil, false
+		}
+	}
 	c.Set(ctxInputs, len(req.Texts))
 	return req, m, true
 }
@@ -258,4 +266,20 @@ func (s *Server) tokenize(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"total": total, "results": results})
+}
+
+// instructionHeader is the X-Embedding-Instruction header (for clients that cannot
+// add a body field), nil when absent: the body's "instruction" goes first. A
+// header that is not UTF-8 is refused as the same bytes in the body are, rather
+// than embedded with U+FFFD in their place.
+func instructionHeader(c *gin.Context) (*string, error) {
+	h := c.GetHeader(headerInstruction)
+	if h == "" {
+		return nil, nil
+	}
+	if !utf8.ValidString(h) {
+		return nil, &statusError{status: http.StatusBadRequest, param: "instruction", code: "invalid_value",
+			msg: "The " + headerInstruction + " header is not valid UTF-8; send the instruction in UTF-8 (in the header, or as the body's 'instruction')."}
+	}
+	return &h, nil
 }

@@ -72,31 +72,56 @@ func (s *Server) openAPI(m *ModelInfo) []byte {
 		}
 	}
 	set(buildinfo.Get().Version, "info", "version")
+	if !s.Config.DebugVars {
+		if err := doc.remove("/debug/vars", "paths"); err != nil {
+			panic("server: openapi.json: " + err.Error())
+		}
+	}
 	models := s.Info.Models
 	if m != nil {
 		models = []ModelInfo{*m}
 	}
 	if len(models) > 0 {
 		minDims, maxDims, maxInputs := 0, 0, 0
-		for _, mi := range models {
-			maxInputs = max(maxInputs, mi.MaxInputs)
+		dimsOf := func(mi ModelInfo) {
 			if mi.Task == "rerank" {
-				continue // a reranker takes no dimensions
+				return // a reranker takes no dimensions
 			}
 			if minDims == 0 || mi.MinDimensions < minDims {
 				minDims = mi.MinDimensions
 			}
 			maxDims = max(maxDims, mi.Dim)
 		}
+		for _, mi := range models {
+			maxInputs = max(maxInputs, mi.MaxInputs)
+			dimsOf(mi)
+		}
+		if maxDims == 0 {
+			// A reranker's own document: the embedding routes in it take the
+			// server's embedding models' dimensions.
+			for _, mi := range s.Info.Models {
+				dimsOf(mi)
+			}
+		}
 		if maxDims > 0 {
 			dims := []string{"components", "schemas", "Dimensions"}
 			set(minDims, append(dims, "minimum")...)
 			set(maxDims, append(dims, "maximum")...)
+			tei := []string{"components", "schemas", "TEIEmbedRequest", "properties", "dimensions"}
+			set(minDims, append(tei, "minimum")...)
+			set(maxDims, append(tei, "maximum")...)
 		}
-		set(maxInputs, "components", "schemas", "TextInputs", "maxItems")
-		set(maxInputs, "components", "schemas", "TokenInputs", "maxItems")
-		set(maxInputs, "components", "schemas", "RerankRequest", "properties", "documents", "maxItems")
-		set(maxInputs, "components", "schemas", "TEIRerankRequest", "properties", "texts", "maxItems")
+		for _, path := range [][]string{
+			{"TextInputs", "maxItems"},
+			{"TokenInputs", "maxItems"},
+			{"NativeRequest", "properties", "texts", "maxItems"},
+			{"OllamaEmbedRequest", "properties", "input", "anyOf", "1", "maxItems"},
+			{"TEIEmbedRequest", "properties", "inputs", "anyOf", "1", "maxItems"},
+			{"RerankRequest", "properties", "documents", "maxItems"},
+			{"TEIRerankRequest", "properties", "texts", "maxItems"},
+		} {
+			set(maxInputs, append([]string{"components", "schemas"}, path...)...)
+		}
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -194,6 +194,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"GET", "/", "", "", 200, keyed, nil},
 		{"HEAD", "/", "", "", 200, keyed, nil},
 		{"POST", "/embed", "", `{"inputs":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
+		{"POST", "/", "", `{"inputs":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
 		{"POST", "/", "", `{"inputs":1}`, 422, ready, nil},
 		{"POST", "/", "", `{"inputs":`, 400, ready, nil},
 		{"POST", "/", "", `{"inputs":"a"}`, 401, keyed, nil},
@@ -320,6 +321,34 @@ func TestOpenAPIFilledFromServer(t *testing.T) {
 	}
 	if got := doc.Schema("TextInputs")["maxItems"]; got != 100.0 {
 		t.Errorf("TextInputs maxItems %v, want 100", got)
+	}
+	// Every input array the server bounds by --max-inputs, and TEI's dimensions.
+	prop := func(schema, name string) map[string]any {
+		p, _ := doc.Schema(schema)["properties"].(map[string]any)[name].(map[string]any)
+		return p
+	}
+	second := func(p map[string]any) map[string]any { return p["anyOf"].([]any)[1].(map[string]any) }
+	for what, got := range map[string]any{
+		"NativeRequest.texts":      prop("NativeRequest", "texts")["maxItems"],
+		"OllamaEmbedRequest.input": second(prop("OllamaEmbedRequest", "input"))["maxItems"],
+		"TEIEmbedRequest.inputs":   second(prop("TEIEmbedRequest", "inputs"))["maxItems"],
+		"RerankRequest.documents":  prop("RerankRequest", "documents")["maxItems"],
+		"TEIRerankRequest.texts":   prop("TEIRerankRequest", "texts")["maxItems"],
+	} {
+		if got != 100.0 {
+			t.Errorf("%s maxItems %v, want 100 (--max-inputs)", what, got)
+		}
+	}
+	if d := prop("TEIEmbedRequest", "dimensions"); d["minimum"] != 32.0 || d["maximum"] != 1024.0 {
+		t.Errorf("TEIEmbedRequest.dimensions %v..%v, want 32..1024", d["minimum"], d["maximum"])
+	}
+	s.Config.DebugVars = false
+	if strings.Contains(string(s.openAPI(nil)), `"/debug/vars"`) {
+		t.Error("/debug/vars is documented on a server without --debug-vars (it answers 404 there)")
+	}
+	s.Config.DebugVars = true
+	if !strings.Contains(string(s.openAPI(nil)), `"/debug/vars"`) {
+		t.Error("/debug/vars is not documented with --debug-vars")
 	}
 }
 

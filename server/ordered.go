@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 )
 
 // ordered is a JSON object that keeps its keys in the order they were read, so that a
@@ -73,21 +75,54 @@ func decodeValue(d *json.Decoder) (any, error) {
 	return tok, nil
 }
 
-// set replaces the value at path (object keys), which must exist.
+// set replaces the value at path (object keys, and array indices as "1"), which
+// must exist.
 func (o *ordered) set(v any, path ...string) error {
+	var cur any = o
+	for i, k := range path {
+		last := i == len(path)-1
+		switch c := cur.(type) {
+		case *ordered:
+			if _, ok := c.vals[k]; !ok {
+				return fmt.Errorf("no key %v", path[:i+1])
+			}
+			if last {
+				c.vals[k] = v
+				return nil
+			}
+			cur = c.vals[k]
+		case []any: // an index: "anyOf", "1"
+			n, err := strconv.Atoi(k)
+			if err != nil || n < 0 || n >= len(c) {
+				return fmt.Errorf("no item %v", path[:i+1])
+			}
+			if last {
+				c[n] = v
+				return nil
+			}
+			cur = c[n]
+		default:
+			return fmt.Errorf("no object at %v", path[:i])
+		}
+	}
+	return nil
+}
+
+// remove deletes key from the object at path, keeping the other keys' order.
+func (o *ordered) remove(key string, path ...string) error {
 	m := o
-	for i, k := range path[:len(path)-1] {
+	for i, k := range path {
 		next, ok := m.vals[k].(*ordered)
 		if !ok {
 			return fmt.Errorf("no object at %v", path[:i+1])
 		}
 		m = next
 	}
-	last := path[len(path)-1]
-	if _, ok := m.vals[last]; !ok {
-		return fmt.Errorf("no key %v", path)
+	if _, ok := m.vals[key]; !ok {
+		return fmt.Errorf("no key %v %q", path, key)
 	}
-	m.vals[last] = v
+	delete(m.vals, key)
+	m.keys = slices.DeleteFunc(m.keys, func(k string) bool { return k == key })
 	return nil
 }
 

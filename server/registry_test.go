@@ -162,7 +162,7 @@ func TestOpenAPIPerModel(t *testing.T) {
 		"/openapi.json?model=small":   "32..64",
 		"/openapi.json?model=s:query": "32..64",
 		"/openapi.json?model=big":     "32..1024",
-		"/openapi.json?model=rr":      "32..4096", // a reranker takes no dimensions: the document's own
+		"/openapi.json?model=rr":      "32..1024", // a reranker takes none: its document's embedding routes take the server's embedding models'
 	} {
 		if got := bounds(path); got != want {
 			t.Errorf("GET %s: dimensions %s, want %s", path, got, want)

@@ -280,3 +280,30 @@ func TestDrain(t *testing.T) {
 		}
 	}
 }
+
+// X-Embedding-Instruction reaches routing from every route that takes an
+// instruction (the body's field first), and a header that is not UTF-8 is refused
+// as the same bytes in the body are.
+func TestInstructionHeader(t *testing.T) {
+	for _, path := range []string{"/v1/embeddings", "/embed", "/tokenize"} {
+		body := `{"input":"a"}`
+		if path != "/v1/embeddings" {
+			body = `{"texts":["a"]}`
+		}
+		e := &fakeEmbedder{}
+		h := newTestServer(Config{}, e, true)
+		w := do(h, "POST", path, body, map[string]string{headerInstruction: "Find the recipe"})
+		if w.Code != 200 || e.last == nil || e.last.Instruction == nil || *e.last.Instruction != "Find the recipe" {
+			t.Errorf("%s: %d %s; instruction %v, want the header's", path, w.Code, w.Body, e.last)
+		}
+		w = do(h, "POST", path, strings.Replace(body, "{", `{"instruction":"From the body",`, 1), map[string]string{headerInstruction: "Find the recipe"})
+		if w.Code != 200 || e.last.Instruction == nil || *e.last.Instruction != "From the body" {
+			t.Errorf("%s with both: %d %s, want the body's instruction", path, w.Code, w.Body)
+		}
+		w = do(h, "POST", path, body, map[string]string{headerInstruction: "caf\xe9"})
+		want := `{"error":{"message":"The X-Embedding-Instruction header is not valid UTF-8; send the instruction in UTF-8 (in the header, or as the body's 'instruction').","type":"invalid_request_error","param":"instruction","code":"invalid_value"}}`
+		if w.Code != 400 || w.Body.String() != want {
+			t.Errorf("%s with a Latin-1 header: %d %s\nwant 400 %s", path, w.Code, w.Body, want)
+		}
+	}
+}

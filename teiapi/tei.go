@@ -11,6 +11,7 @@
 package teiapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,6 +108,11 @@ func DecodeEmbed(body []byte) (*EmbedRequest, error) {
 		}
 		return nil, &DecodeError{Syntax: true, Message: "Failed to parse the request body as JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
 	}
+	if key, ok := duplicateKey(body); ok {
+		// serde refuses a field given twice; taking the last would let a proxy
+		// that reads the first see another request than the server answers.
+		return nil, deserializeErr("duplicate field `%s`", key)
+	}
 	req := &EmbedRequest{Normalize: true}
 	raw, ok := fields["inputs"]
 	if !ok {
@@ -184,6 +190,31 @@ func DecodeEmbed(body []byte) (*EmbedRequest, error) {
 }
 
 func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// duplicateKey returns a key that the JSON object body holds twice, if any.
+func duplicateKey(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return "", false
+		}
+		if seen[key] {
+			return key, true
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
 
 // describe names a JSON value as serde's messages do: "string \"x\"", "integer
 // `5`", "null", "a sequence", "a map".

@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -55,6 +57,18 @@ func readEnv(getenv func(string) string) (envConfig, error) {
 	}
 	if c.traceProtocol, err = protocol(getenv, "TRACES"); err != nil {
 		return c, err
+	}
+	if len(c.traceExporters) > 0 {
+		if err := checkSampler(getenv("OTEL_TRACES_SAMPLER"), getenv("OTEL_TRACES_SAMPLER_ARG")); err != nil {
+			return c, err
+		}
+	}
+	if c.traceProtocol == protocolHTTP && slices.Contains(c.traceExporters, exporterOTLP) {
+		for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+			if err := checkEndpoint(name, getenv(name)); err != nil {
+				return c, err
+			}
+		}
 	}
 
 	// prometheus means the /metrics endpoint, which the --metrics flag rules; only
@@ -111,6 +125,40 @@ func protocol(getenv func(string) string, signal string) (string, error) {
 		return protocolGRPC, nil
 	}
 	return "", fmt.Errorf("%s=%q: embed-stack's OTLP exporters speak http/protobuf and grpc (the Go SDK has no http/json)", name, v)
+}
+
+// checkEndpoint refuses an http/protobuf endpoint that is not an http(s) URL: the
+// exporter would fail every export, a warning each, for the server's life.
+func checkEndpoint(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.TrimSpace(v))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s=%q: an http/protobuf endpoint is a URL, such as http://collector:4318", name, v)
+	}
+	return nil
+}
+
+// checkSampler refuses an OTEL_TRACES_SAMPLER the Go SDK does not know, and a
+// ratio outside [0, 1]: the SDK would log an error and sample every trace, which
+// is not what an operator who asked for 10 % meant.
+func checkSampler(sampler, arg string) error {
+	name := strings.ToLower(strings.TrimSpace(sampler))
+	switch name {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+		return nil
+	case "traceidratio", "parentbased_traceidratio":
+		if strings.TrimSpace(arg) == "" {
+			return nil // the SDK's default ratio, 1
+		}
+		r, err := strconv.ParseFloat(strings.TrimSpace(arg), 64)
+		if err != nil || r < 0 || r > 1 {
+			return fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: %s takes a ratio from 0 to 1, such as 0.1", arg, name)
+		}
+		return nil
+	}
+	return fmt.Errorf("OTEL_TRACES_SAMPLER=%q: embed-stack supports always_on, always_off, traceidratio and their parentbased_ forms", sampler)
 }
 
 // propagatorFromEnv builds the OTEL_PROPAGATORS list; the default is tracecontext

@@ -32,7 +32,7 @@ var otelVars = []string{
 	"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
 	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-	"OTEL_PROPAGATORS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE", "BAGGAGE",
+	"OTEL_PROPAGATORS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE", "BAGGAGE",
 }
 
 func clearEnv(t *testing.T) {
@@ -81,6 +81,18 @@ func TestReadEnv(t *testing.T) {
 			wantErr: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/json"`},
 		{name: "unknown propagator", env: map[string]string{"OTEL_PROPAGATORS": "tracecontext,b3"},
 			wantErr: `OTEL_PROPAGATORS="tracecontext,b3": embed-stack supports tracecontext, baggage and none`},
+		{name: "ratio sampler", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"},
+			wantTraces: []string{"otlp"}, wantProtocol: protocolHTTP, wantMetricProt: protocolHTTP},
+		{name: "unknown sampler", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "bogus"},
+			wantErr: `OTEL_TRACES_SAMPLER="bogus": embed-stack supports always_on, always_off, traceidratio and their parentbased_ forms`},
+		{name: "ratio not a number", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "abc"},
+			wantErr: `OTEL_TRACES_SAMPLER_ARG="abc": traceidratio takes a ratio from 0 to 1, such as 0.1`},
+		{name: "a sampler without tracing is not read", env: map[string]string{"OTEL_TRACES_SAMPLER": "bogus"},
+			wantProtocol: protocolHTTP, wantMetricProt: protocolHTTP},
+		{name: "endpoint not a URL", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "not-a-url"},
+			wantErr: `OTEL_EXPORTER_OTLP_ENDPOINT="not-a-url": an http/protobuf endpoint is a URL, such as http://collector:4318`},
+		{name: "grpc endpoint as host:port", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+			wantTraces: []string{"otlp"}, wantProtocol: protocolGRPC, wantMetricProt: protocolGRPC},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,7 +43,11 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 func itemError(ie *routing.InputError) error {
 	switch ie.Code {
 	case routing.CodeContextLength:
-		return fmt.Errorf("the text has %d tokens (the instruction, if any, and the end token included); the limit is %d (--max-input-tokens)", ie.Tokens, ie.Limit)
+		more := ""
+		if ie.AtLeast {
+			more = "more than "
+		}
+		return fmt.Errorf("the text has %s%d tokens (the instruction, if any, and the end token included); the limit is %d (--max-input-tokens)", more, ie.Tokens, ie.Limit)
 	case routing.CodeEmptyInput:
 		return errors.New("the text is empty")
 	}

@@ -102,6 +102,7 @@ func TestCLIBadFlag(t *testing.T) {
 			"Usage: embed-stack serve --model MODEL [flags]\nRun 'embed-stack serve --help' for every flag.\n"},
 		{[]string{"serve", "--model", "m.gguf", "--max-inputs", "many"}, "embed-stack serve: --max-inputs \"many\": not a whole number\n"},
 		{[]string{"mrege"}, "embed-stack: unknown command \"mrege\"; did you mean merge?\nRun 'embed-stack --help' for the commands.\n"},
+		{[]string{"version", "--json"}, "embed-stack version takes no arguments; got \"--json\"\n"},
 	} {
 		code, out, errOut := runCLI(t, bin, nil, c.args...)
 		if code != 2 || out != "" || errOut != c.want {

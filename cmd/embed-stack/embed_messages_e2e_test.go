@@ -48,6 +48,10 @@ func TestEmbedItemMessages(t *testing.T) {
 			`input line 2 is not a JSON object (invalid character 'o' in literal null (expecting 'u')); it begins "not json, but a sentence that goes on an"… (fix the input, or pass --skip-invalid to skip such lines)`},
 		{"repeated id", `{"id":7,"text":"alpha"}` + "\n" + `{"id":8,"text":"beta"}` + "\n" + `{"id":7,"text":"gamma"}` + "\n",
 			`input line 3 repeats the id 7 of line 1: every id must be unique, since the output holds each id once (fix the input, or pass --skip-invalid to skip such lines)`},
+		{"Latin-1", `{"id":"a","text":"alpha"}` + "\n" + `{"id":"b","text":"caf` + "\xe9" + `"}` + "\n",
+			`input line 2 is not valid UTF-8 (byte 0xE9 at byte 22 of the line): the input must be UTF-8; convert it first (iconv -f latin1 -t utf-8, for a Latin-1 file) (fix the input, or pass --skip-invalid to skip such lines)`},
+		{"far over the limit", `{"id":"a","text":"alpha"}` + "\n" + `{"id":"b","text":"` + strings.Repeat(long, 3) + `"}` + "\n",
+			`input line 2 (id "b"): the text has more than 96 tokens (the instruction, if any, and the end token included); the limit is 48 (--max-input-tokens) (fix the input, or pass --skip-invalid to skip such items)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

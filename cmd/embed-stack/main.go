@@ -93,6 +93,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "version", "--version", "-version":
+		if len(args) > 1 {
+			// As every command refuses what it does not know (docs/configuration.md).
+			fmt.Fprintf(stderr, "embed-stack version takes no arguments; got %q\n", strings.Join(args[1:], " "))
+			return 2
+		}
 		fmt.Fprintln(stdout, buildinfo.Get())
 		return 0
 	case "help", "-h", "--help", "-help":

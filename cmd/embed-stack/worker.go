@@ -56,6 +56,13 @@ func (c *workerCommand) Run(ctx context.Context) error {
 		return exitStatus(2)
 	}
 	defer tel.Stop()
+	if a.Nice > 0 {
+		// An ephemeral worker: all of it (the model's load and conversion as well as
+		// the decoding the engine lowers) yields to the warm worker's queries.
+		if err := llama.LowerProcess(a.Nice); err != nil {
+			logger.Warn("lowering the worker's priority failed; it runs at normal priority", "nice", a.Nice, "err", err)
+		}
+	}
 	warmUpLengths := a.Buckets
 	cfg := backends.WorkerConfig{SocketPath: a.Socket, IgnoreStdin: a.IgnoreStdin, Logger: logger}
 	load := func() (backends.Engine, backends.EngineInfo, error) {
