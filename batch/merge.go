@@ -285,6 +285,9 @@ func (m *Merge) Finished(ctx context.Context) (bool, MergeStats, error) {
 			}
 		}
 	}
+	if fields, err := parquetFields(m.Output); err == nil && !sameFields(fields, m.Passthrough) {
+		return false, MergeStats{}, fmt.Errorf("%s holds the pass-through columns %q, and this run asks for %q; a Parquet file cannot be resumed: pass --overwrite to embed the input again with them, or choose another --output", m.Output, fields, m.Passthrough)
+	}
 	st, err := m.Verify(ctx)
 	var me *missingError
 	if errors.As(err, &me) {

@@ -32,15 +32,32 @@ type parquetSink struct {
 	rows   []parquet.Row
 }
 
+// CheckPassthrough refuses passthrough field names a Parquet output cannot take:
+// one named twice, and "id" or "embedding", which are its own columns. embed and
+// merge check them before any work, not at the end when the file is written.
+func CheckPassthrough(names []string) error {
+	seen := map[string]bool{}
+	for _, name := range names {
+		switch {
+		case name == "id" || name == "embedding":
+			return fmt.Errorf("--passthrough %s: the output has a column %q of its own (the item's %s); pass-through fields are the input's others", name, name, map[string]string{"id": "id", "embedding": "vector"}[name])
+		case seen[name]:
+			return fmt.Errorf("--passthrough names the field %q twice", name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
 func newParquetSink(f *os.File, dim int, passthrough []string) (*parquetSink, error) {
+	if err := CheckPassthrough(passthrough); err != nil {
+		return nil, err
+	}
 	group := parquet.Group{
 		"id":        parquet.String(),
 		"embedding": parquet.List(parquet.Leaf(parquet.FloatType)),
 	}
 	for _, name := range passthrough {
-		if _, ok := group[name]; ok {
-			return nil, fmt.Errorf("passthrough field %q: the output has that column already", name)
-		}
 		group[name] = parquet.Optional(parquet.String())
 	}
 	schema := parquet.NewSchema("embeddings", group)

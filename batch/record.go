@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/parquet-go/parquet-go"
@@ -139,24 +140,33 @@ func readParquetRecord(f *parquet.File) (*JobRecord, error) {
 
 // partRecord reads the JobRecord of a part (or of an existing .parquet output): a
 // Parquet file's metadata, else its RecordPath.
-func partRecord(path string) (*JobRecord, error) {
+func partRecord(path string) (rec *JobRecord, err error) {
 	if FormatFor(path) != FormatParquet {
 		return ReadRecord(RecordPath(path))
 	}
+	err = withParquet(path, func(pf *parquet.File) error {
+		rec, err = readParquetRecord(pf)
+		return err
+	})
+	return rec, err
+}
+
+// withParquet opens the Parquet file at path for fn, which must not keep it.
+func withParquet(path string, fn func(*parquet.File) error) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pf, err := parquet.OpenFile(f, fi.Size())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return readParquetRecord(pf)
+	return fn(pf)
 }
 
 // anotherJob is the error of a resume or merge that found another job's vectors.
@@ -169,4 +179,26 @@ func anotherJob(what string, diffs []string) error {
 		msg += " " + d
 	}
 	return errors.New(msg)
+}
+
+// parquetFields lists a Parquet output's pass-through columns (all but id and
+// embedding), sorted.
+func parquetFields(path string) (out []string, err error) {
+	err = withParquet(path, func(pf *parquet.File) error {
+		for _, field := range pf.Schema().Fields() {
+			if n := field.Name(); n != "id" && n != "embedding" {
+				out = append(out, n)
+			}
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
+}
+
+// sameFields says whether the columns are the pass-through fields asked for, in
+// any order.
+func sameFields(columns, asked []string) bool {
+	a := slices.Sorted(slices.Values(asked))
+	return slices.Equal(columns, a)
 }

@@ -196,3 +196,46 @@ func TestJobRefusesAnotherInput(t *testing.T) {
 		t.Errorf("edited input: %+v, %v; want 40 resumed, 20 embedded, 10 dropped", st, err)
 	}
 }
+
+// Pass-through names a Parquet output cannot take are refused, each in its own
+// words; and a finished .parquet output with other pass-through columns is not
+// done for a run that asks for others.
+func TestPassthroughChecks(t *testing.T) {
+	for names, want := range map[string]string{
+		"title,title": `--passthrough names the field "title" twice`,
+		"title,id":    `--passthrough id: the output has a column "id" of its own (the item's id)`,
+		"embedding":   `--passthrough embedding: the output has a column "embedding" of its own (the item's vector)`,
+	} {
+		if err := CheckPassthrough(strings.Split(names, ",")); err == nil || err.Error() != want+"; pass-through fields are the input's others" && err.Error() != want {
+			t.Errorf("%s: %v, want %s", names, err, want)
+		}
+	}
+	if err := CheckPassthrough([]string{"title", "n"}); err != nil {
+		t.Error(err)
+	}
+
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(jsonlCorpus(12)), 0o644)
+	out := filepath.Join(dir, "v.parquet")
+	runShards(t, in, out, FormatNPY, 1)
+	part := WorkPath(ShardPath(out, Shard{0, 1}))
+	if _, err := runMerge(t, in, out, FormatParquet, []string{part}, Merge{Passthrough: []string{"title"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(in)
+	defer f.Close()
+	fi, _ := f.Stat()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		fields []string
+		done   bool
+	}{{[]string{"title"}, true}, {[]string{"title", "n"}, false}, {nil, false}} {
+		m := &Merge{Input: f, InputSize: fi.Size(), Reader: ReaderConfig{Format: JSONL}, Output: out, Passthrough: tc.fields, Logger: quietLogger()}
+		done, _, err := m.Finished(ctx)
+		if done != tc.done || (!tc.done && (err == nil || !strings.Contains(err.Error(), "pass-through columns"))) {
+			t.Errorf("Finished asking for %q: done %t, %v", tc.fields, done, err)
+		}
+	}
+}

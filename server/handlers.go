@@ -11,6 +11,7 @@ import (
 
 	"github.com/embed-stack/embed-stack/openai"
 	"github.com/embed-stack/embed-stack/routing"
+	"github.com/embed-stack/embed-stack/teiapi"
 )
 
 // embeddings serves POST /v1/embeddings.
@@ -164,6 +165,11 @@ func (s *Server) decodeNative(c *gin.Context, acceptText bool) (*routing.Request
 	body, err := s.readBody(c)
 	if err != nil {
 		writeError(c, err)
+		return nil, nil, false
+	}
+	if acceptText && teiapi.IsEmbedRequest(body) {
+		writeError(c, &statusError{status: http.StatusBadRequest, param: "inputs",
+			msg: "POST /tokenize takes 'text' (one string) or 'texts' (an array of strings); 'inputs' is text-embeddings-inference's field, whose /tokenize answer (each token's text and character offsets) this server does not give."})
 		return nil, nil, false
 	}
 	var nr nativeRequest

@@ -192,6 +192,7 @@ func TestOpenAPIResponsesMatchHandlers(t *testing.T) {
 		{"POST", "/embed", "", `{"inputs":"a"}`, 503, failing, nil},
 		{"POST", "/", "", `{"inputs":["a"]}`, 200, ready, nil},
 		{"GET", "/", "", "", 200, keyed, nil},
+		{"POST", "/", "", `{"query":"q","texts":["a","b"],"return_text":true}`, 200, reranker, nil},
 		{"HEAD", "/", "", "", 200, keyed, nil},
 		{"POST", "/embed", "", `{"inputs":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},
 		{"POST", "/", "", `{"inputs":"a","model":"other"}`, 404, documentedServer(&fakeEmbedder{}, true, Config{StrictModel: true}), nil},

@@ -57,6 +57,9 @@ func TestRerankShapes(t *testing.T) {
 		{"tei truncate", "/rerank", `{"query":"q","texts":["a"],"truncate":true}`, `[{"index":0,"score":0}]`, "", routing.TruncateEnd},
 		{"tei truncate left", "/rerank", `{"query":"q","texts":["a"],"truncate":true,"truncation_direction":"Left"}`, `[{"index":0,"score":0}]`, "", routing.TruncateStart},
 		{"tei direction alone", "/rerank", `{"query":"q","texts":["a"],"truncation_direction":"left"}`, `[{"index":0,"score":0}]`, "", routing.NoTruncation},
+		// At TEI's root, as a reranker's TEI serves rerank there.
+		{"tei at the root", "/", `{"query":"q","texts":["a","b","c"]}`,
+			`[{"index":2,"score":0.2},{"index":1,"score":0.1},{"index":0,"score":0}]`, "", routing.NoTruncation},
 		// Cohere's and Jina's shape on /rerank (vLLM's and Infinity's, as LiteLLM posts it).
 		{"documents on /rerank", "/rerank", `{"model":"m","query":"q","documents":["a","b"],"top_n":1}`,
 			`{"model":"m","results":[{"index":1,"relevance_score":0.1}],"usage":{"prompt_tokens":20,"total_tokens":20}}`, "", routing.NoTruncation},

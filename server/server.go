@@ -197,7 +197,7 @@ func (s *Server) Handler() http.Handler {
 	r.GET("/v1/models", s.listModels)
 	r.GET("/v1/models/:model", s.getModel)
 	r.POST("/embed", s.readRequestBody(), s.admit(), s.embed) // TEI's shape or the native one (tei.go)
-	r.POST("/", s.readRequestBody(), s.admit(), s.teiEmbed)   // TEI serves embed at its root too
+	r.POST("/", s.readRequestBody(), s.admit(), s.teiRoot)    // TEI serves embed (or rerank) at its root too
 	// Ollama's root answers GET and HEAD with these words: its CLI's heartbeat
 	// (HEAD /, before `ollama list` and `ollama ps`) and UIs that check the
 	// server is up send them. Open without a key, as /health is.

@@ -307,3 +307,13 @@ func TestInstructionHeader(t *testing.T) {
 		}
 	}
 }
+
+// TEI's /tokenize body ("inputs") is refused naming the native fields, rather
+// than blamed for an empty 'texts' it never sent.
+func TestTokenizeTEIBody(t *testing.T) {
+	w := do(newTestServer(Config{}, &fakeEmbedder{}, true), "POST", "/tokenize", `{"inputs":"hello world"}`, nil)
+	want := `{"error":{"message":"POST /tokenize takes 'text' (one string) or 'texts' (an array of strings); 'inputs' is text-embeddings-inference's field, whose /tokenize answer (each token's text and character offsets) this server does not give.","type":"invalid_request_error","param":"inputs","code":null}}`
+	if w.Code != 400 || w.Body.String() != want {
+		t.Errorf("%d %s\nwant 400 %s", w.Code, w.Body, want)
+	}
+}

@@ -38,6 +38,28 @@ func (s *Server) embed(c *gin.Context) {
 
 func teiItem(i int) string { return "inputs[" + strconv.Itoa(i) + "]" }
 
+// teiRoot serves POST /, where TEI answers what its model does: a body with a
+// "query" and "texts" is a rerank (as a reranker's TEI serves it there), any other
+// TEI's embed.
+func (s *Server) teiRoot(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		c.Set(ctxDialect, dialectTEI)
+		writeError(c, err)
+		return
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil {
+		_, query := keys["query"]
+		_, texts := keys["texts"]
+		if query && texts {
+			s.teiRerank(c)
+			return
+		}
+	}
+	s.teiEmbed(c)
+}
+
 // teiEmbed serves TEI's embed: POST /embed with "inputs", and POST /, where TEI
 // serves the same for an embedding model (huggingface_hub's InferenceClient posts
 // to the base URL). The answer is a JSON array of vectors; "normalize": false

@@ -162,6 +162,9 @@ func parseEmbedFlags(args []string, stdout, stderr io.Writer, getenv func(string
 	if f.reader.passthrough != "" && (batch.FormatFor(f.output) != batch.FormatParquet || format.Format != batch.JSONL) {
 		return nil, errors.New("--passthrough needs JSONL input and a .parquet or chroma:// --output")
 	}
+	if err := batch.CheckPassthrough(splitList(f.reader.passthrough)); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 

@@ -94,6 +94,9 @@ func merge(ctx context.Context, f *mergeFlags, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := batch.CheckPassthrough(splitList(f.reader.passthrough)); err != nil {
+		return err
+	}
 	in, err := os.Open(f.input)
 	if err != nil {
 		return fmt.Errorf("--input: %w", err)
