@@ -23,6 +23,9 @@ Precedence, highest first: command-line flag, environment variable, config file,
 The two commands share the names of what they share (` + "`--model`" + `, ` + "`--threads`" + `,
 ` + "`--device`" + `, …), so one environment or one file can configure both: each command takes
 its own settings from a file and ignores the other's, and refuses a key that neither has.
+A value must suit both, though: ` + "`embed`" + ` takes one model, so a file or ` + "`EMBED_STACK_MODEL`" + `
+that names several (` + "`model = [\"e=…\", \"rr=…\"]`" + `, serve's ` + "`NAME=MODEL`" + ` form) configures
+serve only.
 ` + "`--print-config`" + ` prints the effective configuration, with each value's source and
 secrets redacted, in a form ` + "`--config`" + ` accepts. ` + "`--help`" + ` lists the flags in the
 groups below. Flags are GNU-style (` + "`--name value`" + ` or ` + "`--name=value`" + `; the single-dash

@@ -152,7 +152,7 @@ func newServeFlagSet(f *serveFlags) *flagconfig.Set {
 	s.Int(&f.ephemeralQueue, "ephemeral-queue", "N", 8, "long inputs that may wait for an ephemeral worker; beyond: 429").AtLeast(0).
 		More("The 429 carries Retry-After; 0 lets none wait.")
 	s.Int(&e.EphemeralNice, "ephemeral-nice", "N", 10, "lower the ephemeral workers' CPU priority by N (0-19), so that short requests go first").AtLeast(0).AtMost(19).
-		More("With 0 a short query beside a long input took 3.5 times as long (p50), with 10 1.3 times (docs/routing.md); a lone long input runs as fast either way.")
+		More("Every thread of the worker, its model load included. With 0 a short query beside a long input took 2.3 to 2.9 times as long (p50), with 10 1.2 times (Zen 5, 2 vCPUs, docs/routing.md); a lone long input runs as fast either way.")
 
 	s.Group("HTTP server")
 	s.Int(&f.maxConcurrent, "max-concurrent-requests", "N", 64, "most requests in flight on the work routes, POST /v1/embeddings, /v1/rerank, /v2/rerank, /rerank, /embed, / and /tokenize, Ollama's /api/embed and /api/embeddings; more get 429").AtLeast(1).
