@@ -64,6 +64,10 @@ type Store struct {
 	Collection string
 	// Documents stores each item's text as its record's document.
 	Documents bool
+	// Job, when set, says what makes the job's vectors (batch.JobRecord): a
+	// collection Open creates keeps it in its metadata (JobMetadataKey), and a
+	// collection that holds records of another job is refused.
+	Job *batch.JobRecord
 	// Client sends the requests; nil means a client with no overall timeout (each
 	// request has Timeout).
 	Client *http.Client
@@ -163,10 +167,14 @@ func (s *Store) collectionsPath() string {
 }
 
 // collection is the part of Chroma's Collection the store reads.
+// JobMetadataKey is the collection metadata key of the job record (Store.Job).
+const JobMetadataKey = "embed_stack_job"
+
 type collection struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Dimension *int   `json:"dimension"`
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	Dimension *int           `json:"dimension"`
+	Metadata  map[string]any `json:"metadata"`
 	Config    struct {
 		HNSW *struct {
 			Space string `json:"space"`
@@ -202,6 +210,9 @@ func (s *Store) Open(ctx context.Context, dim int) error {
 		// get_or_create: shards starting together all get the one collection.
 		req := map[string]any{"name": s.Collection, "get_or_create": true,
 			"configuration": map[string]any{"hnsw": map[string]any{"space": "ip"}}}
+		if job := s.jobText(); job != "" {
+			req["metadata"] = map[string]any{JobMetadataKey: job}
+		}
 		err = s.call(ctx, http.MethodPost, s.collectionsPath(), req, &c)
 	}
 	if err != nil {
@@ -222,7 +233,47 @@ func (s *Store) Open(ctx context.Context, dim int) error {
 	if err := s.call(ctx, http.MethodGet, s.recordsPath("count"), nil, &count); err != nil {
 		return err
 	}
+	if err := s.checkJob(c, count); err != nil {
+		return err
+	}
 	s.logger().Info("chroma collection ready", "collection", s.Collection, "id", c.ID, "created", !existed, "records", count, "space", space, "base64_vectors", s.base64, "server", s.BaseURL)
+	return nil
+}
+
+// jobText is Store.Job as the collection's metadata holds it, without the first
+// text's digest (the shards of one job start with other texts); "" without a job.
+func (s *Store) jobText() string {
+	if s.Job == nil {
+		return ""
+	}
+	j := *s.Job
+	j.FirstText = ""
+	b, err := json.Marshal(j)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// checkJob refuses a collection that holds records of another job than Store.Job
+// (another model, pooling, input type, prompt or dimensions: their vectors side by
+// side answer queries wrongly), naming each difference.
+func (s *Store) checkJob(c collection, count int64) error {
+	if s.Job == nil || count == 0 {
+		return nil
+	}
+	text, _ := c.Metadata[JobMetadataKey].(string)
+	if text == "" {
+		s.logger().Warn("the collection has no job record (made by something else, or an older embed-stack): its vectors cannot be checked against this job's model and settings", "collection", s.Collection)
+		return nil
+	}
+	var held batch.JobRecord
+	if err := json.Unmarshal([]byte(text), &held); err != nil {
+		return fmt.Errorf("%s: its metadata %s is not a job record: %w", s, JobMetadataKey, err)
+	}
+	if diffs := s.Job.Differences(&held); len(diffs) > 0 {
+		return fmt.Errorf("%s holds %d records of another job: %s; choose another collection (one holds one model's vectors), or delete this one", s, count, strings.Join(diffs, ", "))
+	}
 	return nil
 }
 

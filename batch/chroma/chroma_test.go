@@ -78,6 +78,8 @@ type fakeChroma struct {
 	failBody string
 	dim      string // the collection's dimension: "null" or a number
 	upserts  atomic.Int32
+	// meta is the collection's metadata as JSON ("" : null), count its records.
+	meta, count string
 }
 
 func (f *fakeChroma) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,9 +88,16 @@ func (f *fakeChroma) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/api/v2/pre-flight-checks":
 		io.WriteString(w, `{"max_batch_size":2,"supports_base64_encoding":true}`)
 	case r.Method == http.MethodGet && r.URL.Path == coll+"/docs":
-		io.WriteString(w, `{"id":"c0ffee","name":"docs","dimension":`+f.dim+`,"configuration_json":{"hnsw":{"space":"l2"}}}`)
+		meta := f.meta
+		if meta == "" {
+			meta = "null"
+		}
+		io.WriteString(w, `{"id":"c0ffee","name":"docs","dimension":`+f.dim+`,"metadata":`+meta+`,"configuration_json":{"hnsw":{"space":"l2"}}}`)
 	case r.URL.Path == coll+"/c0ffee/count":
-		io.WriteString(w, `0`)
+		if f.count == "" {
+			f.count = "0"
+		}
+		io.WriteString(w, f.count)
 	case r.URL.Path == coll+"/c0ffee/upsert":
 		if f.failures.Add(-1) >= 0 {
 			w.WriteHeader(f.fail)
@@ -182,5 +191,35 @@ func TestOpenRefuses(t *testing.T) {
 	err = st.Open(context.Background(), 3)
 	if err == nil || !strings.Contains(err.Error(), "Chroma collection docs at "+url+" is unreachable: ") || !strings.Contains(err.Error(), "connection refused (2 tries); start it, or check the host and port of --output") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestOpenChecksJob: a collection holding records whose job record (its metadata)
+// differs from the job's is refused, naming the difference; the same job, an empty
+// collection, and one without a record (warned) are used.
+func TestOpenChecksJob(t *testing.T) {
+	job := &batch.JobRecord{ModelSHA256: strings.Repeat("ab", 32), Weights: "BF16", Pooling: "last", InputType: "document", Dimensions: 3}
+	other := *job
+	other.Pooling = "mean"
+	text := func(j batch.JobRecord) string {
+		b, _ := json.Marshal(j)
+		m, _ := json.Marshal(map[string]string{JobMetadataKey: string(b)})
+		return string(m)
+	}
+	for _, tc := range []struct {
+		name, meta, count, want string
+	}{
+		{"same job", text(*job), "5", ""},
+		{"another job", text(other), "5", "holds 5 records of another job: pooling mean (this job: last)"},
+		{"another job, empty", text(other), "0", ""},
+		{"no record", "", "5", ""},
+	} {
+		srv := httptest.NewServer(&fakeChroma{dim: "3", meta: tc.meta, count: tc.count})
+		st := &Store{BaseURL: srv.URL, Collection: "docs", Job: job, Logger: slog.New(slog.DiscardHandler)}
+		err := st.Open(context.Background(), 3)
+		srv.Close()
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

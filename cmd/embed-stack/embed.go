@@ -290,6 +290,7 @@ func embed(ctx context.Context, f *embedFlags, logger *slog.Logger) error {
 	// dimension, the job fails in seconds.
 	var store batch.Store
 	if f.store != nil {
+		f.store.Job = rec
 		if err := f.store.Open(ctx, dim); err != nil {
 			return err
 		}

@@ -251,6 +251,16 @@ func TestEmbedChromaRoundTrip(t *testing.T) {
 	if got := chroma.count(t, "opticks"); got != n {
 		t.Fatalf("after the second run the collection holds %d records", got)
 	}
+
+	// The collection keeps the job's record: another pooling is refused before
+	// anything is written.
+	code, _, errOut := runCLI(t, bin, nil, append(append([]string{"embed"}, args...), "--pooling", "mean")...)
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("holds %d records of another job: pooling last (this job: mean)", n)) {
+		t.Errorf("a run with another pooling: exit %d\n%s", code, errOut)
+	}
+	if got := chroma.count(t, "opticks"); got != n {
+		t.Fatalf("after the refused run the collection holds %d records", got)
+	}
 }
 
 // TestEmbedChromaShardsKilled: three shards write one collection at once; two are
