@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -64,19 +63,14 @@ func (s *Server) teiRerank(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	var keys map[string]json.RawMessage
-	if json.Unmarshal(body, &keys) == nil {
-		_, texts := keys["texts"]
-		_, docs := keys["documents"]
-		switch {
-		case docs && texts:
-			writeError(c, &statusError{status: http.StatusBadRequest, param: "documents", code: "invalid_value",
-				msg: "Send 'texts' (text-embeddings-inference's shape) or 'documents' (Cohere's and Jina's), not both."})
-			return
-		case docs:
-			s.rerank(c)
-			return
-		}
+	switch has := bodyHas(body, "texts", "documents"); {
+	case has[0] && has[1]:
+		writeError(c, &statusError{status: http.StatusBadRequest, param: "documents", code: "invalid_value",
+			msg: "Send 'texts' (text-embeddings-inference's shape) or 'documents' (Cohere's and Jina's), not both."})
+		return
+	case has[1]:
+		s.rerank(c)
+		return
 	}
 	req, err := openai.DecodeTEIRerankRequest(body)
 	if err != nil {

@@ -48,16 +48,25 @@ func (s *Server) teiRoot(c *gin.Context) {
 		writeError(c, err)
 		return
 	}
-	var keys map[string]json.RawMessage
-	if json.Unmarshal(body, &keys) == nil {
-		_, query := keys["query"]
-		_, texts := keys["texts"]
-		if query && texts {
-			s.teiRerank(c)
-			return
-		}
+	if has := bodyHas(body, "query", "texts"); has[0] && has[1] {
+		s.teiRerank(c)
+		return
 	}
 	s.teiEmbed(c)
+}
+
+// bodyHas says which of names the JSON object body holds as top-level keys (none,
+// for a body that is not an object): the routes that take two shapes tell them
+// apart by a key, and leave the refusal of a bad body to the shape's decoder.
+func bodyHas(body []byte, names ...string) []bool {
+	out := make([]bool, len(names))
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil {
+		for i, n := range names {
+			_, out[i] = keys[n]
+		}
+	}
+	return out
 }
 
 // teiEmbed serves TEI's embed: POST /embed with "inputs", and POST /, where TEI
